@@ -1,0 +1,1 @@
+"""Raw datasets: loaders, downloads, the synthetic generator and the prepared splits."""
