@@ -1,0 +1,185 @@
+"""The run configuration: one typed, validated object built from Flower's run config.
+
+Flower hands both apps ``context.run_config`` (the ``[tool.flwr.app.config]`` table of
+``pyproject.toml`` merged with ``--run-config`` overrides). :func:`RunConfig.from_mapping` turns
+it into a :class:`RunConfig`, rejecting unknown keys, wrong types and impossible values with a
+message that says what to do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+DATASETS = ("ml-100k", "ml-1m", "lastfm-2k", "amazon-video", "filmtrust", "synthetic")
+PROTOCOLS = ("strict", "paper")
+AGGREGATIONS = ("round-mean", "toucher-mean")
+ITEM_LR_SCALINGS = ("none", "num-items")
+DATA_DIR_ENV = "FEDREC_DATA_DIR"
+
+
+class ConfigError(ValueError):
+    """A run configuration value is unknown, of the wrong type or impossible."""
+
+
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Resolved run configuration; field ``foo_bar`` is run-config key ``foo-bar``."""
+
+    method: str = "pfedrec"
+    dataset: str = "ml-100k"
+    data_dir: str = ""
+    protocol: str = "strict"
+    num_server_rounds: int = 100
+    fraction_train: float = 1.0
+    local_epochs: int = 1
+    batch_size: int = 256
+    num_negatives: int = 4
+    seed: int = 0
+    results_dir: str = "results"
+    run_name: str = ""
+    aggregation: str = "round-mean"
+    embedding_dim: int = 32
+    init_std: float = 1.0
+    lr: float = 0.1
+    item_lr: float = 8.0
+    item_lr_scaling: str = "num-items"
+    eval_every: int = 1
+    device: str = "cpu"
+    torch_threads: int = 0
+    node_wait_timeout: float = 120.0
+    round_timeout: float = 3600.0
+    synthetic_users: int = 1000
+    synthetic_items: int = 2000
+    synthetic_mean_degree: int = 50
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        """All run-config keys (kebab-case)."""
+        return [_kebab(f.name) for f in fields(cls)]
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> RunConfig:
+        """Build and validate a config from kebab-case keys (missing keys take defaults)."""
+        by_key = {_kebab(f.name): f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in mapping.items():
+            if key not in by_key:
+                hint = difflib.get_close_matches(key, by_key, n=1)
+                raise ConfigError(
+                    f"unknown run-config key '{key}'"
+                    + (f" (did you mean '{hint[0]}'?)" if hint else "")
+                    + f". Valid keys: {', '.join(sorted(by_key))}."
+                )
+            field = by_key[key]
+            values[field.name] = _coerce(key, value, field.type)
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The config as kebab-case keys, as written to ``config.json``."""
+        return {_kebab(k): v for k, v in dataclasses.asdict(self).items()}
+
+    def replace(self, **changes: Any) -> RunConfig:
+        """A validated copy with some fields changed (snake_case names)."""
+        config = dataclasses.replace(self, **changes)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` for impossible values."""
+        from fedrec_flwr.methods import METHODS  # local import: methods import config
+
+        _choice("method", self.method, tuple(METHODS))
+        _choice("dataset", self.dataset, DATASETS)
+        _choice("protocol", self.protocol, PROTOCOLS)
+        _choice("aggregation", self.aggregation, AGGREGATIONS)
+        _choice("item-lr-scaling", self.item_lr_scaling, ITEM_LR_SCALINGS)
+        _positive("num-server-rounds", self.num_server_rounds)
+        _positive("local-epochs", self.local_epochs)
+        _positive("batch-size", self.batch_size)
+        _positive("num-negatives", self.num_negatives)
+        _positive("embedding-dim", self.embedding_dim)
+        _positive("eval-every", self.eval_every)
+        _positive("node-wait-timeout", self.node_wait_timeout)
+        _positive("round-timeout", self.round_timeout)
+        if not 0.0 < self.fraction_train <= 1.0:
+            raise ConfigError(
+                f"fraction-train={self.fraction_train} must be in (0, 1]: it is the share of "
+                "users that train each round (1.0 = all users, as in the papers)."
+            )
+        if self.seed < 0:
+            raise ConfigError(f"seed={self.seed} must be >= 0.")
+        if self.init_std <= 0 or self.lr < 0 or self.item_lr < 0:
+            raise ConfigError("init-std must be > 0; lr and item-lr must be >= 0.")
+        if self.torch_threads < 0:
+            raise ConfigError("torch-threads must be >= 0 (0 = PyTorch's default).")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ConfigError(f"device='{self.device}': use 'cpu', 'cuda' or 'cuda:N'.")
+        if self.dataset == "synthetic":
+            _positive("synthetic-users", self.synthetic_users)
+            if self.synthetic_mean_degree < 5:
+                raise ConfigError(
+                    "synthetic-mean-degree must be >= 5 (every synthetic user has >= 5 items)."
+                )
+            if self.synthetic_items < 2 * self.synthetic_mean_degree:
+                raise ConfigError(
+                    "synthetic-items must be at least twice synthetic-mean-degree so that "
+                    "negatives can be sampled."
+                )
+        if not self.results_dir:
+            raise ConfigError("results-dir must not be empty (default: 'results').")
+
+    def resolved_data_dir(self) -> str:
+        """``data-dir``, else ``$FEDREC_DATA_DIR``, else '' (= download into the cache)."""
+        return self.data_dir or os.environ.get(DATA_DIR_ENV, "")
+
+    def item_learning_rate(self, num_items: int) -> float:
+        """The item-row learning rate after ``item-lr-scaling``."""
+        if self.item_lr_scaling == "num-items":
+            return self.item_lr * num_items
+        return self.item_lr
+
+    def results_path(self, run_name: str) -> Path:
+        """Folder of one run's results."""
+        return Path(self.results_dir) / run_name
+
+
+def _coerce(key: str, value: Any, annotation: Any) -> Any:
+    """Convert a TOML/CLI value to the field's type, or fail naming the key."""
+    kind = {"int": int, "float": float, "str": str, "bool": bool}[str(annotation)]
+    if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kind is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return value
+    raise ConfigError(
+        f"run-config key '{key}' must be of type {kind.__name__}, got {value!r} "
+        f"({type(value).__name__})."
+    )
+
+
+def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        hint = difflib.get_close_matches(value, choices, n=1)
+        raise ConfigError(
+            f"{key}='{value}' is not known"
+            + (f" (did you mean '{hint[0]}'?)" if hint else "")
+            + f". Choose one of: {', '.join(choices)}."
+        )
+
+
+def _positive(key: str, value: float) -> None:
+    if value <= 0:
+        raise ConfigError(f"{key}={value} must be > 0.")

@@ -1,0 +1,252 @@
+"""Split once, cache on disk, load any user's data in milliseconds.
+
+:func:`prepare` turns a dataset into leave-one-out arrays (REFERENCE.md section 4) and stores
+them as ``.npy`` files under the cache; :class:`PreparedData` memory-maps them so a client
+reads only its own users' rows.
+
+Split (both protocols): per user, rows ranked newest first; among rows with equal timestamps
+the row earlier in the file counts as newer (pandas ``rank(method='first',
+ascending=False)``). Rank 1 is the test item, rank 2 the validation item, the rest train.
+The ``strict`` protocol first removes repeated (user, item) pairs, keeping each pair's
+newest row; ``paper`` keeps them (Last.fm-2K has one row per tag assignment).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data.download import dataset_folder, default_cache_dir, required_files
+from fedrec_flwr.data.interactions import DataError, Interactions
+from fedrec_flwr.data.loaders import LOADERS
+from fedrec_flwr.data.synthetic import generate_synthetic
+from fedrec_flwr.sampling import sample_excluding
+from fedrec_flwr.seeding import keyed_rng
+
+FORMAT_VERSION = 1
+EVAL_NEGATIVES_PER_SPLIT = 99  # paper protocol: 99 for validation and 99 for test
+_OPENED: dict[Path, PreparedData] = {}
+
+
+@dataclass(frozen=True)
+class LeaveOneOut:
+    """Leave-one-out arrays; users are contiguous ``0..num_users-1``."""
+
+    num_users: int
+    num_items: int
+    train_indptr: np.ndarray  # int64 [num_users + 1]
+    train_items: np.ndarray  # int64 [num_train_rows], grouped by user, file order within a user
+    valid_item: np.ndarray  # int64 [num_users]
+    test_item: np.ndarray  # int64 [num_users]
+    source_user: np.ndarray  # int64 [num_users]: the user's id in the Interactions
+
+
+def leave_one_out(data: Interactions, dedupe: bool) -> LeaveOneOut:
+    """Split with the REFERENCE.md tie rule; users with fewer than 3 rows are dropped."""
+    n = len(data.user)
+    row = np.arange(n, dtype=np.int64)
+    # Primary key user, then newest first, then earlier file row first (= counts as newer).
+    order = np.lexsort((row, -data.timestamp, data.user))
+    if dedupe:
+        pair = data.user[order] * data.num_items + data.item[order]
+        _, first = np.unique(pair, return_index=True)
+        order = order[np.sort(first)]  # keep each pair's first row in that order: its newest
+    users = data.user[order]
+    starts = np.flatnonzero(np.r_[True, users[1:] != users[:-1]])
+    counts = np.diff(np.r_[starts, len(order)])
+    rank = np.arange(len(order)) - np.repeat(starts, counts)
+    kept_users = users[starts][counts >= 3]
+    new_id = np.full(data.num_users, -1, dtype=np.int64)
+    new_id[kept_users] = np.arange(len(kept_users))
+    keep = new_id[users] >= 0
+    order, rank = order[keep], rank[keep]
+
+    test_rows, valid_rows = order[rank == 0], order[rank == 1]
+    train_rows = np.sort(order[rank >= 2])  # file order
+    train_users = new_id[data.user[train_rows]]
+    train_rows = train_rows[np.argsort(train_users, kind="stable")]
+    num_users = len(kept_users)
+    test_item = np.empty(num_users, dtype=np.int64)
+    valid_item = np.empty(num_users, dtype=np.int64)
+    test_item[new_id[data.user[test_rows]]] = data.item[test_rows]
+    valid_item[new_id[data.user[valid_rows]]] = data.item[valid_rows]
+    counts = np.bincount(new_id[data.user[train_rows]], minlength=num_users)
+    return LeaveOneOut(
+        num_users=num_users,
+        num_items=data.num_items,
+        train_indptr=np.r_[0, np.cumsum(counts)].astype(np.int64),
+        train_items=data.item[train_rows].astype(np.int64),
+        valid_item=valid_item,
+        test_item=test_item,
+        source_user=kept_users.astype(np.int64),
+    )
+
+
+class PreparedData:
+    """Memory-mapped leave-one-out arrays of one (dataset, protocol), plus per-user views."""
+
+    ARRAYS = ("train_indptr", "train_items", "valid_item", "test_item", "source_user")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.meta = json.loads((path / "meta.json").read_text())
+        self.dataset: str = self.meta["dataset"]
+        self.protocol: str = self.meta["protocol"]
+        self.num_users: int = self.meta["num_users"]
+        self.num_items: int = self.meta["num_items"]
+        for name in self.ARRAYS:
+            setattr(self, name, np.load(path / f"{name}.npy", mmap_mode="r"))
+
+    train_indptr: np.ndarray
+    train_items: np.ndarray
+    valid_item: np.ndarray
+    test_item: np.ndarray
+    source_user: np.ndarray
+
+    def train_positives(self, user: int) -> np.ndarray:
+        """The user's train rows (items; repeats kept under the paper protocol)."""
+        return np.asarray(self.train_items[self.train_indptr[user] : self.train_indptr[user + 1]])
+
+    def interacted(self, user: int) -> np.ndarray:
+        """Sorted distinct items of all the user's rows (train, validation, test)."""
+        items = np.r_[self.train_positives(user), self.valid_item[user], self.test_item[user]]
+        return np.unique(items)
+
+    def negative_exclusion(self, user: int) -> np.ndarray:
+        """Items that training negatives must avoid (sorted).
+
+        ``paper``: every item the user interacted with, held-out ones included (the leak of
+        the papers' code). ``strict``: the user's train positives only.
+        """
+        if self.protocol == "paper":
+            return self.interacted(user)
+        return np.unique(self.train_positives(user))
+
+    def eval_negatives(self, seed: int) -> np.ndarray:
+        """Paper protocol: [num_users, 198] negatives, 99 for validation then 99 for test."""
+        file = self.path / f"eval_negatives_seed{seed}.npy"
+        if not file.exists():
+            _atomic_save(file, self._draw_eval_negatives(seed))
+        return np.load(file, mmap_mode="r")
+
+    def _draw_eval_negatives(self, seed: int) -> np.ndarray:
+        size = 2 * EVAL_NEGATIVES_PER_SPLIT
+        out = np.empty((self.num_users, size), dtype=np.int32)
+        for user in range(self.num_users):
+            rng = keyed_rng(seed, "eval-negatives", user)
+            out[user] = sample_excluding(
+                rng, self.num_items, self.interacted(user), size, distinct=True
+            )
+        return out
+
+    @cached_property
+    def num_train_rows(self) -> int:
+        return int(self.train_indptr[-1])
+
+
+def dataset_fingerprint(config: RunConfig) -> dict:
+    """What identifies the prepared arrays: the dataset's source files or generator settings."""
+    if config.dataset == "synthetic":
+        source = {
+            "users": config.synthetic_users,
+            "items": config.synthetic_items,
+            "mean-degree": config.synthetic_mean_degree,
+        }
+    else:
+        folder = dataset_folder(config.dataset, config.resolved_data_dir() or None)
+        source = {}
+        for name in required_files(config.dataset, folder):
+            stat = (folder / name).stat()
+            source[str((folder / name).resolve())] = [stat.st_size, stat.st_mtime_ns]
+    return {
+        "format": FORMAT_VERSION,
+        "dataset": config.dataset,
+        "protocol": config.protocol,
+        "source": source,
+    }
+
+
+def prepared_path(config: RunConfig) -> Path:
+    """Cache folder of this config's prepared arrays."""
+    fingerprint = dataset_fingerprint(config)
+    digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:16]
+    return default_cache_dir() / "prepared" / f"{config.dataset}-{config.protocol}-{digest}"
+
+
+def load_interactions(config: RunConfig) -> Interactions:
+    """Read (or generate) the configured dataset."""
+    if config.dataset == "synthetic":
+        return generate_synthetic(
+            num_users=config.synthetic_users,
+            num_items=config.synthetic_items,
+            mean_degree=config.synthetic_mean_degree,
+            seed=0,
+        )
+    folder = dataset_folder(config.dataset, config.resolved_data_dir() or None)
+    return LOADERS[config.dataset](folder)
+
+
+def prepare(config: RunConfig) -> PreparedData:
+    """Split and cache the configured dataset if needed; return its prepared arrays."""
+    path = prepared_path(config)
+    if path in _OPENED:
+        return _OPENED[path]
+    if not (path / "meta.json").exists():
+        started = time.perf_counter()
+        data = load_interactions(config)
+        split = leave_one_out(data, dedupe=config.protocol == "strict")
+        if split.num_users == 0:
+            raise DataError(
+                f"{config.dataset}: no user has the 3 rows a leave-one-out split needs."
+            )
+        meta = {
+            "dataset": config.dataset,
+            "protocol": config.protocol,
+            "num_users": split.num_users,
+            "num_items": split.num_items,
+            "num_rows": len(data.user),
+            "num_train_rows": int(split.train_indptr[-1]),
+            "dropped_users": data.num_users - split.num_users,
+            "deduplicated": config.protocol == "strict",
+            "fingerprint": dataset_fingerprint(config),
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+        _write_prepared(path, split, meta)
+    prepared = PreparedData(path)
+    _OPENED[path] = prepared
+    return prepared
+
+
+def _write_prepared(path: Path, split: LeaveOneOut, meta: dict) -> None:
+    """Write into a temporary folder, then rename it into place (atomic for readers)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    try:
+        for name in PreparedData.ARRAYS:
+            np.save(tmp / f"{name}.npy", getattr(split, name))
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+        try:
+            tmp.rename(path)
+        except OSError:  # another process finished first: keep its copy
+            if not (path / "meta.json").exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _atomic_save(file: Path, array: np.ndarray) -> None:
+    fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".npy")
+    os.close(fd)
+    np.save(tmp, array)
+    os.replace(tmp, file)

@@ -1,0 +1,27 @@
+"""Keyed random generators: every draw comes from a generator keyed by (seed, stream, keys...).
+
+Keying by (seed, user, round) rather than drawing from one shared stream makes results
+independent of how users are packed into nodes, of the order in which nodes run, and of
+which process runs them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# One number per purpose, so that two purposes never share a stream.
+STREAMS = {
+    "item-init": 1,
+    "private-init": 2,
+    "train-negatives": 3,
+    "shuffle": 4,
+    "eval-negatives": 5,
+    "participants": 6,
+}
+
+
+def keyed_rng(seed: int, stream: str, *keys: int) -> np.random.Generator:
+    """A numpy generator determined by ``seed``, the purpose ``stream`` and integer keys."""
+    return np.random.default_rng(
+        np.random.SeedSequence([int(seed), STREAMS[stream], *map(int, keys)])
+    )

@@ -1,0 +1,84 @@
+"""Negative sampling never returns an item of the protocol's exclusion set."""
+
+import numpy as np
+import pytest
+
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.sampling import is_member, sample_excluding
+from fedrec_flwr.seeding import keyed_rng
+from fedrec_flwr.training import user_round_items
+
+
+def test_is_member():
+    assert is_member(np.array([1, 4, 9, 0]), np.array([0, 4, 5])).tolist() == [
+        False,
+        True,
+        False,
+        True,
+    ]
+    assert is_member(np.array([3]), np.array([], dtype=np.int64)).tolist() == [False]
+
+
+@pytest.mark.parametrize("distinct", [False, True])
+def test_draws_avoid_the_exclusion_set(distinct):
+    excluded = np.array([0, 2, 3, 7, 8])
+    draws = sample_excluding(np.random.default_rng(1), 10, excluded, 5, distinct=distinct)
+    assert len(draws) == 5
+    assert not np.isin(draws, excluded).any()
+    assert draws.min() >= 0 and draws.max() < 10
+    if distinct:
+        assert sorted(draws.tolist()) == [1, 4, 5, 6, 9]  # the only five allowed items
+
+
+def test_distinct_draws_by_rejection_are_distinct():
+    excluded = np.arange(0, 1000, 7)
+    draws = sample_excluding(np.random.default_rng(0), 1000, excluded, 198, distinct=True)
+    assert len(np.unique(draws)) == 198 and not np.isin(draws, excluded).any()
+
+
+def test_too_few_items_is_a_clear_error():
+    with pytest.raises(ValueError, match="only 2 of 4 items"):
+        sample_excluding(np.random.default_rng(0), 4, np.array([0, 1]), 3, distinct=True)
+
+
+def test_keyed_generators_are_reproducible_and_independent():
+    a = keyed_rng(3, "train-negatives", 5, 1).integers(0, 10**9, 4)
+    assert (a == keyed_rng(3, "train-negatives", 5, 1).integers(0, 10**9, 4)).all()
+    assert (a != keyed_rng(3, "train-negatives", 5, 2).integers(0, 10**9, 4)).any()
+    assert (a != keyed_rng(3, "shuffle", 5, 1).integers(0, 10**9, 4)).any()
+
+
+class FakePrepared:
+    """One user: train items {0, 1, 2}, validation 3, test 4, among 8 items."""
+
+    num_items = 8
+
+    def __init__(self, protocol):
+        self.protocol = protocol
+
+    def train_positives(self, user):
+        return np.array([0, 1, 2, 1])
+
+    def negative_exclusion(self, user):
+        from fedrec_flwr.data.prepared import PreparedData
+
+        return PreparedData.negative_exclusion(self, user)
+
+    def interacted(self, user):
+        return np.array([0, 1, 2, 3, 4])
+
+
+def test_paper_negatives_avoid_held_out_items_strict_negatives_may_use_them():
+    seen_strict = set()
+    for round_ in range(1, 40):
+        for protocol in ("paper", "strict"):
+            config = RunConfig(protocol=protocol, num_negatives=4)
+            items, labels = user_round_items(FakePrepared(protocol), config, 0, round_)
+            negatives = items[labels == 0]
+            assert len(negatives) == 16 and labels.sum() == 4
+            assert not np.isin(negatives, [0, 1, 2]).any()  # never a train positive
+            if protocol == "paper":
+                assert not np.isin(negatives, [3, 4]).any()  # the leak the papers' code has
+            else:
+                seen_strict.update(negatives.tolist())
+    assert {3, 4} <= seen_strict  # strict: held-out items are ordinary negatives
