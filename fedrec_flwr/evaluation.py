@@ -1,0 +1,55 @@
+"""Ranking metrics and the two evaluation protocols.
+
+A held-out item's rank is the number of competing candidates that score at least as high as
+it: ties count against the held-out item, and a NaN score (a diverged model) counts as the
+worst. Scores are compared as logits (before the sigmoid), where float32 cannot saturate.
+
+``paper``: 100 candidates (the held-out item and 99 negatives never interacted with, drawn
+once per user); HR@10, NDCG@10. ``strict``: every item except the user's train positives
+(and, for test, the validation item); HR@10, NDCG@10, Recall@20, NDCG@20, MRR.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+PAPER_METRICS = ("hr@10", "ndcg@10")
+STRICT_METRICS = ("hr@10", "ndcg@10", "recall@20", "ndcg@20", "mrr")
+SPLITS = ("val", "test")
+
+
+def metric_names(protocol: str) -> tuple[str, ...]:
+    """The metrics a protocol reports."""
+    return PAPER_METRICS if protocol == "paper" else STRICT_METRICS
+
+
+def ranks_from_scores(
+    target: torch.Tensor, candidates: torch.Tensor, valid: torch.Tensor | None = None
+) -> torch.Tensor:
+    """0-based rank of each target among its candidates: #valid candidates scoring >= it.
+
+    ``target`` [a], ``candidates`` [a, k] (the target itself excluded), ``valid`` [a, k]
+    marks the candidates that compete (all if None).
+    """
+    beats = candidates >= target.unsqueeze(-1)
+    beats |= torch.isnan(candidates)
+    if valid is not None:
+        beats &= valid
+    rank = beats.sum(-1)
+    num_valid = valid.sum(-1) if valid is not None else torch.full_like(rank, candidates.shape[1])
+    return torch.where(torch.isnan(target), num_valid, rank)
+
+
+def metrics_from_ranks(ranks: np.ndarray, protocol: str) -> dict[str, float]:
+    """Sums over users of each metric (divide by the number of users for the mean)."""
+    ranks = np.asarray(ranks, dtype=np.float64)
+    gain = 1.0 / np.log2(ranks + 2.0)
+    values = {
+        "hr@10": (ranks < 10).sum(),
+        "ndcg@10": np.where(ranks < 10, gain, 0.0).sum(),
+        "recall@20": (ranks < 20).sum(),
+        "ndcg@20": np.where(ranks < 20, gain, 0.0).sum(),
+        "mrr": (1.0 / (ranks + 1.0)).sum(),
+    }
+    return {name: float(values[name]) for name in metric_names(protocol)}
