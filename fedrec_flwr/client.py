@@ -1,0 +1,116 @@
+"""Flower ClientApp: thin glue between Flower messages and :class:`NodeRuntime`."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from flwr.app import Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data.prepared import prepare
+from fedrec_flwr.node import NodeRuntime, NodeState
+from fedrec_flwr.strategy import array_record
+
+app = ClientApp()
+STATE_KEY = "node-state"
+_RUNTIMES: dict[tuple, NodeRuntime] = {}
+
+
+def node_runtime(context: Context) -> NodeRuntime:
+    """This node's runtime (cached per process: data and config are loaded once)."""
+    partition = int(context.node_config["partition-id"])
+    num_partitions = int(context.node_config["num-partitions"])
+    key = (partition, num_partitions, tuple(sorted(context.run_config.items())))
+    if key not in _RUNTIMES:
+        config = RunConfig.from_mapping(context.run_config)
+        if config.torch_threads:
+            torch.set_num_threads(config.torch_threads)
+        _RUNTIMES[key] = NodeRuntime(config, prepare(config), partition, num_partitions)
+    return _RUNTIMES[key]
+
+
+def load_state(context: Context, runtime: NodeRuntime) -> NodeState:
+    """The node's private state from ``context.state`` (fresh on first use)."""
+    if STATE_KEY not in context.state:
+        return runtime.initial_state()
+    record = context.state[STATE_KEY]
+    return NodeState.from_arrays({name: array.numpy() for name, array in record.items()})
+
+
+def save_state(context: Context, state: NodeState) -> None:
+    context.state[STATE_KEY] = array_record(**state.to_arrays())
+
+
+def _with_request(runtime: NodeRuntime, server_round: int, arrays: dict, metrics: dict) -> None:
+    """Add the ids of the rows this node's users train next round (if there is one)."""
+    next_round = server_round + 1
+    if next_round <= runtime.config.num_server_rounds:
+        arrays["next_items"] = runtime.train_request(next_round)
+        metrics["next-round"] = next_round
+    else:
+        metrics["next-round"] = 0
+
+
+@app.query()
+def hello(msg: Message, context: Context) -> Message:
+    """Handshake: which users this node holds and which rows it needs."""
+    runtime = node_runtime(context)
+    arrays: dict[str, np.ndarray] = {"users": runtime.users}
+    eval_items = runtime.eval_items()
+    if eval_items is not None:
+        arrays["eval_items"] = eval_items
+    metrics = {
+        "partition-id": runtime.partition_id,
+        "num-partitions": runtime.num_partitions,
+        "num-items": runtime.prepared.num_items,
+    }
+    _with_request(runtime, 0, arrays, metrics)
+    content = RecordDict({"arrays": array_record(**arrays), "metrics": MetricRecord(metrics)})
+    return Message(content, reply_to=msg)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    """Train the selected users on the rows received; upload their summed tuned rows."""
+    runtime = node_runtime(context)
+    server_round = int(msg.content["config"]["server-round"])
+    received = msg.content["arrays"]
+    item_ids = received["item-ids"].numpy() if "item-ids" in received else None
+    result, state = runtime.train(
+        load_state(context, runtime),
+        server_round,
+        received["train-users"].numpy(),
+        item_ids,
+        received["item-rows"].numpy(),
+    )
+    save_state(context, state)
+    arrays = {
+        "item_ids": result.item_ids,
+        "row_sums": result.row_sums,
+        "row_counts": result.row_counts,
+    }
+    metrics = {
+        "num-users": result.num_users,
+        "num-samples": result.num_samples,
+        "loss-sum": result.loss_sum,
+    }
+    _with_request(runtime, server_round, arrays, metrics)
+    content = RecordDict({"arrays": array_record(**arrays), "metrics": MetricRecord(metrics)})
+    return Message(content, reply_to=msg)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    """Score every user of this node under the run's protocol; reply with metric sums."""
+    runtime = node_runtime(context)
+    server_round = int(msg.content["config"]["server-round"])
+    received = msg.content["arrays"]
+    item_ids = received["item-ids"].numpy() if "item-ids" in received else None
+    metrics = runtime.evaluate(
+        load_state(context, runtime), item_ids, received["item-rows"].numpy()
+    )
+    arrays: dict[str, np.ndarray] = {}
+    _with_request(runtime, server_round, arrays, metrics)
+    content = RecordDict({"arrays": array_record(**arrays), "metrics": MetricRecord(metrics)})
+    return Message(content, reply_to=msg)

@@ -1,0 +1,90 @@
+"""An in-process Flower ``Grid``: runs the ClientApp for each message directly.
+
+It drives the real ServerApp strategy and the real ClientApp functions through Flower's
+message types, without Ray or a SuperLink: for tests (seconds instead of a simulation start)
+and for measuring what the engine itself costs. Node ``i`` gets ``partition-id=i``.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Iterable
+from uuid import uuid4
+
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid
+from flwr.supercore.task_identity import TaskIdentity
+
+CLIENT_APP_EXCEPTION = 3  # flwr.common.constant.ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+
+
+class LocalGrid(Grid):
+    """``num_nodes`` nodes whose ClientApp runs in this process, one message at a time."""
+
+    def __init__(
+        self, client_app: ClientApp, run_config: dict, num_nodes: int, keep_messages: bool = False
+    ) -> None:
+        # Messages read their sender's identity from the process (set by Flower in a real run).
+        for attribute, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 0)):
+            if getattr(TaskIdentity, attribute) is None:
+                setattr(TaskIdentity, attribute, value)
+        self.client_app = client_app
+        self.keep_messages = keep_messages
+        self.contexts = {
+            1000 + p: Context(
+                run_id=1,
+                node_id=1000 + p,
+                node_config={"partition-id": p, "num-partitions": num_nodes},
+                state=RecordDict(),
+                run_config=dict(run_config),
+            )
+            for p in range(num_nodes)
+        }
+        self.sent: list[Message] = []
+        self.replies: list[Message] = []
+
+    def set_run(self, run) -> None:
+        pass
+
+    @property
+    def run(self):
+        raise NotImplementedError("LocalGrid has no Run")
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None) -> Message:
+        return Message(
+            content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id
+        )
+
+    def get_node_ids(self) -> Iterable[int]:
+        """Ids of the nodes (all present from the start)."""
+        return list(self.contexts)
+
+    def get_nodes(self):
+        raise NotImplementedError
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        raise NotImplementedError("use send_and_receive")
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        raise NotImplementedError("use send_and_receive")
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        """Run the ClientApp on each message; an exception becomes an error reply."""
+        replies = []
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = str(uuid4())
+            if self.keep_messages:
+                self.sent.append(message)
+            context = self.contexts[message.metadata.dst_node_id]
+            try:
+                reply = self.client_app(message, context)
+            except Exception as error:
+                reason = f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
+                reply = Message(Error(code=CLIENT_APP_EXCEPTION, reason=reason), reply_to=message)
+            replies.append(reply)
+        if self.keep_messages:
+            self.replies.extend(replies)
+        return replies

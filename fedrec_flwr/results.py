@@ -1,0 +1,129 @@
+"""Run results on disk: ``config.json``, ``rounds.csv``, ``summary.json``, ``curves.png``.
+
+``rounds.csv`` grows by one flushed row per round, so an interrupted run keeps every round it
+finished. The test metrics reported are those of the round with the best validation HR@10
+(earliest round on ties): the model is selected on validation only.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.evaluation import metric_names
+
+SELECTION_METRIC = "val-hr@10"
+
+
+def new_run_dir(config: RunConfig) -> Path:
+    """A fresh folder ``<results-dir>/<run-name>``; never reuses a finished run's folder."""
+    name = config.run_name or (
+        f"{config.method}-{config.dataset}-{config.protocol}-seed{config.seed}-"
+        f"{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    path = config.results_path(name)
+    suffix = 1
+    while path.exists():
+        suffix += 1
+        path = config.results_path(f"{name}-{suffix}")
+    path.mkdir(parents=True)
+    return path
+
+
+class RunRecorder:
+    """Writes one run's results as it goes."""
+
+    def __init__(self, run_dir: Path, config: RunConfig, extra: dict[str, Any]) -> None:
+        self.run_dir = run_dir
+        self.config = config
+        self.metrics = metric_names(config.protocol)
+        self.columns = [
+            "round",
+            "seconds",
+            "train-loss",
+            *(f"{split}-{m}" for split in ("val", "test") for m in self.metrics),
+            "bytes-down",
+            "bytes-up",
+            "train-users",
+            "touched-items",
+            "touched-items-total",
+            "train-failures",
+            "eval-failures",
+        ]
+        self.rows: list[dict[str, Any]] = []
+        self.extra = extra
+        (run_dir / "config.json").write_text(
+            json.dumps({**config.to_mapping(), **extra}, indent=2) + "\n"
+        )
+        with open(run_dir / "rounds.csv", "w", newline="") as f:
+            csv.writer(f).writerow(self.columns)
+
+    def record_round(self, figures: dict[str, Any]) -> None:
+        """Append one round to ``rounds.csv`` (missing figures stay empty)."""
+        row = {column: figures.get(column, "") for column in self.columns}
+        self.rows.append(row)
+        with open(self.run_dir / "rounds.csv", "a", newline="") as f:
+            csv.writer(f).writerow([row[c] for c in self.columns])
+
+    def best_round(self) -> dict[str, Any] | None:
+        """The evaluated round with the highest validation HR@10 (earliest on ties)."""
+        evaluated = [row for row in self.rows if row[SELECTION_METRIC] != ""]
+        if not evaluated:
+            return None
+        return max(evaluated, key=lambda row: (row[SELECTION_METRIC], -row["round"]))
+
+    def finish(self, seconds: float) -> dict[str, Any]:
+        """Write ``summary.json`` and ``curves.png``; return the summary."""
+        best = self.best_round()
+        summary: dict[str, Any] = {
+            "method": self.config.method,
+            "dataset": self.config.dataset,
+            "protocol": self.config.protocol,
+            "seed": self.config.seed,
+            "rounds": len(self.rows),
+            "best_round": best["round"] if best else None,
+            "val": {m: best[f"val-{m}"] for m in self.metrics} if best else {},
+            "test": {m: best[f"test-{m}"] for m in self.metrics} if best else {},
+            "seconds": round(seconds, 2),
+            "seconds_per_round": round(seconds / max(len(self.rows), 1), 3),
+            "bytes_down": sum(int(r["bytes-down"]) for r in self.rows),
+            "bytes_up": sum(int(r["bytes-up"]) for r in self.rows),
+            **self.extra,
+        }
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        self.plot()
+        return summary
+
+    def plot(self) -> None:
+        """``curves.png``: train loss and validation/test metrics against rounds."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        rounds = [r["round"] for r in self.rows]
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+        axes[0].plot(rounds, [_num(r["train-loss"]) for r in self.rows])
+        axes[0].set(title="train loss (BCE)", xlabel="round")
+        for ax, metric in zip(axes[1:], ("hr@10", "ndcg@10"), strict=True):
+            for split in ("val", "test"):
+                points = [(r["round"], r[f"{split}-{metric}"]) for r in self.rows]
+                points = [(x, y) for x, y in points if y != ""]
+                ax.plot([x for x, _ in points], [y for _, y in points], label=split)
+            best = self.best_round()
+            if best:
+                ax.axvline(best["round"], color="grey", linestyle=":", label="best val round")
+            ax.set(title=f"{metric} ({self.config.protocol} protocol)", xlabel="round")
+            ax.legend()
+        fig.suptitle(f"{self.config.method} on {self.config.dataset}, seed {self.config.seed}")
+        fig.tight_layout()
+        fig.savefig(self.run_dir / "curves.png", dpi=100)
+        plt.close(fig)
+
+
+def _num(value: Any) -> float:
+    return float("nan") if value == "" else float(value)
