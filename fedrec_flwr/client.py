@@ -111,6 +111,7 @@ def evaluate(msg: Message, context: Context) -> Message:
         load_state(context, runtime), item_ids, received["item-rows"].numpy()
     )
     arrays: dict[str, np.ndarray] = {}
-    _with_request(runtime, server_round, arrays, metrics)
+    if not runtime.trains_in(server_round):  # else its train reply already asked
+        _with_request(runtime, server_round, arrays, metrics)
     content = RecordDict({"arrays": array_record(**arrays), "metrics": MetricRecord(metrics)})
     return Message(content, reply_to=msg)

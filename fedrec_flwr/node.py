@@ -22,7 +22,7 @@ from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
 from fedrec_flwr.evaluation import metric_names, metrics_from_ranks, ranks_from_scores
 from fedrec_flwr.methods import Method, build_method
 from fedrec_flwr.partition import participants, users_of_partition
-from fedrec_flwr.training import build_round_samples, local_update, round_item_union
+from fedrec_flwr.training import build_round_samples, local_update, user_round_items
 
 EVAL_CHUNK = 256  # users scored at once (bounds memory of the full-ranking score matrix)
 
@@ -104,6 +104,7 @@ class NodeRuntime:
         self.users = users_of_partition(partition_id, num_partitions, prepared.num_users)
         self.method: Method = build_method(config, prepared.num_items)
         self.device = torch.device(config.device)
+        self._planned: tuple[int, dict] = (0, {})  # (round, user -> (items, labels))
 
     # ------------------------------------------------------------------ state
     def initial_state(self) -> NodeState:
@@ -148,9 +149,36 @@ class NodeRuntime:
         return np.unique(np.concatenate([self.eval_candidates(int(u)) for u in self.users]))
 
     def train_request(self, server_round: int) -> np.ndarray:
-        """Items this node's participants of ``server_round`` will train (sorted)."""
+        """Items this node's participants of ``server_round`` will train (sorted).
+
+        The draws are kept for that round's training (when this process runs it).
+        """
         selected = np.intersect1d(self.users, self.participants(server_round))
-        return round_item_union(self.prepared, self.config, selected, server_round)
+        planned = {
+            int(u): user_round_items(self.prepared, self.config, int(u), server_round)
+            for u in selected
+        }
+        self._planned = (server_round, planned)
+        if not planned:
+            return np.empty(0, dtype=np.int64)
+        return np.unique(np.concatenate([items for items, _ in planned.values()]))
+
+    def _items_of(self, server_round: int):
+        """The (items, labels) of a user in ``server_round``, reusing planned draws."""
+        planned_round, planned = self._planned
+        planned = planned if planned_round == server_round else {}
+        self._planned = (0, {})
+
+        def items_of(user: int) -> tuple[np.ndarray, np.ndarray]:
+            if user in planned:
+                return planned[user]
+            return user_round_items(self.prepared, self.config, user, server_round)
+
+        return items_of
+
+    def trains_in(self, server_round: int) -> bool:
+        """Does any user of this node train in ``server_round``?"""
+        return bool(np.isin(self.users, self.participants(server_round)).any())
 
     def participants(self, server_round: int) -> np.ndarray:
         return participants(
@@ -168,7 +196,14 @@ class NodeRuntime:
     ) -> tuple[TrainResult, NodeState]:
         """Train ``users`` starting from the global rows (``item_ids`` None = full table)."""
         positions = self.positions_of(users)
-        samples = build_round_samples(self.prepared, self.config, users, positions, server_round)
+        samples = build_round_samples(
+            self.prepared,
+            self.config,
+            users,
+            positions,
+            server_round,
+            items_of=self._items_of(server_round),
+        )
         rows = torch.from_numpy(_lookup_rows(samples.row_items, item_ids, item_rows)).to(
             self.device
         )
@@ -179,13 +214,13 @@ class NodeRuntime:
         tuned = rows.cpu().numpy()
 
         item_ids_up, inverse = np.unique(samples.row_items, return_inverse=True)
-        sums = np.zeros((len(item_ids_up), tuned.shape[1]), dtype=np.float64)
-        np.add.at(sums, inverse, tuned)
+        sums = torch.zeros((len(item_ids_up), tuned.shape[1]), dtype=torch.float64)
+        sums.index_add_(0, torch.from_numpy(inverse), torch.from_numpy(tuned).double())
         result = TrainResult(
             item_ids=item_ids_up,
             # One user: its float32 rows as they are; several: exact float64 sums, so the
             # server's aggregate does not depend on how users are packed into nodes.
-            row_sums=sums.astype(np.float32) if len(users) == 1 else sums,
+            row_sums=tuned if len(users) == 1 else sums.numpy(),
             row_counts=np.bincount(inverse, minlength=len(item_ids_up)).astype(np.int64),
             num_users=len(users),
             num_samples=num_samples,

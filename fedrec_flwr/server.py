@@ -44,6 +44,8 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
         prepared.num_train_rows,
         prepared.path,
     )
+    if config.protocol == "paper":
+        prepared.eval_negatives(config.seed)  # drawn once here, read by every node
     run_dir = new_run_dir(config)
     recorder = RunRecorder(
         run_dir,

@@ -9,6 +9,7 @@ take more steps, exactly as if each trained alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,16 +40,6 @@ def user_round_items(
     return np.r_[positives, negatives], labels
 
 
-def round_item_union(
-    prepared: PreparedData, config: RunConfig, users: np.ndarray, server_round: int
-) -> np.ndarray:
-    """Sorted distinct items that ``users`` will train on in ``server_round``."""
-    if len(users) == 0:
-        return np.empty(0, dtype=np.int64)
-    parts = [user_round_items(prepared, config, int(u), server_round)[0] for u in users]
-    return np.unique(np.concatenate(parts))
-
-
 @dataclass(frozen=True)
 class RoundSamples:
     """Training samples of several users, each with its own block of item rows.
@@ -72,13 +63,22 @@ def build_round_samples(
     users: np.ndarray,
     positions: np.ndarray,
     server_round: int,
+    items_of: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> RoundSamples:
-    """Samples of ``users`` (global ids; ``positions`` in the node's private tensors)."""
+    """Samples of ``users`` (global ids; ``positions`` in the node's private tensors).
+
+    ``items_of(user)`` may supply the user's (items, labels) if they were drawn already.
+    """
+    if items_of is None:
+
+        def items_of(user: int) -> tuple[np.ndarray, np.ndarray]:
+            return user_round_items(prepared, config, user, server_round)
+
     row_items, sample_rows, labels = [], [], []
     row_counts, sample_counts = [], []
     offset = 0
     for user in users:
-        items, user_labels = user_round_items(prepared, config, int(user), server_round)
+        items, user_labels = items_of(int(user))
         distinct, inverse = np.unique(items, return_inverse=True)
         row_items.append(distinct)
         sample_rows.append(inverse + offset)
@@ -180,6 +180,6 @@ def local_update(
         for step in epoch_steps(samples, config, server_round, epoch, rows.device):
             losses = method.train_step(step, rows, private)
             real = step.weights > 0
-            loss_sum += float(losses[real].sum())
+            loss_sum += float(losses[real].double().sum())
             num_samples += int(real.sum())
     return loss_sum, num_samples

@@ -106,6 +106,7 @@ class PreparedData:
         self.num_items: int = self.meta["num_items"]
         for name in self.ARRAYS:
             setattr(self, name, np.load(path / f"{name}.npy", mmap_mode="r"))
+        self._eval_negatives: dict[int, np.ndarray] = {}
 
     train_indptr: np.ndarray
     train_items: np.ndarray
@@ -134,10 +135,12 @@ class PreparedData:
 
     def eval_negatives(self, seed: int) -> np.ndarray:
         """Paper protocol: [num_users, 198] negatives, 99 for validation then 99 for test."""
-        file = self.path / f"eval_negatives_seed{seed}.npy"
-        if not file.exists():
-            _atomic_save(file, self._draw_eval_negatives(seed))
-        return np.load(file, mmap_mode="r")
+        if seed not in self._eval_negatives:
+            file = self.path / f"eval_negatives_seed{seed}.npy"
+            if not file.exists():
+                _atomic_save(file, self._draw_eval_negatives(seed))
+            self._eval_negatives[seed] = np.load(file, mmap_mode="r")
+        return self._eval_negatives[seed]
 
     def _draw_eval_negatives(self, seed: int) -> np.ndarray:
         size = 2 * EVAL_NEGATIVES_PER_SPLIT

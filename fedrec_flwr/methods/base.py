@@ -39,14 +39,18 @@ class Step:
     weights: torch.Tensor
 
 
-def bce_terms(logits: torch.Tensor, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-entry BCE [a, B] and its gradient w.r.t. the logits of the step's loss.
+def bce_grad(logits: torch.Tensor, step: Step) -> torch.Tensor:
+    """Gradient w.r.t. the logits [a, B] of the step's loss.
 
     The step's loss is the sum over users of each user's mean BCE on its batch, so the
     gradient is ``(sigmoid(z) - y) * weight`` (zero on padding).
     """
-    losses = F.binary_cross_entropy_with_logits(logits, step.labels, reduction="none")
-    return losses, (torch.sigmoid(logits) - step.labels) * step.weights
+    return (torch.sigmoid(logits) - step.labels) * step.weights
+
+
+def bce_losses(logits: torch.Tensor, step: Step) -> torch.Tensor:
+    """Per-entry BCE [a, B] (for the reported train loss)."""
+    return F.binary_cross_entropy_with_logits(logits, step.labels, reduction="none")
 
 
 class Method(ABC):

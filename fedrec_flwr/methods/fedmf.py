@@ -13,7 +13,8 @@ import torch
 from fedrec_flwr.methods.base import (
     Method,
     Step,
-    bce_terms,
+    bce_grad,
+    bce_losses,
     linear_logits,
     linear_logits_all,
 )
@@ -53,11 +54,12 @@ class FedMF(Method):
         users_all = private["user-embedding"]
         batch_rows = rows[step.rows]  # [a, B, d]
         user = users_all[step.users]
-        losses, grad_logits = bce_terms(linear_logits(batch_rows, user, None), step)
+        logits = linear_logits(batch_rows, user, None)
+        grad_logits = bce_grad(logits, step)
         grad_user = (grad_logits.unsqueeze(-1) * batch_rows).sum(1)
         grad_rows = grad_logits.unsqueeze(-1) * user.unsqueeze(1)
         users_all[step.users] = user - self.lr * grad_user
         rows.index_add_(
             0, step.rows.reshape(-1), grad_rows.reshape(-1, self.dim), alpha=-self.item_lr
         )
-        return losses
+        return bce_losses(logits, step)

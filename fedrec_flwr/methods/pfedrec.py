@@ -18,7 +18,8 @@ import torch
 from fedrec_flwr.methods.base import (
     Method,
     Step,
-    bce_terms,
+    bce_grad,
+    bce_losses,
     linear_logits,
     linear_logits_all,
 )
@@ -55,14 +56,15 @@ class PFedRec(Method):
         batch_rows = rows[step.rows]  # [a, B, d]
         # (a) score-function step, item rows fixed.
         weight, bias = weight_all[step.users], bias_all[step.users]
-        losses, grad_logits = bce_terms(linear_logits(batch_rows, weight, bias), step)
+        logits = linear_logits(batch_rows, weight, bias)
+        grad_logits = bce_grad(logits, step)
         weight = weight - self.lr * (grad_logits.unsqueeze(-1) * batch_rows).sum(1)
         bias = bias - self.lr * grad_logits.sum(-1)
         weight_all[step.users], bias_all[step.users] = weight, bias
         # (b) post-tuning: loss recomputed with the updated score function, item step only.
-        _, grad_logits = bce_terms(linear_logits(batch_rows, weight, bias), step)
+        grad_logits = bce_grad(linear_logits(batch_rows, weight, bias), step)
         grad_rows = grad_logits.unsqueeze(-1) * weight.unsqueeze(1)
         rows.index_add_(
             0, step.rows.reshape(-1), grad_rows.reshape(-1, self.dim), alpha=-self.item_lr
         )
-        return losses
+        return bce_losses(logits, step)
