@@ -56,3 +56,41 @@ def test_users_with_fewer_than_three_rows_are_dropped():
     # After dedupe a user can fall below three rows too.
     dup = rows([0, 0, 0], [1, 1, 2], [1, 2, 3])
     assert leave_one_out(dup, dedupe=True).num_users == 0
+
+
+def test_lastfm_split_matches_pandas_rank_first_on_the_papers_file(real_data_dir):
+    """Our split of the raw HetRec file equals the reference code's rule applied to the
+    papers' ratings.dat (pandas rank(method='first', ascending=False) per user)."""
+    import pandas as pd
+
+    from fedrec_flwr.data.loaders import load_lastfm2k
+
+    data = load_lastfm2k(real_data_dir / "lastfm-2k")
+    split = leave_one_out(data, dedupe=False)
+    assert (split.num_users, split.num_items, int(split.train_indptr[-1])) == (
+        1600,
+        12454,
+        185650 - 2 * 1600,
+    )
+    papers = pd.read_csv(
+        real_data_dir / "lastfm-2k" / "pfedrec_format" / "ratings.dat",
+        names=["user", "item", "tag", "ts"],
+    )
+    papers["rank"] = papers.groupby("user")["ts"].rank(method="first", ascending=False)
+    expected_test = papers[papers["rank"] == 1].set_index("user")["item"]
+    expected_valid = papers[papers["rank"] == 2].set_index("user")["item"]
+    raw_user = data.raw_user_ids[split.source_user]
+    assert (data.raw_item_ids[split.test_item] == expected_test.loc[raw_user].to_numpy()).all()
+    assert (data.raw_item_ids[split.valid_item] == expected_valid.loc[raw_user].to_numpy()).all()
+
+
+def test_ml100k_split_sizes(real_data_dir):
+    from fedrec_flwr.data.loaders import load_ml100k
+
+    data = load_ml100k(real_data_dir / "ml-100k")
+    paper = leave_one_out(data, dedupe=False)
+    strict = leave_one_out(data, dedupe=True)
+    for split in (paper, strict):  # ML-100K has no repeated (user, item) pair
+        assert (split.num_users, split.num_items) == (943, 1682)
+        assert int(split.train_indptr[-1]) == 100_000 - 2 * 943
+    assert (paper.test_item == strict.test_item).all()
