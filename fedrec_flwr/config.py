@@ -63,7 +63,7 @@ class RunConfig:
     synthetic_mean_degree: int = 50
 
     @classmethod
-    def keys(cls) -> list[str]:
+    def key_names(cls) -> list[str]:
         """All run-config keys (kebab-case)."""
         return [_kebab(f.name) for f in fields(cls)]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone, tzinfo
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -179,7 +179,7 @@ def _local_midnight_ms(df: pd.DataFrame, path: Path) -> np.ndarray:
     try:
         tz: tzinfo = ZoneInfo(LASTFM_TIMEZONE)
     except ZoneInfoNotFoundError:  # no time-zone database: UTC keeps the order
-        tz = timezone.utc
+        tz = UTC
     dates = df[["year", "month", "day"]].to_numpy()
     unique, inverse = np.unique(dates, axis=0, return_inverse=True)
     millis = np.empty(len(unique), dtype=np.int64)
