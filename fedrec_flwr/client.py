@@ -66,6 +66,17 @@ def hello(msg: Message, context: Context) -> Message:
         "num-items": runtime.prepared.num_items,
     }
     _with_request(runtime, 0, arrays, metrics)
+    return _reply(msg, arrays, metrics)
+
+
+def _received(msg: Message) -> tuple[int, np.ndarray | None, np.ndarray]:
+    """(server round, item ids or None for the full table, item rows) of a message."""
+    received = msg.content["arrays"]
+    item_ids = received["item-ids"].numpy() if "item-ids" in received else None
+    return int(msg.content["config"]["server-round"]), item_ids, received["item-rows"].numpy()
+
+
+def _reply(msg: Message, arrays: dict[str, np.ndarray], metrics: dict) -> Message:
     content = RecordDict({"arrays": array_record(**arrays), "metrics": MetricRecord(metrics)})
     return Message(content, reply_to=msg)
 
@@ -74,15 +85,10 @@ def hello(msg: Message, context: Context) -> Message:
 def train(msg: Message, context: Context) -> Message:
     """Train the selected users on the rows received; upload their summed tuned rows."""
     runtime = node_runtime(context)
-    server_round = int(msg.content["config"]["server-round"])
-    received = msg.content["arrays"]
-    item_ids = received["item-ids"].numpy() if "item-ids" in received else None
+    server_round, item_ids, item_rows = _received(msg)
+    users = msg.content["arrays"]["train-users"].numpy()
     result, state = runtime.train(
-        load_state(context, runtime),
-        server_round,
-        received["train-users"].numpy(),
-        item_ids,
-        received["item-rows"].numpy(),
+        load_state(context, runtime), server_round, users, item_ids, item_rows
     )
     save_state(context, state)
     arrays = {
@@ -96,22 +102,16 @@ def train(msg: Message, context: Context) -> Message:
         "loss-sum": result.loss_sum,
     }
     _with_request(runtime, server_round, arrays, metrics)
-    content = RecordDict({"arrays": array_record(**arrays), "metrics": MetricRecord(metrics)})
-    return Message(content, reply_to=msg)
+    return _reply(msg, arrays, metrics)
 
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     """Score every user of this node under the run's protocol; reply with metric sums."""
     runtime = node_runtime(context)
-    server_round = int(msg.content["config"]["server-round"])
-    received = msg.content["arrays"]
-    item_ids = received["item-ids"].numpy() if "item-ids" in received else None
-    metrics = runtime.evaluate(
-        load_state(context, runtime), item_ids, received["item-rows"].numpy()
-    )
+    server_round, item_ids, item_rows = _received(msg)
+    metrics = runtime.evaluate(load_state(context, runtime), item_ids, item_rows)
     arrays: dict[str, np.ndarray] = {}
     if not runtime.trains_in(server_round):  # else its train reply already asked
         _with_request(runtime, server_round, arrays, metrics)
-    content = RecordDict({"arrays": array_record(**arrays), "metrics": MetricRecord(metrics)})
-    return Message(content, reply_to=msg)
+    return _reply(msg, arrays, metrics)
