@@ -55,7 +55,7 @@ class RunConfig:
     item_lr_scaling: str = "num-items"
     eval_every: int = 1
     device: str = "cpu"
-    torch_threads: int = 0
+    torch_threads: int = 1
     node_wait_timeout: float = 120.0
     round_timeout: float = 3600.0
     synthetic_users: int = 1000
