@@ -15,6 +15,8 @@ import statistics
 import time
 from pathlib import Path
 
+from fedrec_flwr.baselines import popularity
+from fedrec_flwr.config import RunConfig
 from fedrec_flwr.launch import PROJECT, merged_run_config, run
 
 PAPER = {  # PFedRec paper, Table 2 (HR@10 / NDCG@10 in %, mean of 5 runs)
@@ -74,6 +76,22 @@ def main() -> None:
                             raise SystemExit(f"{name} failed: {status}")
                     summaries.append(json.loads(summary_file.read_text()))
                 rows.append((protocol, dataset, method, summaries))
+            floors = [
+                {
+                    "test": popularity(
+                        RunConfig(
+                            dataset=dataset,
+                            protocol=protocol,
+                            seed=seed,
+                            data_dir=str(Path(args.data_dir).resolve()),
+                        )
+                    )["test"],
+                    "best_round": "-",
+                    "seconds_per_round": 0.0,
+                }
+                for seed in args.seeds
+            ]
+            rows.append((protocol, dataset, "popularity (central floor)", floors))
 
     lines = [
         "| protocol | dataset | method | test HR@10 | test NDCG@10 | paper (HR / NDCG) "
@@ -82,13 +100,15 @@ def main() -> None:
     ]
     for protocol, dataset, method, summaries in rows:
         paper = PAPER.get((method, dataset)) if protocol == "paper" else None
+        federated = summaries[0]["best_round"] != "-"
+        best_rounds = ", ".join(str(s["best_round"]) for s in summaries) if federated else "-"
+        speed = statistics.median(s["seconds_per_round"] for s in summaries)
         lines.append(
             f"| {protocol} | {dataset} | {method} "
             f"| {cell([s['test']['hr@10'] for s in summaries])} "
             f"| {cell([s['test']['ndcg@10'] for s in summaries])} "
             f"| {f'{paper[0]} / {paper[1]}' if paper else '-'} "
-            f"| {', '.join(str(s['best_round']) for s in summaries)} "
-            f"| {statistics.median(s['seconds_per_round'] for s in summaries):.2f} |"
+            f"| {best_rounds} | {f'{speed:.2f}' if federated else '-'} |"
         )
     seeds = ", ".join(map(str, args.seeds))
     table = "\n".join(lines) + (
