@@ -112,23 +112,32 @@ class FedRecStrategy(Strategy):
         """Wait for every partition's node and record what each holds and needs."""
         deadline = time.monotonic() + self.config.node_wait_timeout
         expected: int | None = None
+        failed: dict[int, str] = {}  # node id -> why its handshake failed
         while True:
-            new = [n for n in grid.get_node_ids() if n not in self.nodes]
+            new = [n for n in grid.get_node_ids() if n not in self.nodes and n not in failed]
             if new:
                 query = RecordDict({"config": ConfigRecord({"server-round": 0})})
                 messages = [
                     Message(query, dst_node_id=n, message_type=MessageType.QUERY) for n in new
                 ]
                 for reply in grid.send_and_receive(messages, timeout=timeout):
+                    if reply.has_error():  # e.g. a dead node a SuperLink still lists
+                        node, reason = reply.metadata.src_node_id, reply.error.reason
+                        failed[node] = reason
+                        log(WARNING, "node %d failed its handshake: %s", node, reason)
+                        continue
                     expected = self._register(reply, expected)
+            if failed and not self.nodes:  # every node failed: no point in waiting
+                raise FederationError(f"the nodes failed to start: {next(iter(failed.values()))}")
             covered = {info.partition_id for info in self.nodes.values()}
             if expected is not None and len(covered) == expected:
                 break
             if time.monotonic() > deadline:
                 raise FederationError(
                     f"waited {self.config.node_wait_timeout:.0f} s for the nodes: "
-                    f"{len(covered)} of {expected or '?'} partitions connected. In simulation, "
-                    "every SuperNode is one partition (num-supernodes in the federation); in "
+                    f"{len(covered)} of {expected or '?'} partitions connected"
+                    + (f", {len(failed)} failed" if failed else "")
+                    + ". In simulation every SuperNode is one partition (num-supernodes); in "
                     "deployment start one flower-supernode per partition-id, or raise "
                     "node-wait-timeout."
                 )
@@ -142,10 +151,6 @@ class FedRecStrategy(Strategy):
         log(INFO, "%d nodes connected, holding %d users", len(self.nodes), self.num_users)
 
     def _register(self, reply: Message, expected: int | None) -> int:
-        if reply.has_error():
-            raise FederationError(
-                f"node {reply.metadata.src_node_id} failed to start: {reply.error.reason}"
-            )
         metrics, arrays = reply.content["metrics"], reply.content["arrays"]
         partition, num_partitions = int(metrics["partition-id"]), int(metrics["num-partitions"])
         if expected is not None and num_partitions != expected:

@@ -10,6 +10,7 @@ from fedrec_flwr.client import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.local_grid import LocalGrid
 from fedrec_flwr.server import run_federation
+from fedrec_flwr.strategy import FederationError
 
 SMALL = {
     "dataset": "synthetic",
@@ -139,3 +140,14 @@ def test_a_failing_node_is_skipped_with_a_log_line(tmp_path, caplog):
     rows = (run_dir / "rounds.csv").read_text().splitlines()
     header = rows[0].split(",")
     assert all(r.split(",")[header.index("train-failures")] == "1" for r in rows[1:])
+
+
+def test_a_node_that_cannot_start_stops_the_run_with_its_reason(tmp_path):
+    def broken(message, context):
+        raise RuntimeError("cannot read data on this device")
+
+    run_config = {**SMALL, "results-dir": str(tmp_path / "results")}
+    with pytest.raises(FederationError, match="cannot read data on this device"):
+        run_federation(
+            LocalGrid(broken, run_config, num_nodes=2), RunConfig.from_mapping(run_config)
+        )
