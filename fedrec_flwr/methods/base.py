@@ -56,7 +56,7 @@ def bce_losses(logits: torch.Tensor, step: Step) -> torch.Tensor:
 class Method(ABC):
     """A federated recommendation method, as plain batched PyTorch.
 
-    Subclasses set the class attributes and implement the four abstract methods; adding a
+    Subclasses set the class attributes and implement the three abstract methods; adding a
     method means one module in this package plus its entry in ``METHODS`` and a preset.
     """
 
@@ -103,11 +103,6 @@ class Method(ABC):
         """
         users = next(iter(private.values())).shape[0]
         return self.logits(private, table.unsqueeze(0).expand(users, -1, -1))
-
-
-def select(private: dict[str, torch.Tensor], users: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The private parameters of some users (a copy)."""
-    return {name: value[users] for name, value in private.items()}
 
 
 def linear_logits(
