@@ -4,6 +4,7 @@ Scenarios (each one run, medians over its rounds; run them in one go on a quiet 
 compare ratios, not absolute numbers, across machines):
 
 - ``inprocess``: the ServerApp and ClientApp in one process (LocalGrid), all users on 1 node;
+  ``inprocess-N``: the same with N nodes (``inprocess-943``: one user per node);
 - ``flwr-N-W``: ``flwr run`` on Flower's Ray engine, N SuperNodes, W Ray workers;
 - ``faithful``: ``flwr run`` with one SuperNode per user (943), a few rounds.
 
@@ -59,12 +60,14 @@ def main() -> None:
         "|---|---|---|---|---|---|---|",
     ]
     for scenario in args.scenarios:
-        rounds = args.faithful_rounds if scenario == "faithful" else args.rounds
+        faithful = scenario in ("faithful", "inprocess-943")
+        rounds = args.faithful_rounds if faithful else args.rounds
         config = {**base, "num-server-rounds": rounds, "run-name": scenario}
         started = time.time()
-        if scenario == "inprocess":
-            nodes, workers = 1, 0
-            run_federation(LocalGrid(client_app, config, 1), RunConfig.from_mapping(config))
+        if scenario.startswith("inprocess"):
+            nodes, workers = int(scenario.partition("-")[2] or 1), 0
+            grid = LocalGrid(client_app, config, nodes)
+            run_federation(grid, RunConfig.from_mapping(config))
         else:
             if scenario == "faithful":
                 nodes, workers = 943, 1
