@@ -53,7 +53,9 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
         {"num_users": prepared.num_users, "num_items": prepared.num_items},
     )
     table = initial_item_table(config, prepared.num_items)
-    strategy = FedRecStrategy(config, prepared.num_users, table, on_round=recorder.record_round)
+    strategy = FedRecStrategy(
+        config, prepared.num_users, prepared.num_items, on_round=recorder.record_round
+    )
     strategy.start(
         grid,
         array_record(item_table=table),

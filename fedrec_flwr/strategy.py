@@ -92,16 +92,16 @@ class FedRecStrategy(Strategy):
         self,
         config: RunConfig,
         num_users: int,
-        initial_table: np.ndarray,
+        num_items: int,
         on_round: Callable[[dict[str, float]], None] | None = None,
     ) -> None:
         self.config = config
         self.num_users = num_users
-        self.table = np.array(initial_table, dtype=np.float32)
-        self.num_items = self.table.shape[0]
+        self.num_items = num_items
         self.method = METHODS[config.method]
-        self.round_start_table = self.table.copy()
-        self.touched_ever = np.zeros(self.num_items, dtype=bool)
+        self.table = np.empty((num_items, config.embedding_dim), dtype=np.float32)  # see start()
+        self.round_start_table = self.table
+        self.touched_ever = np.zeros(num_items, dtype=bool)
         self.nodes: dict[int, NodeInfo] = {}
         self.on_round = on_round
         self.log: RoundLog = RoundLog(round=0)
@@ -188,7 +188,8 @@ class FedRecStrategy(Strategy):
     ) -> Iterable[Message]:
         """Send each node with selected users only the rows it asked for."""
         self.log = RoundLog(round=server_round)
-        self.round_start_table = self.table.copy()
+        # No copy needed: aggregation replaces the table, it never writes into it.
+        self.round_start_table = self.table
         selected = participants(
             self.config.seed, server_round, self.num_users, self.config.fraction_train
         )
@@ -345,10 +346,16 @@ class FedRecStrategy(Strategy):
     ) -> Result:
         """Connect the nodes, then run ``num_rounds`` rounds of train + evaluate.
 
-        ``initial_arrays`` must hold ``item-table`` (it replaces the table given at
-        construction); after each round ``on_round`` receives that round's figures.
+        ``initial_arrays`` must hold ``item-table``, the global item table of round 1; after
+        each round ``on_round`` receives that round's figures.
         """
         self.table = np.array(initial_arrays["item-table"].numpy(), dtype=np.float32)
+        if self.table.shape != (self.num_items, self.config.embedding_dim):
+            raise ValueError(
+                f"item-table has shape {self.table.shape}, expected "
+                f"({self.num_items}, {self.config.embedding_dim})"
+            )
+        self.round_start_table = self.table
         self.summary()
         self.connect(grid, timeout)
         result = Result()
