@@ -16,7 +16,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-DATASETS = ("ml-100k", "ml-1m", "lastfm-2k", "amazon-video", "filmtrust", "synthetic")
+from fedrec_flwr.data.registry import dataset_names
+
+DATASETS = tuple(dataset_names())  # the registry: fedrec_flwr/data/registry.py
 PROTOCOLS = ("strict", "paper")
 AGGREGATIONS = ("round-mean", "toucher-mean")
 ITEM_LR_SCALINGS = ("none", "num-items")

@@ -20,6 +20,7 @@ from fedrec_flwr.data.loaders import (
     load_ml1m,
     load_ml100k,
 )
+from fedrec_flwr.data.registry import DATASETS
 from fedrec_flwr.data.synthetic import generate_synthetic
 
 LASTFM_HEADER = "userID\tartistID\ttagID\tday\tmonth\tyear"
@@ -178,6 +179,11 @@ def test_filmtrust_line_index_is_the_timestamp(tmp_path: Path) -> None:
 
 def test_loaders_table() -> None:
     assert set(LOADERS) == {"ml-100k", "ml-1m", "lastfm-2k", "amazon-video", "filmtrust"}
+    # Derived from the registry: every dataset with a file, and its named loader.
+    derived = {n: s.loader_function for n, s in DATASETS.items() if s.file is not None}
+    assert derived == LOADERS
+    assert LOADERS["ml-100k"] is load_ml100k
+    assert DATASETS["synthetic"].loader is None and DATASETS["synthetic"].file is None
 
 
 # --- malformed input --------------------------------------------------------------------------
@@ -222,6 +228,13 @@ def test_good_fixture_loads(tmp_path: Path, dataset: str) -> None:
     name, text = GOOD[dataset]
     write(tmp_path, name, text)
     assert len(LOADERS[dataset](tmp_path)) == (5 if dataset in ("lastfm-2k", "amazon-video") else 3)
+    spec = DATASETS[dataset]
+    assert spec.file == f"{dataset}/{name}"  # the registry names the file the loader reads
+    assert len(spec.load(tmp_path)) == len(LOADERS[dataset](tmp_path))
+
+
+def test_good_fixtures_cover_every_loader() -> None:
+    assert set(GOOD) == set(LOADERS)
 
 
 @pytest.mark.parametrize("dataset", sorted(GOOD))

@@ -7,6 +7,8 @@ import functools
 import hashlib
 import http.server
 import socket
+import subprocess
+import sys
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -14,10 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from fedrec_flwr.data import download
+from fedrec_flwr import config
+from fedrec_flwr.config import ConfigError, RunConfig
+from fedrec_flwr.data import download, registry
 from fedrec_flwr.data.download import DATASETS, dataset_folder, required_files
 from fedrec_flwr.data.interactions import DataError
 from fedrec_flwr.data.loaders import load_lastfm2k, load_ml100k
+from fedrec_flwr.launch import PROJECT
 
 ML100K_ROWS = "1\t10\t5\t100\n2\t10\t3\t200\n1\t20\t4\t300\n"  # 2 users x 2 items, 3 rows
 LASTFM_ROWS = "userID\tartistID\ttagID\tday\tmonth\tyear\n" + "".join(
@@ -234,3 +239,62 @@ def test_real_files_match_the_pinned_checksums(real_data_dir: Path) -> None:
         source = DATASETS[dataset]
         data = (real_data_dir / source.folder / source.file).read_bytes()
         assert sha256(data.replace(b"\r\n", b"\n")) == source.file_sha256
+
+
+# --- the registry -----------------------------------------------------------------------------
+
+
+def readme_dataset_table() -> dict[str, str]:
+    """The README's dataset table: dataset name -> its 'file read' cell."""
+    lines = (PROJECT / "README.md").read_text().splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith("| `dataset` | file read |"))
+    rows: dict[str, str] = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        rows[cells[0].strip("`")] = cells[1]
+    return rows
+
+
+def run_config_accepts(dataset: str) -> bool:
+    try:
+        RunConfig.from_mapping({"dataset": dataset})
+    except ConfigError:
+        return False
+    return True
+
+
+def test_registry_readme_and_run_config_agree() -> None:
+    names = registry.dataset_names()
+    assert names == list(registry.DATASETS)
+    table = readme_dataset_table()
+    assert set(table) == set(names)
+    candidates = {*names, *table, "nope", "ml100k"}
+    assert {name for name in candidates if run_config_accepts(name)} == set(names)
+    assert tuple(names) == config.DATASETS
+    readme = (PROJECT / "README.md").read_text()  # the run-config table lists them in order
+    row = f'| `dataset` | `"{RunConfig().dataset}"` | ' + ", ".join(f"`{n}`" for n in names)
+    assert row + " |" in readme
+    for name, spec in registry.DATASETS.items():
+        assert spec.name == name and spec.description
+        if spec.file is None:
+            assert table[name].startswith("none")
+        else:
+            assert table[name].startswith(f"`{spec.file}`")
+
+
+def test_download_table_is_the_registry() -> None:
+    assert DATASETS is registry.SOURCES
+    assert list(DATASETS) == [n for n, s in registry.DATASETS.items() if s.source is not None]
+    assert all(DATASETS[name] is registry.DATASETS[name].source for name in DATASETS)
+    assert download.DatasetSource is registry.DatasetSource
+
+
+def test_registry_import_is_light() -> None:
+    """config imports the registry: neither imports pandas or the loaders."""
+    code = (
+        "import sys, fedrec_flwr.config; "
+        "assert 'pandas' not in sys.modules and 'fedrec_flwr.data.loaders' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,1 +1,1 @@
-"""Raw datasets: loaders, downloads, the synthetic generator and the prepared splits."""
+"""Raw datasets: the registry, loaders, downloads, the synthetic generator and prepared splits."""

@@ -19,92 +19,19 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
+from fedrec_flwr.data import registry
 from fedrec_flwr.data.interactions import DataError
-from fedrec_flwr.data.loaders import LOADERS
+from fedrec_flwr.data.registry import DatasetSource
 
 CACHE_ENV = "FEDREC_CACHE_DIR"
 DOWNLOAD_TIMEOUT_S = 60.0
 
 
-@dataclass(frozen=True)
-class DatasetSource:
-    """Where one dataset's raw file lives and how to check it.
-
-    ``archive_sha256`` is the sha256 of the downloaded bytes (the zip, or the file itself when
-    the URL is not a zip); ``file_sha256`` is that of the extracted file with CRLF line endings
-    normalised to LF. ``shape`` (users, items, rows) is what the loader must produce; it is
-    checked after a download.
-    """
-
-    folder: str  # sub-folder of data-dir and of the cache
-    file: str  # the file the loader reads (extracted from the archive when the URL is a zip)
-    url: str | None
-    homepage: str
-    archive_sha256: str | None = None
-    file_sha256: str | None = None
-    shape: tuple[int, int, int] | None = None
-    alternatives: tuple[str, ...] = ()  # other files the loader reads instead if present
-
-    @property
-    def accepted(self) -> tuple[str, ...]:
-        """Files any one of which lets the loader run."""
-        return (*self.alternatives, self.file)
-
-
-# Where the checksums come from (none could be re-checked here: no network):
-# - ml-100k.zip, ml-1m.zip: sha256 pinned alike by many independent projects (the keras-rs
-#   examples among them); GroupLens publishes md5 files beside the zips (0e33842e..., c4d9eecf...)
-#   that other projects check.
-# - u.data, user_taggedartists.dat (CRLF->LF): computed on the project's reference copies.
-# - hetrec2011-lastfm-2k.zip: pinned alike by several projects (OmniRec among them).
-# - ratings_Amazon_Instant_Video.csv, filmtrust.zip: as pinned by OmniRec's data loaders.
-DATASETS: dict[str, DatasetSource] = {
-    "ml-100k": DatasetSource(
-        folder="ml-100k",
-        file="u.data",
-        url="https://files.grouplens.org/datasets/movielens/ml-100k.zip",
-        homepage="https://grouplens.org/datasets/movielens/100k/",
-        archive_sha256="50d2a982c66986937beb9ffb3aa76efe955bf3d5c6b761f4e3a7cd717c6a3229",
-        file_sha256="06416e597f82b7342361e41163890c81036900f418ad91315590814211dca490",
-        shape=(943, 1682, 100_000),
-    ),
-    "ml-1m": DatasetSource(
-        folder="ml-1m",
-        file="ratings.dat",
-        url="https://files.grouplens.org/datasets/movielens/ml-1m.zip",
-        homepage="https://grouplens.org/datasets/movielens/1m/",
-        archive_sha256="a6898adb50b9ca05aa231689da44c217cb524e7ebd39d264c56e2832f2c54e20",
-        shape=(6040, 3706, 1_000_209),
-    ),
-    "lastfm-2k": DatasetSource(
-        folder="lastfm-2k",
-        file="user_taggedartists.dat",
-        url="https://files.grouplens.org/datasets/hetrec2011/hetrec2011-lastfm-2k.zip",
-        homepage="https://grouplens.org/datasets/hetrec-2011/",
-        archive_sha256="6738f48195667ff03caaab4d32ca9a3133d8cc026b7c3cdaf6ce1010e913c59c",
-        file_sha256="c4a9ffae9ab47a9f9b2f0678ab1f7e5c1db4ca818837d8cddd1f5699c5bbf048",
-        shape=(1600, 12_454, 185_650),
-        alternatives=("user_taggedartists-timestamps.dat",),
-    ),
-    "amazon-video": DatasetSource(
-        folder="amazon-video",
-        file="ratings_Amazon_Instant_Video.csv",
-        url="https://snap.stanford.edu/data/amazon/productGraph/categoryFiles/"
-        "ratings_Amazon_Instant_Video.csv",
-        homepage="https://jmcauley.ucsd.edu/data/amazon/",
-        archive_sha256="249e1061d30db8c1230e4f3edd0523be12c37e6a8e6b9872a312cf6c326f157b",
-    ),
-    "filmtrust": DatasetSource(
-        folder="filmtrust",
-        file="ratings.txt",
-        url="https://guoguibing.github.io/librec/datasets/filmtrust.zip",
-        homepage="https://guoguibing.github.io/librec/datasets.html",
-        archive_sha256="de4a55cb4ae26f663d88e9ad1ba1fae2d0d6d7a7499e37dc5245bab470c2d13c",
-    ),
-}
+# The datasets read from a file, by name, with their sources (the registry's SOURCES, this very
+# dict: tests swap entries in it).
+DATASETS: dict[str, DatasetSource] = registry.SOURCES
 
 
 def default_cache_dir() -> Path:
@@ -260,7 +187,7 @@ def _extract(archive: Path, source: DatasetSource, target: Path) -> None:
 
 def _check_shape(dataset: str, source: DatasetSource, folder: Path) -> None:
     try:
-        data = LOADERS[dataset](folder)
+        data = registry.DATASETS[dataset].load(folder)
     except DataError as error:
         raise DataError(f"{dataset}: the downloaded file is malformed: {error}") from None
     shape = (data.num_users, data.num_items, len(data))

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from fedrec_flwr.data.interactions import DataError, Interactions
+from fedrec_flwr.data.registry import DATASETS
 
 MIN_USER_ROWS = 5  # Last.fm-2K and Amazon: users with fewer rows are dropped (one pass)
 LASTFM_TIMEZONE = "Europe/Madrid"
@@ -159,12 +160,9 @@ def load_filmtrust(folder: Path) -> Interactions:
     return Interactions.from_raw("filmtrust", df["user"], df["item"], order)
 
 
+# The loader of every dataset read from a file, as the registry names it.
 LOADERS: dict[str, Callable[[Path], Interactions]] = {
-    "ml-100k": load_ml100k,
-    "ml-1m": load_ml1m,
-    "lastfm-2k": load_lastfm2k,
-    "amazon-video": load_amazon_video,
-    "filmtrust": load_filmtrust,
+    name: globals()[spec.loader] for name, spec in DATASETS.items() if spec.loader is not None
 }
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.download import dataset_folder, default_cache_dir, required_files
 from fedrec_flwr.data.interactions import DataError, Interactions
-from fedrec_flwr.data.loaders import LOADERS
+from fedrec_flwr.data.registry import DATASETS
 from fedrec_flwr.data.synthetic import generate_synthetic
 from fedrec_flwr.sampling import sample_excluding
 from fedrec_flwr.seeding import keyed_rng
@@ -196,7 +196,7 @@ def load_interactions(config: RunConfig) -> Interactions:
             seed=0,
         )
     folder = dataset_folder(config.dataset, config.resolved_data_dir() or None)
-    return LOADERS[config.dataset](folder)
+    return DATASETS[config.dataset].load(folder)
 
 
 def prepare(config: RunConfig) -> PreparedData:

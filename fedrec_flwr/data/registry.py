@@ -1,0 +1,178 @@
+"""The one list of datasets: each one's file, loader, download source and description.
+
+Everything else derives from :data:`DATASETS`: the names :class:`~fedrec_flwr.config.RunConfig`
+accepts (``config.DATASETS``), the download table (``download.DATASETS``, the datasets with a
+source) and the loader table (``loaders.LOADERS``). Add a dataset here, write its loader in
+:mod:`fedrec_flwr.data.loaders`, and add its row to the README's dataset table.
+
+This module imports nothing heavy and nothing of the project at import time (``config``
+imports it); a loader is named, and imported from :mod:`fedrec_flwr.data.loaders` on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fedrec_flwr.data.interactions import Interactions
+
+LOADERS_MODULE = "fedrec_flwr.data.loaders"
+
+
+@dataclass(frozen=True)
+class DatasetSource:
+    """Where one dataset's raw file lives and how to check it.
+
+    ``archive_sha256`` is the sha256 of the downloaded bytes (the zip, or the file itself when
+    the URL is not a zip); ``file_sha256`` is that of the extracted file with CRLF line endings
+    normalised to LF. ``shape`` (users, items, rows) is what the loader must produce; it is
+    checked after a download.
+    """
+
+    folder: str  # sub-folder of data-dir and of the cache
+    file: str  # the file the loader reads (extracted from the archive when the URL is a zip)
+    url: str | None
+    homepage: str
+    archive_sha256: str | None = None
+    file_sha256: str | None = None
+    shape: tuple[int, int, int] | None = None
+    alternatives: tuple[str, ...] = ()  # other files the loader reads instead if present
+
+    @property
+    def accepted(self) -> tuple[str, ...]:
+        """Files any one of which lets the loader run."""
+        return (*self.alternatives, self.file)
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """One dataset: its run-config name, how it is read and where it comes from.
+
+    ``source`` is None for a generated dataset (``synthetic``), which has no file and no
+    loader; every other dataset has both.
+    """
+
+    name: str  # the run-config value `dataset`
+    loader: str | None  # name of the function in fedrec_flwr.data.loaders that reads the file
+    source: DatasetSource | None  # folder, file, download URL and checksums
+    description: str  # one line
+
+    def __post_init__(self) -> None:
+        if (self.loader is None) != (self.source is None):
+            raise ValueError(f"dataset {self.name!r}: give both a loader and a source, or neither")
+
+    @property
+    def file(self) -> str | None:
+        """The file read, relative to data-dir (``ml-100k/u.data``); None if generated."""
+        return None if self.source is None else f"{self.source.folder}/{self.source.file}"
+
+    @property
+    def loader_function(self) -> Callable[[Path], Interactions]:
+        """The loader itself (imports :mod:`fedrec_flwr.data.loaders`, hence pandas)."""
+        if self.loader is None:
+            raise ValueError(f"dataset {self.name!r} is generated: it has no loader")
+        return getattr(importlib.import_module(LOADERS_MODULE), self.loader)
+
+    def load(self, folder: Path) -> Interactions:
+        """Read the dataset from ``folder`` (``<data-dir>/<source folder>``)."""
+        return self.loader_function(folder)
+
+
+# Where the checksums come from (none could be re-checked here: no network):
+# - ml-100k.zip, ml-1m.zip: sha256 pinned alike by many independent projects (the keras-rs
+#   examples among them); GroupLens publishes md5 files beside the zips (0e33842e..., c4d9eecf...)
+#   that other projects check.
+# - u.data, user_taggedartists.dat (CRLF->LF): computed on the project's reference copies.
+# - hetrec2011-lastfm-2k.zip: pinned alike by several projects (OmniRec among them).
+# - ratings_Amazon_Instant_Video.csv, filmtrust.zip: as pinned by OmniRec's data loaders.
+_SPECS = (
+    DatasetSpec(
+        name="ml-100k",
+        loader="load_ml100k",
+        source=DatasetSource(
+            folder="ml-100k",
+            file="u.data",
+            url="https://files.grouplens.org/datasets/movielens/ml-100k.zip",
+            homepage="https://grouplens.org/datasets/movielens/100k/",
+            archive_sha256="50d2a982c66986937beb9ffb3aa76efe955bf3d5c6b761f4e3a7cd717c6a3229",
+            file_sha256="06416e597f82b7342361e41163890c81036900f418ad91315590814211dca490",
+            shape=(943, 1682, 100_000),
+        ),
+        description="MovieLens-100K ratings: 943 users x 1,682 movies, 100,000 rows",
+    ),
+    DatasetSpec(
+        name="ml-1m",
+        loader="load_ml1m",
+        source=DatasetSource(
+            folder="ml-1m",
+            file="ratings.dat",
+            url="https://files.grouplens.org/datasets/movielens/ml-1m.zip",
+            homepage="https://grouplens.org/datasets/movielens/1m/",
+            archive_sha256="a6898adb50b9ca05aa231689da44c217cb524e7ebd39d264c56e2832f2c54e20",
+            shape=(6040, 3706, 1_000_209),
+        ),
+        description="MovieLens-1M ratings: 6,040 users x 3,706 movies, 1,000,209 rows",
+    ),
+    DatasetSpec(
+        name="lastfm-2k",
+        loader="load_lastfm2k",
+        source=DatasetSource(
+            folder="lastfm-2k",
+            file="user_taggedartists.dat",
+            url="https://files.grouplens.org/datasets/hetrec2011/hetrec2011-lastfm-2k.zip",
+            homepage="https://grouplens.org/datasets/hetrec-2011/",
+            archive_sha256="6738f48195667ff03caaab4d32ca9a3133d8cc026b7c3cdaf6ce1010e913c59c",
+            file_sha256="c4a9ffae9ab47a9f9b2f0678ab1f7e5c1db4ca818837d8cddd1f5699c5bbf048",
+            shape=(1600, 12_454, 185_650),
+            alternatives=("user_taggedartists-timestamps.dat",),
+        ),
+        description="Last.fm-2K (HetRec 2011) tag assignments: 1,600 users x 12,454 artists",
+    ),
+    DatasetSpec(
+        name="amazon-video",
+        loader="load_amazon_video",
+        source=DatasetSource(
+            folder="amazon-video",
+            file="ratings_Amazon_Instant_Video.csv",
+            url="https://snap.stanford.edu/data/amazon/productGraph/categoryFiles/"
+            "ratings_Amazon_Instant_Video.csv",
+            homepage="https://jmcauley.ucsd.edu/data/amazon/",
+            archive_sha256="249e1061d30db8c1230e4f3edd0523be12c37e6a8e6b9872a312cf6c326f157b",
+        ),
+        description="Amazon Instant Video ratings, reviewers with 5 or more ratings",
+    ),
+    DatasetSpec(
+        name="filmtrust",
+        loader="load_filmtrust",
+        source=DatasetSource(
+            folder="filmtrust",
+            file="ratings.txt",
+            url="https://guoguibing.github.io/librec/datasets/filmtrust.zip",
+            homepage="https://guoguibing.github.io/librec/datasets.html",
+            archive_sha256="de4a55cb4ae26f663d88e9ad1ba1fae2d0d6d7a7499e37dc5245bab470c2d13c",
+        ),
+        description="FilmTrust ratings (no timestamps: the line order stands in for time)",
+    ),
+    DatasetSpec(
+        name="synthetic",
+        loader=None,
+        source=None,
+        description="seeded synthetic data: power-law degrees, clustered tastes (synthetic-*)",
+    ),
+)
+
+DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in _SPECS}
+
+# The datasets read from a file, with their sources: download.DATASETS is this very dict.
+SOURCES: dict[str, DatasetSource] = {
+    name: spec.source for name, spec in DATASETS.items() if spec.source is not None
+}
+
+
+def dataset_names() -> list[str]:
+    """Every dataset name, in the registry's order (generated ones included)."""
+    return list(DATASETS)
