@@ -1,24 +1,28 @@
-"""Row-wise aggregation of sparse item-row uploads into the global item table."""
+"""Row-wise aggregation of sparse item-row uploads, and the mean of shared-dense uploads."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 
 @dataclass(frozen=True)
 class RowUpload:
-    """One node's upload: for each item it trained, the sum of its users' tuned rows."""
+    """One node's upload: for each item it trained, the sum of its users' tuned rows, and the
+    sums of its users' tuned shared-dense parameters."""
 
     item_ids: np.ndarray  # [k] distinct
     row_sums: np.ndarray  # [k, d]
     row_counts: np.ndarray  # [k]: how many of the node's users trained the row
     num_users: int  # users that trained on the node this round
+    dense_sums: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def aggregate_rows(table: np.ndarray, uploads: list[RowUpload], rule: str) -> np.ndarray:
-    """New global table from the round's uploads (``table`` is not modified).
+def row_changes(
+    table: np.ndarray, uploads: list[RowUpload], rule: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """(touched rows, their float64 change) from the round's uploads.
 
     ``round-mean``: row ``i`` moves by the sum of its users' changes divided by the number of
     users in the round (a user that did not train row ``i`` counts as "no change", as in the
@@ -27,9 +31,8 @@ def aggregate_rows(table: np.ndarray, uploads: list[RowUpload], rule: str) -> np
     order of the uploads or on how users were packed into nodes.
     """
     total_users = sum(upload.num_users for upload in uploads)
-    new_table = table.copy()
     if total_users == 0:
-        return new_table
+        return np.empty(0, dtype=np.int64), np.empty((0, table.shape[1]))
     sums = np.zeros(table.shape, dtype=np.float64)
     counts = np.zeros(table.shape[0], dtype=np.int64)
     for upload in uploads:
@@ -44,5 +47,25 @@ def aggregate_rows(table: np.ndarray, uploads: list[RowUpload], rule: str) -> np
         divisor = counts[touched, None].astype(np.float64)
     else:
         raise ValueError(f"unknown aggregation rule '{rule}' (round-mean, toucher-mean)")
-    new_table[touched] = (base + change / divisor).astype(table.dtype)
+    return touched, change / divisor
+
+
+def aggregate_rows(table: np.ndarray, uploads: list[RowUpload], rule: str) -> np.ndarray:
+    """New global table from the round's uploads (``table`` is not modified)."""
+    touched, delta = row_changes(table, uploads, rule)
+    new_table = table.copy()
+    new_table[touched] = (table[touched].astype(np.float64) + delta).astype(table.dtype)
     return new_table
+
+
+def dense_changes(dense: dict[str, np.ndarray], uploads: list[RowUpload]) -> dict[str, np.ndarray]:
+    """Float64 change of each shared-dense parameter: mean over the round's users of their
+    tuned copies, minus the global value (every training user trains every dense weight)."""
+    total_users = sum(upload.num_users for upload in uploads)
+    changes = {}
+    for name, value in dense.items():
+        total = np.zeros(value.shape, dtype=np.float64)
+        for upload in uploads:
+            total += upload.dense_sums[name]
+        changes[name] = total / max(total_users, 1) - value.astype(np.float64)
+    return changes

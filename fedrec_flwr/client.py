@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from flwr.app import Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
+from fedrec_flwr.messages import (
+    ARRAYS,
+    CONFIG,
+    array_record,
+    dense_arrays,
+    read_dense,
+    reply,
+)
 from fedrec_flwr.node import NodeRuntime, NodeState
-from fedrec_flwr.strategy import array_record
 
 app = ClientApp()
 STATE_KEY = "node-state"
@@ -69,26 +76,34 @@ def hello(msg: Message, context: Context) -> Message:
     return _reply(msg, arrays, metrics)
 
 
-def _received(msg: Message) -> tuple[int, np.ndarray | None, np.ndarray]:
-    """(server round, item ids or None for the full table, item rows) of a message."""
-    received = msg.content["arrays"]
+def _received(msg: Message) -> tuple[int, np.ndarray | None, np.ndarray, dict]:
+    """(server round, item ids or None for the full table, item rows, shared-dense
+    parameters) of a message."""
+    received = msg.content[ARRAYS]
     item_ids = received["item-ids"].numpy() if "item-ids" in received else None
-    return int(msg.content["config"]["server-round"]), item_ids, received["item-rows"].numpy()
+    return (
+        int(msg.content[CONFIG]["server-round"]),
+        item_ids,
+        received["item-rows"].numpy(),
+        read_dense(received),
+    )
 
 
-def _reply(msg: Message, arrays: dict[str, np.ndarray], metrics: dict) -> Message:
-    content = RecordDict({"arrays": array_record(**arrays), "metrics": MetricRecord(metrics)})
-    return Message(content, reply_to=msg)
+def _reply(msg: Message, arrays: dict[str, np.ndarray], metrics: dict, dense=None) -> Message:
+    record = array_record(**arrays)
+    for name, array in dense_arrays(dense or {}).items():
+        record[name] = array
+    return reply(msg, record, metrics)
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Train the selected users on the rows received; upload their summed tuned rows."""
     runtime = node_runtime(context)
-    server_round, item_ids, item_rows = _received(msg)
-    users = msg.content["arrays"]["train-users"].numpy()
+    server_round, item_ids, item_rows, dense = _received(msg)
+    users = msg.content[ARRAYS]["train-users"].numpy()
     result, state = runtime.train(
-        load_state(context, runtime), server_round, users, item_ids, item_rows
+        load_state(context, runtime), server_round, users, item_ids, item_rows, dense
     )
     save_state(context, state)
     arrays = {
@@ -102,15 +117,15 @@ def train(msg: Message, context: Context) -> Message:
         "loss-sum": result.loss_sum,
     }
     _with_request(runtime, server_round, arrays, metrics)
-    return _reply(msg, arrays, metrics)
+    return _reply(msg, arrays, metrics, result.dense_sums)
 
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     """Score every user of this node under the run's protocol; reply with metric sums."""
     runtime = node_runtime(context)
-    server_round, item_ids, item_rows = _received(msg)
-    metrics = runtime.evaluate(load_state(context, runtime), item_ids, item_rows)
+    server_round, item_ids, item_rows, dense = _received(msg)
+    metrics = runtime.evaluate(load_state(context, runtime), item_ids, item_rows, dense)
     arrays: dict[str, np.ndarray] = {}
     if not runtime.trains_in(server_round):  # else its train reply already asked
         _with_request(runtime, server_round, arrays, metrics)

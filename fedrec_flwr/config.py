@@ -22,6 +22,8 @@ DATASETS = tuple(dataset_names())  # the registry: fedrec_flwr/data/registry.py
 PROTOCOLS = ("strict", "paper")
 AGGREGATIONS = ("round-mean", "toucher-mean")
 ITEM_LR_SCALINGS = ("none", "num-items")
+PERSONALIZATIONS = ("none", "dual")
+SERVER_OPTIMIZERS = ("none", "sgd-momentum", "adam")
 DATA_DIR_ENV = "FEDREC_DATA_DIR"
 
 
@@ -38,6 +40,7 @@ class RunConfig:
     """Resolved run configuration; field ``foo_bar`` is run-config key ``foo-bar``."""
 
     method: str = "pfedrec"
+    personalization: str = "none"
     dataset: str = "ml-100k"
     data_dir: str = ""
     protocol: str = "strict"
@@ -55,6 +58,15 @@ class RunConfig:
     lr: float = 0.1
     item_lr: float = 8.0
     item_lr_scaling: str = "num-items"
+    dense_lr: float = 0.1
+    sam_rho_private: float = 0.0
+    sam_rho_shared: float = 0.0
+    server_optimizer: str = "none"
+    server_lr: float = 1.0
+    server_momentum: float = 0.9
+    fedrecon_epochs: int = 5
+    ncf_mlp_dim: int = 32
+    ncf_layers: str = "32,16"
     eval_every: int = 1
     device: str = "cpu"
     torch_threads: int = 1
@@ -100,9 +112,12 @@ class RunConfig:
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for impossible values."""
-        from fedrec_flwr.methods import METHODS  # local import: methods import config
+        # Local import: the registry's classes check their own combinations (below).
+        from fedrec_flwr.methods import METHODS
 
         _choice("method", self.method, tuple(METHODS))
+        _choice("personalization", self.personalization, PERSONALIZATIONS)
+        _choice("server-optimizer", self.server_optimizer, SERVER_OPTIMIZERS)
         _choice("dataset", self.dataset, DATASETS)
         _choice("protocol", self.protocol, PROTOCOLS)
         _choice("aggregation", self.aggregation, AGGREGATIONS)
@@ -124,6 +139,23 @@ class RunConfig:
             raise ConfigError(f"seed={self.seed} must be >= 0.")
         if self.init_std <= 0 or self.lr < 0 or self.item_lr < 0:
             raise ConfigError("init-std must be > 0; lr and item-lr must be >= 0.")
+        if self.sam_rho_private < 0 or self.sam_rho_shared < 0:
+            raise ConfigError("sam-rho-private and sam-rho-shared must be >= 0 (0 = no SAM).")
+        if self.dense_lr < 0 or self.server_lr <= 0:
+            raise ConfigError("dense-lr must be >= 0 and server-lr > 0.")
+        if not 0.0 <= self.server_momentum < 1.0:
+            raise ConfigError(
+                f"server-momentum={self.server_momentum} must be in [0, 1) (Adam's beta1, or "
+                "the momentum of sgd-momentum)."
+            )
+        if self.server_optimizer == "none" and self.server_lr != 1.0:
+            raise ConfigError(
+                "server-lr only applies with a server optimizer: set server-optimizer to "
+                "'adam' or 'sgd-momentum', or leave server-lr at 1.0."
+            )
+        _positive("fedrecon-epochs", self.fedrecon_epochs)
+        _positive("ncf-mlp-dim", self.ncf_mlp_dim)
+        self.ncf_layer_sizes()
         if self.torch_threads < 0:
             raise ConfigError("torch-threads must be >= 0 (0 = PyTorch's default).")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
@@ -141,6 +173,20 @@ class RunConfig:
                 )
         if not self.results_dir:
             raise ConfigError("results-dir must not be empty (default: 'results').")
+        METHODS[self.method](self, num_items=1)  # the method's own checks (e.g. dual)
+
+    def ncf_layer_sizes(self) -> tuple[int, ...]:
+        """``ncf-layers`` as integers (the MLP tower's output sizes)."""
+        try:
+            sizes = tuple(int(part) for part in self.ncf_layers.split(","))
+        except ValueError:
+            sizes = ()
+        if not sizes or min(sizes) <= 0:
+            raise ConfigError(
+                f"ncf-layers='{self.ncf_layers}' must be comma-separated positive layer sizes, "
+                "e.g. '32,16' (input: 2 x ncf-mlp-dim)."
+            )
+        return sizes
 
     def resolved_data_dir(self) -> str:
         """``data-dir``, else ``$FEDREC_DATA_DIR``, else '' (= download into the cache)."""

@@ -17,6 +17,8 @@ STREAMS = {
     "shuffle": 4,
     "eval-negatives": 5,
     "participants": 6,
+    "dense-init": 7,
+    "reconstruct-init": 8,
 }
 
 

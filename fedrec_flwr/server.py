@@ -13,19 +13,19 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
+from fedrec_flwr.messages import array_record, dense_arrays
+from fedrec_flwr.methods import build_method
 from fedrec_flwr.results import RunRecorder, new_run_dir
 from fedrec_flwr.seeding import keyed_rng
-from fedrec_flwr.strategy import FedRecStrategy, array_record
+from fedrec_flwr.strategy import FedRecStrategy
 
 app = ServerApp()
 
 
-def initial_item_table(config: RunConfig, num_items: int) -> np.ndarray:
+def initial_item_table(config: RunConfig, num_items: int, row_dim: int) -> np.ndarray:
     """The global item table of round 1: N(0, init-std^2), keyed by the seed."""
     rng = keyed_rng(config.seed, "item-init")
-    return rng.normal(0.0, config.init_std, size=(num_items, config.embedding_dim)).astype(
-        np.float32
-    )
+    return rng.normal(0.0, config.init_std, size=(num_items, row_dim)).astype(np.float32)
 
 
 def run_federation(grid: Grid, config: RunConfig) -> dict:
@@ -52,13 +52,19 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
         config,
         {"num_users": prepared.num_users, "num_items": prepared.num_items},
     )
-    table = initial_item_table(config, prepared.num_items)
+    method = build_method(config, prepared.num_items)
+    table = initial_item_table(config, prepared.num_items, method.row_dim)
     strategy = FedRecStrategy(
-        config, prepared.num_users, prepared.num_items, on_round=recorder.record_round
+        config, method, prepared.num_users, prepared.num_items, on_round=recorder.record_round
     )
+    initial = array_record(item_table=table)
+    for name, array in dense_arrays(
+        {n: v for n, v in method.init_dense().items() if n in method.shared_dense_names()}
+    ).items():
+        initial[name] = array
     strategy.start(
         grid,
-        array_record(item_table=table),
+        initial,
         num_rounds=config.num_server_rounds,
         timeout=config.round_timeout,
     )

@@ -1,19 +1,20 @@
-"""The server strategy: holds the global item table and aggregates sparse row uploads.
+"""The server strategy: holds the global item table (and shared-dense parameters) and
+aggregates sparse row uploads.
 
-Message flow of a run (every array is an ``ArrayRecord`` entry, int64 ids):
+Message flow of a run (keys in :mod:`fedrec_flwr.messages`):
 
-- ``query`` (once, to every node as it registers): the node answers with its
-  ``partition-id``/``num-partitions``, its users, the item rows its evaluation needs
-  (``eval-items``; absent = all of them, full ranking) and the rows its users train in
-  round 1 (``next-items``).
-- ``train`` (nodes holding a user selected this round): ``train-users`` and only the rows the
+- ``query`` (once, to every node as it registers; :mod:`fedrec_flwr.handshake`).
+- ``train`` (nodes holding a user selected this round): ``train-users``, only the rows the
   node asked for (``item-ids`` + ``item-rows``; the full table, without ids, if it has no
-  fresh request). Reply: ``item-ids``, ``row-sums``, ``row-counts`` (see
-  :mod:`fedrec_flwr.aggregation`) and ``next-items`` for the next round.
-- ``evaluate`` (every node): the rows its evaluation reads. Reply: metric sums and
-  ``next-items``.
+  fresh request) and the shared-dense parameters. Reply: ``item-ids``, ``row-sums``,
+  ``row-counts``, ``dense.<name>`` sums (see :mod:`fedrec_flwr.aggregation`) and
+  ``next-items`` for the next round.
+- ``evaluate`` (every node): the rows (and shared-dense parameters) its evaluation reads.
+  Reply: metric sums and ``next-items``.
 
-Private parameters never appear in a reply. Failed replies are logged and skipped.
+What a reply may carry follows the method's parameter roles; private parameters never appear
+in a reply. Failed replies are logged and skipped. The aggregated change goes through the
+server optimiser (:mod:`fedrec_flwr.server_optim`).
 """
 
 from __future__ import annotations
@@ -24,40 +25,21 @@ from dataclasses import dataclass, field
 from logging import INFO, WARNING
 
 import numpy as np
-from flwr.app import (
-    Array,
-    ArrayRecord,
-    ConfigRecord,
-    Message,
-    MessageType,
-    MetricRecord,
-    RecordDict,
-)
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from fedrec_flwr.aggregation import RowUpload, aggregate_rows
+from fedrec_flwr.aggregation import RowUpload, dense_changes, row_changes
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.evaluation import metric_names
-from fedrec_flwr.methods import METHODS
+from fedrec_flwr.handshake import FederationError, NodeInfo, connect
+from fedrec_flwr.messages import ARRAYS, CONFIG, METRICS, array_record, dense_arrays, read_dense
+from fedrec_flwr.methods import Method
 from fedrec_flwr.partition import participants
+from fedrec_flwr.server_optim import ServerOptimizer
 
-
-class FederationError(RuntimeError):
-    """The nodes of the federation do not match what the run needs."""
-
-
-@dataclass
-class NodeInfo:
-    """What the server knows of a node after the handshake."""
-
-    partition_id: int
-    num_partitions: int
-    users: np.ndarray
-    eval_items: np.ndarray | None  # None: the node ranks all items
-    request_round: int = 0
-    request_items: np.ndarray | None = None
+__all__ = ["FedRecStrategy", "FederationError", "NodeInfo", "RoundLog", "array_record"]
 
 
 @dataclass
@@ -74,15 +56,9 @@ class RoundLog:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def array_record(**arrays: np.ndarray) -> ArrayRecord:
-    """An ArrayRecord of named numpy arrays (kebab-case names)."""
-    return ArrayRecord(
-        {name.replace("_", "-"): Array(np.ascontiguousarray(a)) for name, a in arrays.items()}
-    )
-
-
 class FedRecStrategy(Strategy):
-    """Sparse, row-wise federated averaging of a global item table.
+    """Sparse, row-wise federated averaging of a global item table, plus the mean of
+    shared-dense parameters, through an optional server optimiser.
 
     ``on_round`` is called after every round with the round's figures (a flat dict), e.g. to
     write ``rounds.csv`` as the run goes.
@@ -91,96 +67,41 @@ class FedRecStrategy(Strategy):
     def __init__(
         self,
         config: RunConfig,
+        method: Method,
         num_users: int,
         num_items: int,
         on_round: Callable[[dict[str, float]], None] | None = None,
     ) -> None:
         self.config = config
+        self.method = method
         self.num_users = num_users
         self.num_items = num_items
-        self.method = METHODS[config.method]
-        self.table = np.empty((num_items, config.embedding_dim), dtype=np.float32)  # see start()
+        self.table = np.empty((num_items, method.row_dim), dtype=np.float32)  # see start()
         self.round_start_table = self.table
+        self.dense: dict[str, np.ndarray] = {}  # shared-dense parameters, see start()
+        self.optimizer = ServerOptimizer(
+            config.server_optimizer, config.server_lr, config.server_momentum
+        )
         self.touched_ever = np.zeros(num_items, dtype=bool)
         self.nodes: dict[int, NodeInfo] = {}
         self.on_round = on_round
         self.log: RoundLog = RoundLog(round=0)
         self.started = time.perf_counter()
 
-    # ------------------------------------------------------------ handshake
     def connect(self, grid: Grid, timeout: float) -> None:
-        """Wait for every partition's node and record what each holds and needs."""
-        deadline = time.monotonic() + self.config.node_wait_timeout
-        expected: int | None = None
-        failed: dict[int, str] = {}  # node id -> why its handshake failed
-        while True:
-            new = [n for n in grid.get_node_ids() if n not in self.nodes and n not in failed]
-            if new:
-                query = RecordDict({"config": ConfigRecord({"server-round": 0})})
-                messages = [
-                    Message(query, dst_node_id=n, message_type=MessageType.QUERY) for n in new
-                ]
-                for reply in grid.send_and_receive(messages, timeout=timeout):
-                    if reply.has_error():  # e.g. a dead node a SuperLink still lists
-                        node, reason = reply.metadata.src_node_id, reply.error.reason
-                        failed[node] = reason
-                        log(WARNING, "node %d failed its handshake: %s", node, reason)
-                        continue
-                    expected = self._register(reply, expected)
-            if failed and not self.nodes:  # every node failed: no point in waiting
-                raise FederationError(f"the nodes failed to start: {next(iter(failed.values()))}")
-            covered = {info.partition_id for info in self.nodes.values()}
-            if expected is not None and len(covered) == expected:
-                break
-            if time.monotonic() > deadline:
-                raise FederationError(
-                    f"waited {self.config.node_wait_timeout:.0f} s for the nodes: "
-                    f"{len(covered)} of {expected or '?'} partitions connected"
-                    + (f", {len(failed)} failed" if failed else "")
-                    + ". In simulation every SuperNode is one partition (num-supernodes); in "
-                    "deployment start one flower-supernode per partition-id, or raise "
-                    "node-wait-timeout."
-                )
-            time.sleep(0.2)
-        held = np.concatenate([info.users for info in self.nodes.values()])
-        if len(held) != self.num_users or len(np.unique(held)) != self.num_users:
-            raise FederationError(
-                f"the nodes hold {len(np.unique(held))} distinct users, the dataset has "
-                f"{self.num_users}: do all nodes read the same data and configuration?"
-            )
-        log(INFO, "%d nodes connected, holding %d users", len(self.nodes), self.num_users)
-
-    def _register(self, reply: Message, expected: int | None) -> int:
-        metrics, arrays = reply.content["metrics"], reply.content["arrays"]
-        partition, num_partitions = int(metrics["partition-id"]), int(metrics["num-partitions"])
-        if expected is not None and num_partitions != expected:
-            raise FederationError(
-                f"nodes disagree on num-partitions ({expected} vs {num_partitions}): give every "
-                "node the same num-partitions in its node config."
-            )
-        if int(metrics["num-items"]) != self.num_items:
-            raise FederationError(
-                f"node {partition} sees {int(metrics['num-items'])} items, the server "
-                f"{self.num_items}: the node reads different data."
-            )
-        if any(info.partition_id == partition for info in self.nodes.values()):
-            raise FederationError(f"two nodes claim partition-id={partition}.")
-        self.nodes[reply.metadata.src_node_id] = NodeInfo(
-            partition_id=partition,
-            num_partitions=num_partitions,
-            users=arrays["users"].numpy(),
-            eval_items=arrays["eval-items"].numpy() if "eval-items" in arrays else None,
-            request_round=int(metrics["next-round"]),
-            request_items=arrays["next-items"].numpy() if "next-items" in arrays else None,
+        """The handshake (:func:`fedrec_flwr.handshake.connect`)."""
+        self.nodes = connect(
+            grid, self.num_users, self.num_items, self.config.node_wait_timeout, timeout
         )
-        return num_partitions
 
-    def _remember_request(self, reply: Message) -> None:
-        arrays, metrics = reply.content["arrays"], reply.content["metrics"]
-        if "next-items" in arrays:
-            info = self.nodes[reply.metadata.src_node_id]
-            info.request_round = int(metrics["next-round"])
-            info.request_items = arrays["next-items"].numpy()
+    def _payload(self, users: np.ndarray | None, item_ids, rows: np.ndarray) -> ArrayRecord:
+        arrays = {} if users is None else {"train_users": users}
+        if item_ids is not None:
+            arrays["item_ids"] = item_ids
+        record = array_record(**arrays, item_rows=rows)
+        for name, array in dense_arrays(self.dense).items():
+            record[name] = array
+        return record
 
     # ------------------------------------------------------------- training
     def configure_train(
@@ -199,16 +120,13 @@ class FedRecStrategy(Strategy):
             if len(users) == 0:
                 continue
             if info.request_round == server_round and info.request_items is not None:
-                payload = array_record(
-                    train_users=users,
-                    item_ids=info.request_items,
-                    item_rows=self.table[info.request_items],
-                )
+                ids = info.request_items
+                payload = self._payload(users, ids, self.table[ids])
             else:  # no fresh request: the full table is always correct
-                payload = array_record(train_users=users, item_rows=self.table)
+                payload = self._payload(users, None, self.table)
             self.log.bytes_down += payload.count_bytes()
             content = RecordDict(
-                {"arrays": payload, "config": ConfigRecord({"server-round": server_round})}
+                {ARRAYS: payload, CONFIG: ConfigRecord({"server-round": server_round})}
             )
             messages.append(Message(content, dst_node_id=node_id, message_type=MessageType.TRAIN))
         return messages
@@ -216,7 +134,7 @@ class FedRecStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Apply the round's row uploads to the global table."""
+        """Apply the round's uploads to the global table and shared-dense parameters."""
         uploads, loss_sum, num_samples = [], 0.0, 0
         for reply in replies:
             if reply.has_error():
@@ -229,22 +147,24 @@ class FedRecStrategy(Strategy):
                     reply.error.reason,
                 )
                 continue
-            arrays, metrics = reply.content["arrays"], reply.content["metrics"]
+            arrays, metrics = reply.content[ARRAYS], reply.content[METRICS]
             self.log.bytes_up += arrays.count_bytes()
+            info = self.nodes[reply.metadata.src_node_id]
             uploads.append(
                 (
-                    self.nodes[reply.metadata.src_node_id].partition_id,
+                    info.partition_id,
                     RowUpload(
                         item_ids=arrays["item-ids"].numpy(),
                         row_sums=arrays["row-sums"].numpy(),
                         row_counts=arrays["row-counts"].numpy(),
                         num_users=int(metrics["num-users"]),
+                        dense_sums=read_dense(arrays),
                     ),
                 )
             )
             loss_sum += float(metrics["loss-sum"])
             num_samples += int(metrics["num-samples"])
-            self._remember_request(reply)
+            info.remember_request(reply)
         uploads = [upload for _, upload in sorted(uploads, key=lambda pair: pair[0])]
         if not uploads:
             log(
@@ -253,8 +173,12 @@ class FedRecStrategy(Strategy):
                 server_round,
             )
             return None, None
-        self.table = aggregate_rows(self.table, uploads, self.config.aggregation)
-        touched = np.unique(np.concatenate([u.item_ids for u in uploads]))
+        touched, delta = row_changes(self.table, uploads, self.config.aggregation)
+        self.table = self.optimizer.update_rows(self.table, touched, delta)
+        self.dense = {
+            name: self.optimizer.update_dense(name, self.dense[name], change)
+            for name, change in dense_changes(self.dense, uploads).items()
+        }
         self.touched_ever[touched] = True
         self.log.touched_items = len(touched)
         self.log.train_users = sum(u.num_users for u in uploads)
@@ -278,9 +202,9 @@ class FedRecStrategy(Strategy):
         messages = []
         for node_id, info in self.nodes.items():
             if info.eval_items is None:
-                payload = array_record(item_rows=base)
+                payload = self._payload(None, None, base)
             else:
-                payload = array_record(item_ids=info.eval_items, item_rows=base[info.eval_items])
+                payload = self._payload(None, info.eval_items, base[info.eval_items])
             self.log.bytes_down += payload.count_bytes()
             content = RecordDict(
                 {"arrays": payload, "config": ConfigRecord({"server-round": server_round})}
@@ -313,7 +237,7 @@ class FedRecStrategy(Strategy):
             users += int(metrics["num-users"])
             for name in names:
                 sums[name] += float(metrics[name])
-            self._remember_request(reply)
+            self.nodes[reply.metadata.src_node_id].remember_request(reply)
         if users == 0:
             return None
         means = {name: value / users for name, value in sums.items()}
@@ -325,9 +249,12 @@ class FedRecStrategy(Strategy):
         """Log the strategy's settings."""
         log(
             INFO,
-            "\t├── FedRecStrategy: %s, aggregation %s, %d users x %d items, fraction-train %.2f",
+            "\t├── FedRecStrategy: %s (%s), aggregation %s, server optimizer %s, %d users x "
+            "%d items, fraction-train %.2f",
             self.config.method,
+            ", ".join(f"{k}: {v}" for k, v in self.method.describe().items() if k != "method"),
             self.config.aggregation,
+            self.config.server_optimizer,
             self.num_users,
             self.num_items,
             self.config.fraction_train,
@@ -346,14 +273,21 @@ class FedRecStrategy(Strategy):
     ) -> Result:
         """Connect the nodes, then run ``num_rounds`` rounds of train + evaluate.
 
-        ``initial_arrays`` must hold ``item-table``, the global item table of round 1; after
-        each round ``on_round`` receives that round's figures.
+        ``initial_arrays`` must hold ``item-table``, the global item table of round 1, and
+        ``dense.<name>`` for each shared-dense parameter; after each round ``on_round``
+        receives that round's figures.
         """
         self.table = np.array(initial_arrays["item-table"].numpy(), dtype=np.float32)
-        if self.table.shape != (self.num_items, self.config.embedding_dim):
+        if self.table.shape != (self.num_items, self.method.row_dim):
             raise ValueError(
                 f"item-table has shape {self.table.shape}, expected "
-                f"({self.num_items}, {self.config.embedding_dim})"
+                f"({self.num_items}, {self.method.row_dim})"
+            )
+        self.dense = read_dense(initial_arrays)
+        expected = set(self.method.shared_dense_names())
+        if set(self.dense) != expected:
+            raise ValueError(
+                f"initial arrays hold dense {sorted(self.dense)}, expected {sorted(expected)}"
             )
         self.round_start_table = self.table
         self.summary()

@@ -4,7 +4,9 @@ Per user and round: its train rows as positives plus ``num-negatives`` fresh uni
 negatives per positive (generator keyed by (seed, user, round)); each epoch shuffles them
 (keyed by (seed, user, round, epoch)) and cuts them into batches of ``batch-size``. Step ``s``
 of the epoch takes batch ``s`` of every user that has one, so users with more data simply
-take more steps, exactly as if each trained alone.
+take more steps, exactly as if each trained alone. A step runs the phases of the method's
+stage in order (:mod:`fedrec_flwr.methods.base`), each with the local optimiser (SGD, or SAM
+around it: :mod:`fedrec_flwr.optim`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ import torch
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
-from fedrec_flwr.methods.base import Method, Step
+from fedrec_flwr.methods.base import ROWS, Method, Step, bce_losses
+from fedrec_flwr.optim import build_optimizer
 from fedrec_flwr.sampling import sample_excluding
 from fedrec_flwr.seeding import keyed_rng
 
 PAD_TO = 64  # entries; see epoch_steps
+MAX_STEP_ENTRIES = 1 << 20  # users x padded batch of one step; more are cut into several steps
 
 
 def user_round_items(
@@ -102,29 +106,39 @@ def build_round_samples(
 
 
 def epoch_steps(
-    samples: RoundSamples, config: RunConfig, server_round: int, epoch: int, device: torch.device
+    samples: RoundSamples,
+    config: RunConfig,
+    server_round: int,
+    epoch: int,
+    device: torch.device,
+    stage: int = 0,
+    max_samples: int | None = None,
 ) -> list[Step]:
     """The mini-batch steps of one epoch for all users of ``samples``.
 
-    Each user's batch is padded to a multiple of ``PAD_TO`` entries: vectorised CPU kernels
-    (``sigmoid``, ``exp``) treat a tail shorter than their vector width with scalar code that
-    rounds differently, so aligned rows keep every user's arithmetic bit-identical whatever
-    other users share the step.
+    ``step.users`` indexes the users of ``samples``. Each user's batch is padded to a
+    multiple of ``PAD_TO`` entries: vectorised CPU kernels (``sigmoid``, ``exp``) treat a
+    tail shorter than their vector width with scalar code that rounds differently, so
+    aligned rows keep every user's arithmetic bit-identical whatever other users share the
+    step. ``max_samples`` (a property of the dataset, not of the packing) caps the padded
+    width for batch sizes larger than any user's data; a step of more than
+    ``MAX_STEP_ENTRIES`` entries is cut into several steps of fewer users.
     """
     batch = config.batch_size
-    width = -(-batch // PAD_TO) * PAD_TO
+    width = -(-min(batch, max_samples or batch) // PAD_TO) * PAD_TO
     counts = np.diff(samples.sample_offsets)
     num_batches = -(-counts // batch)
     by_batches = np.argsort(-num_batches, kind="stable")  # users with most batches first
     rank = np.empty_like(by_batches)
     rank[by_batches] = np.arange(len(by_batches))
+    keys = (epoch,) if stage == 0 else (epoch, stage)
 
     # Each user's samples in its own shuffled order.
     order = (
         np.concatenate(
             [
                 samples.sample_offsets[j]
-                + keyed_rng(config.seed, "shuffle", int(user), server_round, epoch).permutation(
+                + keyed_rng(config.seed, "shuffle", int(user), server_round, *keys).permutation(
                     int(counts[j])
                 )
                 for j, user in enumerate(samples.users)
@@ -142,6 +156,7 @@ def epoch_steps(
     steps = []
     by_step = np.argsort(step_of, kind="stable")
     bounds = np.searchsorted(step_of[by_step], np.arange(int(num_batches.max(initial=0)) + 1))
+    per_step = max(1, MAX_STEP_ENTRIES // width)
     for s in range(len(bounds) - 1):
         idx = by_step[bounds[s] : bounds[s + 1]]
         active = int((num_batches > s).sum())
@@ -152,34 +167,94 @@ def epoch_steps(
         rows[r, slot] = samples.sample_rows[order[idx]]
         labels[r, slot] = samples.sample_labels[order[idx]]
         weights[r, slot] = 1.0 / batch_size_of[idx]
-        steps.append(
-            Step(
-                users=torch.from_numpy(samples.positions[by_batches[:active]]).to(device),
-                rows=torch.from_numpy(rows).to(device),
-                labels=torch.from_numpy(labels).to(device),
-                weights=torch.from_numpy(weights).to(device),
+        for lo in range(0, active, per_step):
+            hi = min(active, lo + per_step)
+            steps.append(
+                Step(
+                    users=torch.from_numpy(by_batches[lo:hi].astype(np.int64)).to(device),
+                    rows=torch.from_numpy(rows[lo:hi]).to(device),
+                    labels=torch.from_numpy(labels[lo:hi]).to(device),
+                    weights=torch.from_numpy(weights[lo:hi]).to(device),
+                )
             )
-        )
     return steps
 
 
 def local_update(
     method: Method,
     samples: RoundSamples,
-    rows: torch.Tensor,
-    private: dict[str, torch.Tensor],
+    params: dict[str, torch.Tensor],
     config: RunConfig,
     server_round: int,
+    max_samples: int | None = None,
 ) -> tuple[float, int]:
-    """Run ``local-epochs`` epochs in place on ``rows`` and ``private``.
+    """Run the method's stages in place on ``params`` (``ROWS``: the flat row table; every
+    other parameter [users of ``samples``, ...]).
 
-    Returns (sum of per-sample BCE over the round, number of samples).
+    Returns (sum of per-sample BCE over the logged stage, number of its samples).
     """
+    optimizer = build_optimizer(method, config.sam_rho_private, config.sam_rho_shared)
+    device = params[ROWS].device
+    method.begin_round(params, samples.users, server_round)
     loss_sum, num_samples = 0.0, 0
-    for epoch in range(config.local_epochs):
-        for step in epoch_steps(samples, config, server_round, epoch, rows.device):
-            losses = method.train_step(step, rows, private)
-            real = step.weights > 0
-            loss_sum += float(losses[real].double().sum())
-            num_samples += int(real.sum())
+    for index, stage in enumerate(method.stages()):
+        for epoch in range(stage.epochs):
+            for step in epoch_steps(
+                samples, config, server_round, epoch, device, index, max_samples
+            ):
+                logits = None
+                for phase in stage.phases:
+                    at = optimizer.step(params, step, _gradient_fn(method, params, step, phase))
+                    logits = at if logits is None else logits
+                if stage.logged:
+                    real = step.weights > 0
+                    loss_sum += float(bce_losses(logits, step)[real].double().sum())
+                    num_samples += int(real.sum())
     return loss_sum, num_samples
+
+
+def _gradient_fn(method: Method, params: dict[str, torch.Tensor], step: Step, phase):
+    """Gradients of the method's loss w.r.t. ``phase.params`` at the current parameters plus
+    optional offsets: closed form if the method gives it, else autograd."""
+
+    def gradients(offsets):
+        others = {n: p[step.users] for n, p in params.items() if n != ROWS}
+        rows = params[ROWS][step.rows]
+        if offsets:
+            others = {n: p + offsets[n] if n in offsets else p for n, p in others.items()}
+            rows = rows + offsets[ROWS] if ROWS in offsets else rows
+        if method.use_closed_form:
+            fast = method.closed_form_grads(step, others, rows, phase.params)
+            if fast is not None:
+                return fast
+        return autograd_grads(method, step, others, rows, phase.params)
+
+    return gradients
+
+
+def autograd_grads(
+    method: Method,
+    step: Step,
+    others: dict[str, torch.Tensor],
+    rows: torch.Tensor,
+    wrt: tuple[str, ...],
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Gradients of ``method.loss`` w.r.t. ``wrt`` by autograd (rows: per batch entry)."""
+    with torch.enable_grad():
+        others = {n: p.detach().requires_grad_(n in wrt) for n, p in others.items()}
+        rows = rows.detach().requires_grad_(ROWS in wrt)
+        logits = method.logits(others, rows)
+        loss = method.loss(step, others, rows, logits)
+        leaves = [rows if n == ROWS else others[n] for n in wrt]
+        grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+    out = {
+        n: torch.zeros_like(leaf) if g is None else g
+        for n, leaf, g in zip(wrt, leaves, grads, strict=True)
+    }
+    return out, logits.detach()
+
+
+def max_samples_per_user(prepared: PreparedData, config: RunConfig) -> int:
+    """The most samples any user of the dataset trains on in a round (caps padding)."""
+    most = int(np.diff(np.asarray(prepared.train_indptr)).max(initial=1))
+    return most * (1 + config.num_negatives)

@@ -1,16 +1,40 @@
-"""Method registry: name -> class. Adding a method: one module here, one entry, one preset."""
+"""Method registry: name -> class. Adding a method: one module here, one entry, its presets
+and a README row."""
 
 from __future__ import annotations
 
-from fedrec_flwr.methods.base import Method, Step
+from typing import TYPE_CHECKING
+
+from fedrec_flwr.methods.base import ROWS, Method, Phase, Role, Stage, Step
 from fedrec_flwr.methods.fedmf import FedMF
+from fedrec_flwr.methods.fedncf import FedNCF, FedRecGEL
+from fedrec_flwr.methods.fedrecon import FedRecon
 from fedrec_flwr.methods.pfedrec import PFedRec
 
-METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (PFedRec, FedMF)}
+if TYPE_CHECKING:
+    from fedrec_flwr.config import RunConfig
 
-__all__ = ["METHODS", "FedMF", "Method", "PFedRec", "Step", "build_method"]
+METHODS: dict[str, type[Method]] = {
+    cls.name: cls for cls in (PFedRec, FedMF, FedNCF, FedRecon, FedRecGEL)
+}
+
+__all__ = [
+    "METHODS",
+    "ROWS",
+    "FedMF",
+    "FedNCF",
+    "FedRecGEL",
+    "FedRecon",
+    "Method",
+    "PFedRec",
+    "Phase",
+    "Role",
+    "Stage",
+    "Step",
+    "build_method",
+]
 
 
-def build_method(config, num_items: int) -> Method:
-    """Instantiate the configured method."""
+def build_method(config: RunConfig, num_items: int) -> Method:
+    """Instantiate the configured method (raises ConfigError for impossible combinations)."""
     return METHODS[config.method](config, num_items)

@@ -1,35 +1,54 @@
-"""What a method is: its private parameters, its local update step and its score function.
+"""What a method is: parameters with roles, a loss, a score function and update phases.
 
-All tensors are *batched over a node's users*: private parameters are stacked (first
-dimension = the node's users), and the item rows a round trains live in one flat table in
-which every user owns its own disjoint block of rows. Because no parameter is shared between
-users and the loss is a sum of per-user mean losses, one batched step equals every user
-taking its own step: training a node's users together is training them one by one
-(``tests/test_methods.py``). The linear methods write their gradients in closed form with
-per-user reductions, which makes the equality bit-exact; a method may use autograd instead,
-and is then equal up to float rounding.
+Every tensor a method sees is *batched over users*: a private or shared-dense parameter is
+stacked (first dimension = the users being trained or scored), and the item rows a round trains
+live in one flat table in which every user owns its own disjoint block of rows. No parameter
+is shared between users and the loss is a sum of per-user mean losses, so one batched step is
+every user taking its own step: training a node's users together is training them one by one
+(the conformance suite checks it). Gradients come from autograd by default; a method may give
+them in closed form (``closed_form_grads``), which the conformance suite holds equal to
+autograd and which makes packed training bit-identical to one-by-one training.
+
+Roles (``Role``) say where each parameter lives:
+
+- ``private``: never leaves the device (a score function, a user vector);
+- ``shared-rows``: the global item table, sent and aggregated row by row (name ``"rows"``);
+- ``personal-rows``: the device keeps its tuned copies of the rows and evaluates with them
+  (a flag of the method, ``personal_rows``);
+- ``shared-dense``: dense parameters every user trains a copy of (NCF's MLP), averaged over
+  the round's users.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from enum import StrEnum
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from fedrec_flwr.config import RunConfig
+if TYPE_CHECKING:
+    from fedrec_flwr.config import RunConfig
+
+ROWS = "rows"  # the name of the item-row parameter in every phase
+
+
+class Role(StrEnum):
+    PRIVATE = "private"
+    SHARED_ROWS = "shared-rows"
+    SHARED_DENSE = "shared-dense"
 
 
 @dataclass(frozen=True)
 class Step:
-    """One mini-batch for each active user (padded to the batch size).
+    """One mini-batch for each active user (padded).
 
-    ``users``: [a] positions of the active users in the node's private tensors;
-    ``rows``: [a, B] indices into the flat row table; ``labels``: [a, B] in {0, 1};
-    ``weights``: [a, B] = 1 / (the user's batch size) on real entries, 0 on padding, so that
+    ``users``: [a] indices of the active users among the round's users; ``rows``: [a, B]
+    indices into the flat row table; ``labels``: [a, B] in {0, 1}; ``weights``: [a, B] =
+    1 / (the user's batch size) on real entries, 0 on padding, so that
     ``(weights * per-entry loss).sum()`` is the sum over users of their mean batch loss.
     """
 
@@ -39,12 +58,31 @@ class Step:
     weights: torch.Tensor
 
 
-def bce_grad(logits: torch.Tensor, step: Step) -> torch.Tensor:
-    """Gradient w.r.t. the logits [a, B] of the step's loss.
+@dataclass(frozen=True)
+class Phase:
+    """One update on every mini-batch: the parameters it moves (``ROWS`` for item rows).
 
-    The step's loss is the sum over users of each user's mean BCE on its batch, so the
-    gradient is ``(sigmoid(z) - y) * weight`` (zero on padding).
+    Phases of a stage run in order on each batch, each from the parameters the previous one
+    left (PFedRec: the score function, then the item rows with the updated score function).
     """
+
+    name: str
+    params: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Phases run for ``epochs`` epochs over the round's samples. ``logged``: its loss is the
+    round's reported train loss."""
+
+    name: str
+    phases: tuple[Phase, ...]
+    epochs: int
+    logged: bool = True
+
+
+def bce_grad(logits: torch.Tensor, step: Step) -> torch.Tensor:
+    """Gradient w.r.t. the logits [a, B] of the step's loss: ``(sigmoid(z) - y) * weight``."""
     return (torch.sigmoid(logits) - step.labels) * step.weights
 
 
@@ -56,24 +94,51 @@ def bce_losses(logits: torch.Tensor, step: Step) -> torch.Tensor:
 class Method(ABC):
     """A federated recommendation method, as plain batched PyTorch.
 
-    Subclasses set the class attributes and implement the three abstract methods; adding a
-    method means one module in this package plus its entry in ``METHODS`` and a preset.
+    A subclass declares its parameters and their roles, its score function (``logits``) and
+    its phases; adding a method is one module in this package, its entry in ``METHODS``, its
+    presets and a README row.
     """
 
     name: ClassVar[str]
-    #: Does the user keep its tuned item rows and evaluate with them (dual personalisation)?
-    personalised_rows: ClassVar[bool]
-    #: Global table that evaluation reads for rows the user has no personal copy of:
-    #: "round-start" (the table sent at the start of the latest training round, as the
-    #: PFedRec reference code does) or "latest" (the table after that round's aggregation).
-    eval_table: ClassVar[str]
+    #: Paper the method comes from (README method table).
+    paper: ClassVar[str] = ""
+    #: May ``personalization = "dual"`` be applied to it?
+    supports_dual: ClassVar[bool] = False
 
     def __init__(self, config: RunConfig, num_items: int) -> None:
         self.config = config
         self.num_items = num_items
         self.dim = config.embedding_dim
-        self.lr = config.lr
-        self.item_lr = config.item_learning_rate(num_items)
+        self.dual = config.personalization == "dual"
+        if self.dual and not self.supports_dual:
+            from fedrec_flwr.config import ConfigError
+
+            raise ConfigError(
+                f"personalization='dual' does not apply to method '{self.name}'"
+                + (" (it keeps personal item rows already)" if self.native_personal_rows else "")
+                + "; use personalization='none'."
+            )
+
+    # ----------------------------------------------------------------- roles
+    #: Does the method as published keep personal rows (PFedRec)?
+    native_personal_rows: ClassVar[bool] = False
+
+    @property
+    def personal_rows(self) -> bool:
+        """Does the user keep its tuned item rows and evaluate with them?"""
+        return self.native_personal_rows or self.dual
+
+    @property
+    def eval_table(self) -> str:
+        """Global table evaluation reads for rows a user has no personal copy of:
+        ``round-start`` (the table sent at the start of the latest training round, as the
+        PFedRec reference code does) or ``latest`` (after that round's aggregation)."""
+        return "round-start" if self.personal_rows else "latest"
+
+    @property
+    def row_dim(self) -> int:
+        """Width of an item row."""
+        return self.dim
 
     @abstractmethod
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
@@ -82,27 +147,116 @@ class Method(ABC):
         Draws must be keyed by (seed, user) so a user's init does not depend on its node.
         """
 
-    @abstractmethod
-    def train_step(
-        self, step: Step, rows: torch.Tensor, private: dict[str, torch.Tensor]
-    ) -> torch.Tensor:
-        """Update ``rows`` and ``private`` in place on one step.
+    def init_dense(self) -> dict[str, np.ndarray]:
+        """The method's dense parameters (one copy, keyed by the seed); none by default.
 
-        Returns the per-entry BCE [a, B] at the step's starting point (for logging).
+        They are shared-dense, or private (one copy per user, all from this init) under
+        dual personalisation.
         """
+        return {}
 
+    def dense_names(self) -> tuple[str, ...]:
+        return tuple(self.init_dense())
+
+    def roles(self) -> dict[str, Role]:
+        """Role of every parameter: private ones, ``rows``, shared-dense ones."""
+        roles = {name: Role.PRIVATE for name in self.private_names()}
+        roles[ROWS] = Role.SHARED_ROWS
+        for name in self.dense_names():
+            roles[name] = Role.PRIVATE if self.dual else Role.SHARED_DENSE
+        return roles
+
+    def private_names(self) -> tuple[str, ...]:
+        return tuple(self.init_private(np.empty(0, dtype=np.int64)))
+
+    def shared_dense_names(self) -> tuple[str, ...]:
+        return tuple(n for n, r in self.roles().items() if r is Role.SHARED_DENSE)
+
+    def kept_private_names(self) -> tuple[str, ...]:
+        """Per-user parameters kept in the node state: private ones, and under dual
+        personalisation the dense ones."""
+        return tuple(n for n, r in self.roles().items() if r is Role.PRIVATE)
+
+    def learning_rate(self, name: str) -> float:
+        """Learning rate of a parameter: ``item-lr`` for rows, ``dense-lr`` for shared-dense
+        parameters, ``lr`` for private ones."""
+        role = self.roles()[name]
+        if role is Role.SHARED_ROWS:
+            return self.config.item_learning_rate(self.num_items)
+        if role is Role.SHARED_DENSE:
+            return self.config.dense_lr
+        return self.config.lr
+
+    # -------------------------------------------------------------- updates
+    def stages(self) -> tuple[Stage, ...]:
+        """The round's local update: by default ``local-epochs`` epochs of ``phases()``."""
+        return (Stage("train", self.phases(), self.config.local_epochs),)
+
+    def phases(self) -> tuple[Phase, ...]:
+        """The per-batch phases. As published: one joint step on everything the method
+        trains; under dual personalisation (PFedRec Table 3): the private parameters first,
+        then the item rows with the updated ones (post-tuning)."""
+        private = tuple(n for n, r in self.roles().items() if r is not Role.SHARED_ROWS)
+        if self.dual:
+            return (Phase("private", private), Phase("items", (ROWS,)))
+        return (Phase("joint", (*private, ROWS)),)
+
+    def begin_round(
+        self, params: dict[str, torch.Tensor], users: np.ndarray, server_round: int
+    ) -> None:
+        """Hook before a round's training (``params``: the round users' tensors, in place)."""
+        return None
+
+    def loss(
+        self,
+        step: Step,
+        params: dict[str, torch.Tensor],
+        rows: torch.Tensor,
+        logits: torch.Tensor,
+    ) -> torch.Tensor:
+        """The step's loss from its ``logits``: the sum over users of each user's mean BCE on
+        its batch. A method with regularisers adds them here.
+
+        ``params``: every non-row parameter of the step's users [a, ...]; ``rows``: [a, B, r].
+        """
+        return (bce_losses(logits, step) * step.weights).sum()
+
+    #: Use ``closed_form_grads`` when the method has it (tests switch it off to compare).
+    use_closed_form: bool = True
+
+    def closed_form_grads(
+        self,
+        step: Step,
+        params: dict[str, torch.Tensor],
+        rows: torch.Tensor,
+        wrt: tuple[str, ...],
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
+        """Optional fast path: (gradients of ``loss`` w.r.t. ``wrt``, logits [a, B]).
+
+        The gradient w.r.t. ``ROWS`` is per batch entry, [a, B, r]. ``None``: use autograd.
+        """
+        return None
+
+    # -------------------------------------------------------------- scoring
     @abstractmethod
-    def logits(self, private: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
-        """Scores before the sigmoid: private params [a, ...], item rows [a, k, d] -> [a, k]."""
+    def logits(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        """Scores before the sigmoid: params [a, ...], item rows [a, k, r] -> [a, k]."""
 
-    def logits_all(self, private: dict[str, torch.Tensor], table: torch.Tensor) -> torch.Tensor:
-        """Scores of every item of ``table`` [I, d] for each user: [a, I].
+    def logits_all(self, params: dict[str, torch.Tensor], table: torch.Tensor) -> torch.Tensor:
+        """Scores of every item of ``table`` [I, r] for each user: [a, I].
 
         The default expands the table per user; linear score functions override it with a
         matrix product.
         """
-        users = next(iter(private.values())).shape[0]
-        return self.logits(private, table.unsqueeze(0).expand(users, -1, -1))
+        users = next(iter(params.values())).shape[0]
+        return self.logits(params, table.unsqueeze(0).expand(users, -1, -1))
+
+    #: Users scored at once by a full ranking (bounds the memory of [users, items, ...]).
+    eval_chunk: ClassVar[int] = 256
+
+    def describe(self) -> dict[str, str]:
+        """Name, paper and roles, for logs and the README's method table."""
+        return {"method": self.name, **{k: v.value for k, v in self.roles().items()}}
 
 
 def linear_logits(
@@ -127,3 +281,19 @@ def linear_logits_all(
         torch.stack([table @ w for w in weight]) if len(weight) else table.new_zeros(0, len(table))
     )
     return out if bias is None else out + bias.unsqueeze(-1)
+
+
+def user_normal(config: RunConfig, users: np.ndarray, dim: int, key: int) -> np.ndarray:
+    """[n, dim] N(0, init-std^2) vectors, one keyed draw per (seed, user)."""
+    from fedrec_flwr.seeding import keyed_rng
+
+    if not len(users):
+        return np.zeros((0, dim), dtype=np.float32)
+    return np.stack(
+        [
+            keyed_rng(config.seed, "private-init", key, int(user)).normal(
+                0.0, config.init_std, size=dim
+            )
+            for user in users
+        ]
+    ).astype(np.float32)

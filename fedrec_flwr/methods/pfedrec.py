@@ -16,20 +16,23 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods.base import (
+    ROWS,
     Method,
+    Phase,
     Step,
     bce_grad,
-    bce_losses,
     linear_logits,
     linear_logits_all,
 )
 from fedrec_flwr.seeding import keyed_rng
 
+SCORE = ("score-weight", "score-bias")
+
 
 class PFedRec(Method):
     name = "pfedrec"
-    personalised_rows = True
-    eval_table = "round-start"
+    paper = "Zhang et al., IJCAI 2023"
+    native_personal_rows = True
 
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
         """One shared initialisation for every user: PyTorch's nn.Linear(d, 1) default."""
@@ -43,28 +46,24 @@ class PFedRec(Method):
             "score-bias": torch.full((n,), float(bias), dtype=torch.float32),
         }
 
-    def logits(self, private: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
-        return linear_logits(rows, private["score-weight"], private["score-bias"])
+    def phases(self) -> tuple[Phase, ...]:
+        return (Phase("score", SCORE), Phase("items", (ROWS,)))
 
-    def logits_all(self, private: dict[str, torch.Tensor], table: torch.Tensor) -> torch.Tensor:
-        return linear_logits_all(table, private["score-weight"], private["score-bias"])
+    def logits(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        return linear_logits(rows, params["score-weight"], params["score-bias"])
 
-    def train_step(
-        self, step: Step, rows: torch.Tensor, private: dict[str, torch.Tensor]
-    ) -> torch.Tensor:
-        weight_all, bias_all = private["score-weight"], private["score-bias"]
-        batch_rows = rows[step.rows]  # [a, B, d]
-        # (a) score-function step, item rows fixed.
-        weight, bias = weight_all[step.users], bias_all[step.users]
-        logits = linear_logits(batch_rows, weight, bias)
+    def logits_all(self, params: dict[str, torch.Tensor], table: torch.Tensor) -> torch.Tensor:
+        return linear_logits_all(table, params["score-weight"], params["score-bias"])
+
+    def closed_form_grads(self, step: Step, params, rows, wrt):
+        weight, bias = params["score-weight"], params["score-bias"]
+        logits = linear_logits(rows, weight, bias)
         grad_logits = bce_grad(logits, step)
-        weight = weight - self.lr * (grad_logits.unsqueeze(-1) * batch_rows).sum(1)
-        bias = bias - self.lr * grad_logits.sum(-1)
-        weight_all[step.users], bias_all[step.users] = weight, bias
-        # (b) post-tuning: loss recomputed with the updated score function, item step only.
-        grad_logits = bce_grad(linear_logits(batch_rows, weight, bias), step)
-        grad_rows = grad_logits.unsqueeze(-1) * weight.unsqueeze(1)
-        rows.index_add_(
-            0, step.rows.reshape(-1), grad_rows.reshape(-1, self.dim), alpha=-self.item_lr
-        )
-        return bce_losses(logits, step)
+        grads = {}
+        if "score-weight" in wrt:
+            grads["score-weight"] = (grad_logits.unsqueeze(-1) * rows).sum(1)
+        if "score-bias" in wrt:
+            grads["score-bias"] = grad_logits.sum(-1)
+        if ROWS in wrt:
+            grads[ROWS] = grad_logits.unsqueeze(-1) * weight.unsqueeze(1)
+        return grads, logits

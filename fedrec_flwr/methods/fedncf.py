@@ -1,0 +1,125 @@
+"""FedNCF: NeuMF (He et al., WWW 2017) trained federatedly, and FedRecGEL on top of it.
+
+An item row is ``[GMF part (embedding-dim) | MLP part (ncf-mlp-dim)]``. Private: the user's
+GMF and MLP embeddings. Shared: the item rows, and the MLP tower and output layer (dense,
+averaged over the round's users). Score: ``out([p_gmf * q_gmf, MLP([p_mlp, q_mlp])])``.
+Under ``personalization = "dual"`` (PFedRec Table 3) the MLP and output layer become private
+and the user post-tunes personal item rows that it evaluates with.
+
+FedRecGEL (seeds 000/001) is this model trained with SAM (two radii, ``sam-rho-private`` and
+``sam-rho-shared``), one full-batch step per client and round, and the server's Adam on the
+mean update (``server-optimizer = "adam"``): see ``conf/fedrecgel-*.toml``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import torch
+
+from fedrec_flwr.methods.base import Method, user_normal
+from fedrec_flwr.seeding import keyed_rng
+
+USER_GMF, USER_MLP = "user-gmf", "user-mlp"
+
+
+class FedNCF(Method):
+    name = "fedncf"
+    paper = "NeuMF (He et al., WWW 2017), federated as in Perifanis & Efraimidis 2022"
+    supports_dual = True
+    eval_chunk = 16  # full ranking builds [users, items, hidden] activations
+
+    def __init__(self, config, num_items: int) -> None:
+        super().__init__(config, num_items)
+        self.mlp_dim = config.ncf_mlp_dim
+        self.layers = config.ncf_layer_sizes()
+
+    @property
+    def row_dim(self) -> int:
+        return self.dim + self.mlp_dim
+
+    def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
+        """User GMF and MLP embeddings ~ N(0, init-std^2), keyed by (seed, user)."""
+        return {
+            USER_GMF: torch.from_numpy(user_normal(self.config, users, self.dim, key=2)),
+            USER_MLP: torch.from_numpy(user_normal(self.config, users, self.mlp_dim, key=3)),
+        }
+
+    def init_dense(self) -> dict[str, np.ndarray]:
+        """MLP tower and output layer, PyTorch's nn.Linear default init, keyed by the seed."""
+        sizes = [2 * self.mlp_dim, *self.layers]
+        dense = {}
+        for index, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
+            dense.update(_linear(self.config.seed, f"mlp-{index}", fan_in, fan_out, index))
+        out = _linear(self.config.seed, "out", self.dim + sizes[-1], 1, len(self.layers))
+        return {
+            **dense,
+            "out-weight": out["out-weight"][:, 0],
+            "out-bias": out["out-bias"],
+        }
+
+    def _tower(self, params: dict[str, torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
+        """The MLP layers after the first one's pre-activation: [a, k, h0] -> [a, k, h_last]."""
+        hidden = torch.relu(hidden)
+        for index in range(1, len(self.layers)):
+            weight, bias = params[f"mlp-{index}-weight"], params[f"mlp-{index}-bias"]
+            hidden = torch.relu(torch.matmul(hidden, weight) + bias.unsqueeze(1))
+        return hidden
+
+    def _output(self, params, gmf: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        weight = params["out-weight"]  # [a, dim + h_last]
+        out = (gmf * weight[:, None, : self.dim]).sum(-1)
+        out = out + (hidden * weight[:, None, self.dim :]).sum(-1)
+        return out + params["out-bias"]  # [a, 1]
+
+    def logits(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        gmf = params[USER_GMF].unsqueeze(1) * rows[..., : self.dim]
+        weight0, bias0 = params["mlp-0-weight"], params["mlp-0-bias"]  # [a, 2m, h0], [a, h0]
+        user_part = torch.matmul(params[USER_MLP].unsqueeze(1), weight0[:, : self.mlp_dim])
+        item_part = torch.matmul(rows[..., self.dim :], weight0[:, self.mlp_dim :])
+        hidden = self._tower(params, user_part + item_part + bias0.unsqueeze(1))
+        return self._output(params, gmf, hidden)
+
+    def logits_all(self, params: dict[str, torch.Tensor], table: torch.Tensor) -> torch.Tensor:
+        """Full ranking; when the tower is shared, the items' first-layer part is computed
+        once for all users."""
+        weight0, bias0 = params["mlp-0-weight"], params["mlp-0-bias"]
+        item_mlp = table[:, self.dim :]
+        if self.dual:  # a tower per user
+            item_part = torch.matmul(item_mlp, weight0[:, self.mlp_dim :])  # [a, I, h0]
+        else:
+            item_part = (item_mlp @ weight0[0, self.mlp_dim :]).unsqueeze(0)  # [1, I, h0]
+        user_part = torch.matmul(params[USER_MLP].unsqueeze(1), weight0[:, : self.mlp_dim])
+        hidden = self._tower(params, item_part + user_part + bias0.unsqueeze(1))
+        gmf = params[USER_GMF].unsqueeze(1) * table[:, : self.dim].unsqueeze(0)
+        return self._output(params, gmf, hidden)
+
+
+class FedRecGEL(FedNCF):
+    """FedNCF with sharpness-aware local steps: requires a positive SAM radius."""
+
+    name = "fedrecgel"
+    paper = "FedRecGEL (2026; seeds 000/001): sharpness-aware generalised item embeddings"
+
+    def __init__(self, config, num_items: int) -> None:
+        super().__init__(config, num_items)
+        if config.sam_rho_private <= 0 and config.sam_rho_shared <= 0:
+            from fedrec_flwr.config import ConfigError
+
+            raise ConfigError(
+                "method='fedrecgel' is NeuMF trained with SAM: set sam-rho-private and/or "
+                "sam-rho-shared > 0 (its reference radii: Last.fm-2K 0.01/0.01, FilmTrust "
+                "0.02/0, Amazon-Video 0.2/0.01; see conf/fedrecgel-*.toml), or use "
+                "method='fedncf' for NeuMF without SAM."
+            )
+
+
+def _linear(seed: int, name: str, fan_in: int, fan_out: int, index: int) -> dict:
+    """nn.Linear's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), weight as [in, out]."""
+    rng = keyed_rng(seed, "dense-init", index)
+    bound = 1.0 / math.sqrt(fan_in)
+    weight = rng.uniform(-bound, bound, size=(fan_in, fan_out)).astype(np.float32)
+    bias = rng.uniform(-bound, bound, size=fan_out).astype(np.float32)
+    return {f"{name}-weight": weight, f"{name}-bias": bias}

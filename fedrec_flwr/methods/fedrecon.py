@@ -1,0 +1,48 @@
+"""FedRecon (Singhal et al., NeurIPS 2021): federated reconstruction of the user vector.
+
+FedMF whose user vector is not kept between rounds: each round the user draws a fresh vector
+(keyed by (seed, user, round)), reconstructs it on its data with the item rows frozen
+(``fedrecon-epochs`` epochs, learning rate ``lr``), then updates the item rows with the vector
+frozen (``local-epochs`` epochs) and uploads them. Evaluation scores with the vector
+reconstructed in the user's latest training round. Under ``personalization = "dual"`` the
+user also keeps the item rows it post-tuned and evaluates with them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedrec_flwr.methods.base import ROWS, Phase, Stage
+from fedrec_flwr.methods.fedmf import USER, FedMF
+from fedrec_flwr.seeding import keyed_rng
+
+
+class FedRecon(FedMF):
+    name = "fedrecon"
+    paper = "Singhal et al., NeurIPS 2021"
+    supports_dual = True
+
+    def stages(self) -> tuple[Stage, ...]:
+        return (
+            Stage(
+                "reconstruct",
+                (Phase("user", (USER,)),),
+                self.config.fedrecon_epochs,
+                logged=False,
+            ),
+            Stage("items", (Phase("items", (ROWS,)),), self.config.local_epochs),
+        )
+
+    def begin_round(
+        self, params: dict[str, torch.Tensor], users: np.ndarray, server_round: int
+    ) -> None:
+        """Forget the user vectors: a fresh N(0, init-std^2) draw per (seed, user, round)."""
+        fresh = [
+            keyed_rng(self.config.seed, "reconstruct-init", int(u), server_round).normal(
+                0.0, self.config.init_std, size=self.dim
+            )
+            for u in users
+        ]
+        if fresh:
+            params[USER].copy_(torch.from_numpy(np.stack(fresh).astype(np.float32)))

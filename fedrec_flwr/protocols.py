@@ -1,0 +1,155 @@
+"""The two evaluation protocols as objects: which rows evaluation reads, which personal rows
+a user keeps, and how held-out items are ranked (see README, "Evaluation protocols").
+
+``paper``: 100 candidates per held-out item (it and 99 never-interacted negatives drawn once
+per user); HR@10, NDCG@10. ``strict``: every item except the user's train positives (and, for
+test, the validation item); HR@10, NDCG@10, Recall@20, NDCG@20, MRR.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
+from fedrec_flwr.evaluation import metric_names, ranks_from_scores
+from fedrec_flwr.methods import Method
+from fedrec_flwr.personal import PersonalRows
+
+
+class EvalProtocol:
+    """What differs between the protocols at evaluation time."""
+
+    name: str
+
+    def __init__(self, prepared: PreparedData, seed: int) -> None:
+        self.prepared = prepared
+        self.seed = seed
+        self.metrics = metric_names(self.name)
+
+    def eval_items(self, users: np.ndarray) -> np.ndarray | None:
+        """Item rows evaluating ``users`` reads (sorted), or None for all of them."""
+        raise NotImplementedError
+
+    def keep_personal(self, user: int, items: np.ndarray) -> np.ndarray:
+        """Mask of the tuned rows worth keeping for evaluation (all by default)."""
+        return np.ones(len(items), dtype=bool)
+
+    def ranks(
+        self,
+        method: Method,
+        params: dict[str, torch.Tensor],
+        personal: PersonalRows,
+        positions: np.ndarray,
+        users: np.ndarray,
+        item_ids: np.ndarray | None,
+        item_rows: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """0-based (validation, test) ranks of ``users`` (at ``positions`` in the node)."""
+        raise NotImplementedError
+
+
+class PaperProtocol(EvalProtocol):
+    name = "paper"
+
+    def candidates(self, user: int) -> np.ndarray:
+        """The 200 candidates [validation item, 99 negs, test item, 99 negs]."""
+        negatives = np.asarray(self.prepared.eval_negatives(self.seed)[user], np.int64)
+        k = EVAL_NEGATIVES_PER_SPLIT
+        return np.r_[
+            self.prepared.valid_item[user],
+            negatives[:k],
+            self.prepared.test_item[user],
+            negatives[k:],
+        ]
+
+    def eval_items(self, users: np.ndarray) -> np.ndarray:
+        if len(users) == 0:
+            return np.empty(0, dtype=np.int64)
+        return np.unique(np.concatenate([self.candidates(int(u)) for u in users]))
+
+    def keep_personal(self, user: int, items: np.ndarray) -> np.ndarray:
+        """Only rows among the user's candidates (the only ones evaluation reads)."""
+        return np.isin(items, self.candidates(user))
+
+    def ranks(self, method, params, personal, positions, users, item_ids, item_rows):
+        candidates = np.stack([self.candidates(int(u)) for u in users])  # [a, 200]
+        rows = lookup_rows(candidates.reshape(-1), item_ids, item_rows).reshape(
+            *candidates.shape, -1
+        )
+        for j, position in enumerate(positions):  # personal rows replace global ones
+            personal.overlay(position, candidates[j], rows[j])
+        device = next(iter(params.values())).device
+        logits = method.logits(params, torch.from_numpy(rows).to(device)).cpu()
+        k = EVAL_NEGATIVES_PER_SPLIT + 1
+        val = ranks_from_scores(logits[:, 0], logits[:, 1:k])
+        test = ranks_from_scores(logits[:, k], logits[:, k + 1 :])
+        return val.numpy(), test.numpy()
+
+
+class StrictProtocol(EvalProtocol):
+    name = "strict"
+
+    def eval_items(self, users: np.ndarray) -> None:
+        return None
+
+    def ranks(self, method, params, personal, positions, users, item_ids, item_rows):
+        table = item_rows
+        device = next(iter(params.values())).device
+        scores = method.logits_all(params, torch.from_numpy(table).to(device))
+        counts = personal.counts()[positions]
+        if counts.sum() > 0:  # personal rows replace global ones
+            width = int(counts.max())
+            padded = np.zeros((len(positions), width, table.shape[1]), dtype=np.float32)
+            owner = np.repeat(np.arange(len(positions)), counts)
+            slot = np.arange(counts.sum()) - np.repeat(np.r_[0, np.cumsum(counts)[:-1]], counts)
+            flat = np.concatenate([np.arange(*personal.indptr[p : p + 2]) for p in positions])
+            padded[owner, slot] = personal.rows[flat]
+            scored = method.logits(params, torch.from_numpy(padded).to(device))
+            scores[torch.from_numpy(owner), torch.from_numpy(personal.items[flat])] = scored[
+                torch.from_numpy(owner), torch.from_numpy(slot)
+            ]
+        scores = scores.cpu()
+        index = torch.arange(len(positions))
+        valid = torch.ones_like(scores, dtype=torch.bool)
+        train_owner, train_items = [], []
+        for j, user in enumerate(users):
+            items = self.prepared.train_positives(int(user))
+            train_owner.append(np.full(len(items), j))
+            train_items.append(items)
+        valid[
+            torch.from_numpy(np.concatenate(train_owner)),
+            torch.from_numpy(np.concatenate(train_items)),
+        ] = False
+        valid_item = torch.from_numpy(np.asarray(self.prepared.valid_item[users], np.int64))
+        test_item = torch.from_numpy(np.asarray(self.prepared.test_item[users], np.int64))
+        valid[index, valid_item] = False  # the target does not compete with itself
+        val = ranks_from_scores(scores[index, valid_item], scores, valid)
+        valid[index, test_item] = False  # test: the validation item is excluded as well
+        test = ranks_from_scores(scores[index, test_item], scores, valid)
+        return val.numpy(), test.numpy()
+
+
+PROTOCOLS: dict[str, type[EvalProtocol]] = {p.name: p for p in (PaperProtocol, StrictProtocol)}
+
+
+def build_protocol(name: str, prepared: PreparedData, seed: int) -> EvalProtocol:
+    return PROTOCOLS[name](prepared, seed)
+
+
+def lookup_rows(
+    items: np.ndarray, item_ids: np.ndarray | None, item_rows: np.ndarray
+) -> np.ndarray:
+    """Rows of ``items`` from a full table (``item_ids`` None) or a sparse (ids, rows) pair."""
+    if item_ids is None:
+        return np.array(item_rows[items], dtype=np.float32)
+    where = np.searchsorted(item_ids, items)
+    where[where == len(item_ids)] = 0
+    if len(items) and (len(item_ids) == 0 or np.any(item_ids[where] != items)):
+        missing = np.setdiff1d(items, item_ids)
+        raise RuntimeError(
+            f"the server sent {len(item_ids)} item rows but {len(missing)} needed ones are "
+            f"missing (e.g. item {missing[:5].tolist()}): the node's row request and its "
+            "training disagree; this is a bug, please report it."
+        )
+    return np.array(item_rows[where], dtype=np.float32)
