@@ -9,6 +9,8 @@ from flwr.app import ArrayRecord, MetricRecord
 from fedrec_flwr.client import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.local_grid import LocalGrid
+from fedrec_flwr.messages import DENSE_PREFIX, allowed_upload_keys
+from fedrec_flwr.methods import build_method
 from fedrec_flwr.server import run_federation
 from fedrec_flwr.strategy import FederationError
 
@@ -70,14 +72,17 @@ def test_partial_participation_is_also_invariant(tmp_path):
 
 def test_replies_never_carry_private_parameters(tmp_path):
     _, grid = run(tmp_path, 5, keep_messages=True, method="pfedrec", protocol="strict")
-    allowed_arrays = {"users", "eval-items", "next-items", "item-ids", "row-sums", "row-counts"}
+    method = build_method(RunConfig.from_mapping({**SMALL, "method": "pfedrec"}), 400)
+    allowed_arrays = allowed_upload_keys(method.shared_dense_names())
     for reply in grid.replies:
         for record in reply.content.values():
             if isinstance(record, ArrayRecord):
                 assert set(record.keys()) <= allowed_arrays
                 for name, array in record.items():
                     # ids and counts are integers; the only floats are the summed item rows
-                    assert array.numpy().dtype.kind == "i" or name == "row-sums", name
+                    # (and the sums of shared-dense parameters, which PFedRec has none of)
+                    floats = name == "row-sums" or name.startswith(DENSE_PREFIX)
+                    assert array.numpy().dtype.kind == "i" or floats, name
             else:
                 assert isinstance(record, MetricRecord)
                 assert all(isinstance(v, (int, float)) for v in record.values())
