@@ -19,6 +19,7 @@ import torch
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.node import NodeRuntime, NodeState
+from fedrec_flwr.personal import PersonalRows
 
 
 def popularity(config: RunConfig) -> dict[str, dict[str, float]]:
@@ -29,9 +30,7 @@ def popularity(config: RunConfig) -> dict[str, dict[str, float]]:
     runtime = NodeRuntime(config.replace(method="fedmf", embedding_dim=1), prepared, 0, 1)
     state = NodeState(
         private={"user-embedding": torch.ones(len(runtime.users), 1)},
-        personal_indptr=np.zeros(len(runtime.users) + 1, dtype=np.int64),
-        personal_items=np.empty(0, dtype=np.int64),
-        personal_rows=np.empty((0, 1), dtype=np.float32),
+        personal=PersonalRows.empty(len(runtime.users), 1),
     )
     sums = runtime.evaluate(state, None, table)
     users = sums.pop("num-users")

@@ -72,7 +72,7 @@ class FedNCF(Method):
         weight = params["out-weight"]  # [a, dim + h_last]
         out = (gmf * weight[:, None, : self.dim]).sum(-1)
         out = out + (hidden * weight[:, None, self.dim :]).sum(-1)
-        return out + params["out-bias"]  # [a, 1]
+        return out + params["out-bias"]  # bias [a, 1] broadcast over the k items
 
     def logits(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
         gmf = params[USER_GMF].unsqueeze(1) * rows[..., : self.dim]
