@@ -1,10 +1,16 @@
-"""Reproduction table: methods x datasets x protocols x seeds through ``flwr run``.
+"""Reproduction table: presets x datasets x protocols x seeds through ``flwr run``.
 
-Each cell is one ``flwr run`` of a preset (private SuperLink, ``--nodes`` SuperNodes); the
-table reports test metrics at the best validation round, mean ± std over the seeds, with
-seconds per round. Results land in ``<out>/runs/`` and the table in ``<out>/table.md``::
+Each cell is one run of a preset ``conf/<preset>-<dataset>-<protocol>.toml`` (``--methods``
+takes preset prefixes: ``pfedrec``, ``fedmf-dual``, ``pfedrec-sam``...): by default through
+``flwr run`` (private SuperLink, ``--nodes`` SuperNodes); with ``--inprocess`` through the same
+ServerApp and ClientApp on an in-process grid of ``--nodes`` nodes (identical metrics, since
+results do not depend on the packing; no Ray start-up), ``--jobs`` runs at a time. The table
+reports test metrics at the best validation round, mean ± std over the seeds, with seconds
+per round. Results land in ``<out>/runs/`` and the table in ``<out>/<table>.md``::
 
     python bench/reproduce.py --data-dir ../shared/datasets --seeds 0 1 2
+    python bench/reproduce.py --data-dir ../shared/datasets --methods fedncf fedrecon \
+        --inprocess --jobs 2 --table table-methods --no-floor
 """
 
 from __future__ import annotations
@@ -12,7 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import time
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from fedrec_flwr.baselines import popularity
@@ -24,7 +34,43 @@ PAPER = {  # PFedRec paper, Table 2 (HR@10 / NDCG@10 in %, mean of 5 runs)
     ("pfedrec", "lastfm-2k"): (82.38, 73.19),
     ("fedmf", "ml-100k"): (65.15, 39.38),
     ("fedmf", "lastfm-2k"): (81.64, 69.36),
+    ("fedncf", "ml-100k"): (60.62, 33.25),
+    ("fedncf", "lastfm-2k"): (81.55, 61.03),
+    ("fedrecon", "ml-100k"): (64.45, 37.78),
+    ("fedrecon", "lastfm-2k"): (82.06, 67.58),
+    # Table 3, "w/ DualPer"
+    ("fedncf-dual", "ml-100k"): (68.82, 39.33),
+    ("fedncf-dual", "lastfm-2k"): (82.31, 71.64),
+    ("fedrecon-dual", "ml-100k"): (70.20, 41.83),
+    ("fedrecon-dual", "lastfm-2k"): (83.51, 74.83),
+    # FedRecGEL: its reference code on our Last.fm-2K file (REFERENCE section 5), round on test
+    ("fedrecgel", "lastfm-2k"): (66.4, 45.0),
 }
+RUNNER = """
+import json, sys
+from fedrec_flwr.client import app
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.local_grid import LocalGrid
+from fedrec_flwr.server import run_federation
+rc, nodes = json.loads(sys.argv[1]), int(sys.argv[2])
+run_federation(LocalGrid(app, rc, num_nodes=nodes), RunConfig.from_mapping(rc))
+"""
+
+
+def run_inprocess(preset: Path, overrides: dict, nodes: int) -> str:
+    """One run on the in-process grid, in a fresh process; returns a status like flwr's."""
+    run_config = {**tomllib.loads(preset.read_text()), **overrides}
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, json.dumps(run_config), str(nodes)],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT,
+    )
+    if done.returncode:
+        return "failed: " + done.stderr[-1500:]
+    return "finished:completed"
+
+
 SHORT = {"ml-100k": "ml100k", "lastfm-2k": "lastfm2k"}
 
 
@@ -45,37 +91,66 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None, help="override num-server-rounds")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--out", default=str(PROJECT / "bench" / "results"))
+    parser.add_argument("--inprocess", action="store_true", help="in-process grid, no Ray")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (--inprocess)")
+    parser.add_argument("--table", default="table", help="name of the markdown table file")
+    parser.add_argument("--no-floor", action="store_true", help="leave out popularity rows")
     args = parser.parse_args()
     out = Path(args.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
+
+    def run_cell(cell: tuple[str, str, str, int]) -> None:
+        protocol, dataset, method, seed = cell
+        name = f"{method}-{SHORT[dataset]}-{protocol}-seed{seed}"
+        if (out / "runs" / name / "summary.json").exists():
+            return
+        overrides = {
+            "seed": seed,
+            "data-dir": str(Path(args.data_dir).resolve()),
+            "results-dir": str((out / "runs").resolve()),
+            "run-name": name,
+        }
+        if args.rounds:
+            overrides["num-server-rounds"] = args.rounds
+        preset = PROJECT / "conf" / f"{method}-{SHORT[dataset]}-{protocol}.toml"
+        started = time.time()
+        if args.inprocess:
+            status = run_inprocess(preset, overrides, args.nodes)
+        else:
+            pairs = [f"{k}={json.dumps(v)}" for k, v in overrides.items()]
+            status, _ = run(merged_run_config(preset, pairs), nodes=args.nodes, stream=False)
+        print(f"{name}: {status} in {time.time() - started:.0f} s", flush=True)
+        if status != "finished:completed":
+            raise SystemExit(f"{name} failed: {status}")
+
+    cells = [
+        (protocol, dataset, method, seed)
+        for protocol in args.protocols
+        for dataset in args.datasets
+        for method in args.methods
+        for seed in args.seeds
+    ]
+    with ThreadPoolExecutor(args.jobs if args.inprocess else 1) as pool:
+        list(pool.map(run_cell, cells))
 
     rows = []
     for protocol in args.protocols:
         for dataset in args.datasets:
             for method in args.methods:
-                summaries = []
-                for seed in args.seeds:
-                    name = f"{method}-{SHORT[dataset]}-{protocol}-seed{seed}"
-                    summary_file = out / "runs" / name / "summary.json"
-                    if not summary_file.exists():
-                        overrides = [
-                            f"seed={seed}",
-                            f"data-dir='{Path(args.data_dir).resolve()}'",
-                            f"results-dir='{(out / 'runs').resolve()}'",
-                            f"run-name='{name}'",
-                        ]
-                        if args.rounds:
-                            overrides.append(f"num-server-rounds={args.rounds}")
-                        preset = PROJECT / "conf" / f"{method}-{SHORT[dataset]}-{protocol}.toml"
-                        started = time.time()
-                        status, _ = run(
-                            merged_run_config(preset, overrides), nodes=args.nodes, stream=False
-                        )
-                        print(f"{name}: {status} in {time.time() - started:.0f} s", flush=True)
-                        if status != "finished:completed":
-                            raise SystemExit(f"{name} failed: {status}")
-                    summaries.append(json.loads(summary_file.read_text()))
+                summaries = [
+                    json.loads(
+                        (
+                            out
+                            / "runs"
+                            / f"{method}-{SHORT[dataset]}-{protocol}-seed{seed}"
+                            / "summary.json"
+                        ).read_text()
+                    )
+                    for seed in args.seeds
+                ]
                 rows.append((protocol, dataset, method, summaries))
+            if args.no_floor:
+                continue
             floors = [
                 {
                     "test": popularity(
@@ -124,11 +199,13 @@ def main() -> None:
             lines.append(f"| {dataset} | {method} | " + " | ".join(values) + " |")
     seeds = ", ".join(map(str, args.seeds))
     table = "\n".join(lines) + (
-        f"\n\nSeeds {seeds}; {args.nodes} SuperNodes; test metrics (%) at the round with the "
+        f"\n\nSeeds {seeds}; {args.nodes} "
+        + ("nodes on the in-process grid" if args.inprocess else "SuperNodes (flwr run)")
+        + "; test metrics (%) at the round with the "
         "best validation HR@10; mean ± std over seeds. s/round: median over the seeds, "
         "measured while other jobs shared the 2 cores (see speed-*.md for clean timings).\n"
     )
-    (out / "table.md").write_text(table)
+    (out / f"{args.table}.md").write_text(table)
     print(table)
 
 

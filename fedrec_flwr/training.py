@@ -26,6 +26,7 @@ from fedrec_flwr.seeding import keyed_rng
 
 PAD_TO = 64  # entries; see epoch_steps
 MAX_STEP_ENTRIES = 1 << 20  # users x padded batch of one step; more are cut into several steps
+FULL_PAD_LIMIT = 1024  # batches above it are padded to the user's own size (see epoch_steps)
 
 
 def user_round_items(
@@ -120,13 +121,16 @@ def epoch_steps(
     multiple of ``PAD_TO`` entries: vectorised CPU kernels (``sigmoid``, ``exp``) treat a
     tail shorter than their vector width with scalar code that rounds differently, so
     aligned rows keep every user's arithmetic bit-identical whatever other users share the
-    step. ``max_samples`` (a property of the dataset, not of the packing) caps the padded
-    width for batch sizes larger than any user's data; a step of more than
-    ``MAX_STEP_ENTRIES`` entries is cut into several steps of fewer users.
+    step. The padded width depends only on the user itself: the batch size (rounded up)
+    for batches up to ``FULL_PAD_LIMIT``; above it (full-batch training) the user's own
+    sample count (rounded up), so that one large user does not pad every other one. Users
+    of different widths go to different steps; a step of more than ``MAX_STEP_ENTRIES``
+    entries is cut into several steps of fewer users. (``max_samples`` is kept for callers;
+    the widths no longer need it.)
     """
     batch = config.batch_size
-    width = -(-min(batch, max_samples or batch) // PAD_TO) * PAD_TO
     counts = np.diff(samples.sample_offsets)
+    widths = user_widths(counts, batch)
     num_batches = -(-counts // batch)
     by_batches = np.argsort(-num_batches, kind="stable")  # users with most batches first
     rank = np.empty_like(by_batches)
@@ -156,10 +160,10 @@ def epoch_steps(
     steps = []
     by_step = np.argsort(step_of, kind="stable")
     bounds = np.searchsorted(step_of[by_step], np.arange(int(num_batches.max(initial=0)) + 1))
-    per_step = max(1, MAX_STEP_ENTRIES // width)
     for s in range(len(bounds) - 1):
         idx = by_step[bounds[s] : bounds[s + 1]]
         active = int((num_batches > s).sum())
+        width = int(widths.max(initial=PAD_TO))
         rows = np.zeros((active, width), dtype=np.int64)
         labels = np.zeros((active, width), dtype=np.float32)
         weights = np.zeros((active, width), dtype=np.float32)
@@ -167,17 +171,31 @@ def epoch_steps(
         rows[r, slot] = samples.sample_rows[order[idx]]
         labels[r, slot] = samples.sample_labels[order[idx]]
         weights[r, slot] = 1.0 / batch_size_of[idx]
-        for lo in range(0, active, per_step):
-            hi = min(active, lo + per_step)
-            steps.append(
-                Step(
-                    users=torch.from_numpy(by_batches[lo:hi].astype(np.int64)).to(device),
-                    rows=torch.from_numpy(rows[lo:hi]).to(device),
-                    labels=torch.from_numpy(labels[lo:hi]).to(device),
-                    weights=torch.from_numpy(weights[lo:hi]).to(device),
+        active_widths = widths[by_batches[:active]]
+        for w in np.unique(active_widths):
+            members = np.flatnonzero(active_widths == w)
+            per_step = max(1, MAX_STEP_ENTRIES // int(w))
+            for lo in range(0, len(members), per_step):
+                part = members[lo : lo + per_step]
+                steps.append(
+                    Step(
+                        users=torch.from_numpy(by_batches[part].astype(np.int64)).to(device),
+                        rows=torch.from_numpy(rows[part, :w]).to(device),
+                        labels=torch.from_numpy(labels[part, :w]).to(device),
+                        weights=torch.from_numpy(weights[part, :w]).to(device),
+                    )
                 )
-            )
     return steps
+
+
+def user_widths(counts: np.ndarray, batch: int) -> np.ndarray:
+    """Padded batch width of each user (see :func:`epoch_steps`): a function of the batch
+    size and of the user's own sample count only."""
+    batch_width = -(-batch // PAD_TO) * PAD_TO
+    if batch <= FULL_PAD_LIMIT:
+        return np.full(len(counts), batch_width, dtype=np.int64)
+    own = -(-np.minimum(counts, batch) // PAD_TO) * PAD_TO
+    return np.maximum(own, PAD_TO).astype(np.int64)
 
 
 def local_update(
