@@ -57,3 +57,36 @@ def test_preset_and_overrides_merge():
     )
     assert config["method"] == "pfedrec" and config["protocol"] == "paper"
     assert config["num-server-rounds"] == 3 and config["lr"] == 0.5
+
+
+def test_flwr_run_carries_shared_dense_parameters_sam_and_server_adam(tmp_path, monkeypatch):
+    """FedRecGEL (NeuMF tower as shared-dense parameters, SAM, server Adam) through Ray."""
+    monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "cache"))
+    results = tmp_path / "results"
+    config = {
+        "method": "fedrecgel",
+        "dataset": "synthetic",
+        "synthetic-users": 40,
+        "synthetic-items": 300,
+        "synthetic-mean-degree": 10,
+        "protocol": "strict",
+        "num-server-rounds": 2,
+        "fraction-train": 0.5,
+        "batch-size": 100000,
+        "item-lr": 1.0,
+        "item-lr-scaling": "none",
+        "dense-lr": 1.0,
+        "sam-rho-private": 0.01,
+        "sam-rho-shared": 0.01,
+        "server-optimizer": "adam",
+        "server-lr": 0.01,
+        "results-dir": str(results),
+        "run-name": "gel",
+    }
+    status, output = run(config, nodes=2, stream=False, timeout=900)
+    assert status == "finished:completed", output
+    summary = json.loads((results / "gel" / "summary.json").read_text())
+    assert summary["method"] == "fedrecgel" and summary["rounds"] == 2
+    rows = (results / "gel" / "rounds.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert all(int(r.split(",")[header.index("train-users")]) == 20 for r in rows[1:])
