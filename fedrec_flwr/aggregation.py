@@ -9,14 +9,18 @@ import numpy as np
 
 @dataclass(frozen=True)
 class RowUpload:
-    """One node's upload: for each item it trained, the sum of its users' tuned rows, and the
-    sums of its users' tuned shared-dense parameters."""
+    """One node's upload: for each item it trained, the sum of its users' tuned rows (rows
+    whose sum is zero: only their ids and counts), and the sums of its users' tuned
+    shared-dense parameters."""
 
     item_ids: np.ndarray  # [k] distinct
     row_sums: np.ndarray  # [k, d]
     row_counts: np.ndarray  # [k]: how many of the node's users trained the row
     num_users: int  # users that trained on the node this round
     dense_sums: dict[str, np.ndarray] = field(default_factory=dict)
+    # Rows trained whose sum is zero (sent as ids and counts only) and their counts.
+    zero_ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    zero_counts: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
 
 def row_changes(
@@ -28,7 +32,8 @@ def row_changes(
     users in the round (a user that did not train row ``i`` counts as "no change", as in the
     reference codes' mean over dense tables). ``toucher-mean``: divided by the number of
     users that trained row ``i``. Sums run in float64 so the result does not depend on the
-    order of the uploads or on how users were packed into nodes.
+    order of the uploads or on how users were packed into nodes. A row uploaded as zero
+    (``zero_ids``) counts as trained to the zero vector: its users still move it.
     """
     total_users = sum(upload.num_users for upload in uploads)
     if total_users == 0:
@@ -38,6 +43,7 @@ def row_changes(
     for upload in uploads:
         sums[upload.item_ids] += upload.row_sums
         counts[upload.item_ids] += upload.row_counts
+        counts[upload.zero_ids] += upload.zero_counts
     touched = np.flatnonzero(counts)
     base = table[touched].astype(np.float64)
     change = sums[touched] - counts[touched, None] * base

@@ -15,6 +15,7 @@ from fedrec_flwr.messages import (
     array_record,
     dense_arrays,
     read_dense,
+    read_rows,
     reply,
 )
 from fedrec_flwr.node import NodeRuntime, NodeState
@@ -78,13 +79,13 @@ def hello(msg: Message, context: Context) -> Message:
 
 def _received(msg: Message) -> tuple[int, np.ndarray | None, np.ndarray, dict]:
     """(server round, item ids or None for the full table, item rows, shared-dense
-    parameters) of a message."""
+    parameters) of a message (rows sent as zero ids come back as zero rows)."""
     received = msg.content[ARRAYS]
-    item_ids = received["item-ids"].numpy() if "item-ids" in received else None
+    item_ids, item_rows = read_rows(received)
     return (
         int(msg.content[CONFIG]["server-round"]),
         item_ids,
-        received["item-rows"].numpy(),
+        item_rows,
         read_dense(received),
     )
 
@@ -111,6 +112,8 @@ def train(msg: Message, context: Context) -> Message:
         "row_sums": result.row_sums,
         "row_counts": result.row_counts,
     }
+    if len(result.zero_ids):
+        arrays.update(zero_ids=result.zero_ids, zero_counts=result.zero_counts)
     metrics = {
         "num-users": result.num_users,
         "num-samples": result.num_samples,

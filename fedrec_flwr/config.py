@@ -24,6 +24,9 @@ AGGREGATIONS = ("round-mean", "toucher-mean")
 ITEM_LR_SCALINGS = ("none", "num-items")
 PERSONALIZATIONS = ("none", "dual")
 SERVER_OPTIMIZERS = ("none", "sgd-momentum", "adam")
+FEDRAP_SCHEDULES = ("tanh", "constant")
+FEDRAP_REG_ROWS = ("held", "batch")
+FEDRAP_DISTANCES = ("squared", "bounded")
 DATA_DIR_ENV = "FEDREC_DATA_DIR"
 
 
@@ -67,6 +70,14 @@ class RunConfig:
     fedrecon_epochs: int = 5
     ncf_mlp_dim: int = 32
     ncf_layers: str = "32,16"
+    fedrap_v1: float = 0.1
+    fedrap_v2: float = 0.1
+    fedrap_schedule: str = "tanh"
+    fedrap_reg_rows: str = "held"
+    fedrap_distance: str = "squared"
+    fedrap_distance_bound: float = 1.0
+    fedrap_zero_threshold: float = 0.0
+    fedrap_local_lr_ratio: float = 1.0
     eval_every: int = 1
     device: str = "cpu"
     torch_threads: int = 1
@@ -113,7 +124,7 @@ class RunConfig:
     def validate(self) -> None:
         """Raise :class:`ConfigError` for impossible values."""
         # Local import: the registry's classes check their own combinations (below).
-        from fedrec_flwr.methods import METHODS
+        from fedrec_flwr.methods import METHODS, build_method
 
         _choice("method", self.method, tuple(METHODS))
         _choice("personalization", self.personalization, PERSONALIZATIONS)
@@ -156,6 +167,16 @@ class RunConfig:
         _positive("fedrecon-epochs", self.fedrecon_epochs)
         _positive("ncf-mlp-dim", self.ncf_mlp_dim)
         self.ncf_layer_sizes()
+        _choice("fedrap-schedule", self.fedrap_schedule, FEDRAP_SCHEDULES)
+        _choice("fedrap-reg-rows", self.fedrap_reg_rows, FEDRAP_REG_ROWS)
+        _choice("fedrap-distance", self.fedrap_distance, FEDRAP_DISTANCES)
+        if min(self.fedrap_v1, self.fedrap_v2, self.fedrap_zero_threshold) < 0:
+            raise ConfigError(
+                "fedrap-v1, fedrap-v2 and fedrap-zero-threshold must be >= 0 (0 = off)."
+            )
+        if self.fedrap_local_lr_ratio < 0:
+            raise ConfigError("fedrap-local-lr-ratio must be >= 0 (0: D_u is never trained).")
+        _positive("fedrap-distance-bound", self.fedrap_distance_bound)
         if self.torch_threads < 0:
             raise ConfigError("torch-threads must be >= 0 (0 = PyTorch's default).")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
@@ -173,7 +194,7 @@ class RunConfig:
                 )
         if not self.results_dir:
             raise ConfigError("results-dir must not be empty (default: 'results').")
-        METHODS[self.method](self, num_items=1)  # the method's own checks (e.g. dual)
+        build_method(self, num_items=1)  # the method's own checks (e.g. dual)
 
     def ncf_layer_sizes(self) -> tuple[int, ...]:
         """``ncf-layers`` as integers (the MLP tower's output sizes)."""

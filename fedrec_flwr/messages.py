@@ -2,11 +2,13 @@
 
 Every array travels in the ``arrays`` ArrayRecord of a message (kebab-case keys, int64 ids):
 
-- server -> node: ``train-users``, ``item-ids`` (absent: the full table) + ``item-rows``, and
-  one ``dense.<name>`` per shared-dense parameter;
+- server -> node: ``train-users``, ``item-ids`` (absent: the full table) + ``item-rows``,
+  ``zero-ids`` (rows that are zero, sent without values; sparse methods only), and one
+  ``dense.<name>`` per shared-dense parameter;
 - node -> server: ``users``, ``eval-items``, ``next-items`` (handshake); ``item-ids``,
-  ``row-sums``, ``row-counts``, ``dense.<name>`` (sums over the node's users) and
-  ``next-items`` (train); ``next-items`` (evaluate).
+  ``row-sums``, ``row-counts``, ``zero-ids`` + ``zero-counts`` (trained rows whose sum is
+  zero), ``dense.<name>`` (sums over the node's users) and ``next-items`` (train);
+  ``next-items`` (evaluate).
 
 Scalars travel in ``metrics`` (MetricRecord) and ``config`` (ConfigRecord: ``server-round``).
 """
@@ -20,7 +22,18 @@ ARRAYS, METRICS, CONFIG = "arrays", "metrics", "config"
 DENSE_PREFIX = "dense."
 
 #: Arrays a node may upload besides ``dense.<name>`` of the method's shared-dense parameters.
-UPLOAD_KEYS = frozenset({"users", "eval-items", "next-items", "item-ids", "row-sums", "row-counts"})
+UPLOAD_KEYS = frozenset(
+    {
+        "users",
+        "eval-items",
+        "next-items",
+        "item-ids",
+        "row-sums",
+        "row-counts",
+        "zero-ids",
+        "zero-counts",
+    }
+)
 
 
 def array_record(**arrays: np.ndarray) -> ArrayRecord:
@@ -42,6 +55,45 @@ def read_dense(record: ArrayRecord) -> dict[str, np.ndarray]:
         for key, array in record.items()
         if key.startswith(DENSE_PREFIX)
     }
+
+
+def sparse_rows(
+    item_ids: np.ndarray | None, rows: np.ndarray, threshold: float | None
+) -> dict[str, np.ndarray]:
+    """The arrays that carry global rows (``item_ids`` None: the full table). When
+    ``threshold`` is set (a sparse method) and some rows are exactly zero, those rows travel
+    as ``zero_ids`` only: ``item_rows`` keeps the non-zero ones (and ``item_ids``, for a
+    request, their ids), so the bytes drop by a row per zero row."""
+    zero = ~rows.any(axis=1) if threshold is not None else np.zeros(len(rows), dtype=bool)
+    if not zero.any():
+        if item_ids is None:
+            return {"item_rows": rows}
+        return {"item_ids": item_ids, "item_rows": rows}
+    ids = np.flatnonzero(zero) if item_ids is None else item_ids[zero]
+    arrays = {"item_rows": rows[~zero], "zero_ids": ids.astype(np.int64)}
+    if item_ids is not None:
+        arrays["item_ids"] = item_ids[~zero]
+    return arrays
+
+
+def read_rows(record: ArrayRecord) -> tuple[np.ndarray | None, np.ndarray]:
+    """(item ids or None for the full table, item rows) of a record written by
+    :func:`sparse_rows`; zero rows come back as zeros."""
+    item_ids = record["item-ids"].numpy() if "item-ids" in record else None
+    rows = record["item-rows"].numpy()
+    if "zero-ids" not in record:
+        return item_ids, rows
+    zero_ids = record["zero-ids"].numpy()
+    if item_ids is None:  # the full table
+        full = np.zeros((len(rows) + len(zero_ids), rows.shape[1]), dtype=rows.dtype)
+        nonzero = np.ones(len(full), dtype=bool)
+        nonzero[zero_ids] = False
+        full[nonzero] = rows
+        return None, full
+    ids = np.concatenate([item_ids, zero_ids])
+    order = np.argsort(ids, kind="stable")
+    full = np.concatenate([rows, np.zeros((len(zero_ids), rows.shape[1]), rows.dtype)])
+    return ids[order], full[order]
 
 
 def allowed_upload_keys(shared_dense: tuple[str, ...]) -> frozenset[str]:

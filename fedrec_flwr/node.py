@@ -23,7 +23,7 @@ from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.evaluation import metrics_from_ranks
 from fedrec_flwr.methods import ROWS, Method, build_method
 from fedrec_flwr.partition import participants, users_of_partition
-from fedrec_flwr.personal import PersonalRows
+from fedrec_flwr.personal import KEY_STRIDE, PersonalRows
 from fedrec_flwr.protocols import build_protocol, lookup_rows
 from fedrec_flwr.training import (
     build_round_samples,
@@ -35,17 +35,24 @@ from fedrec_flwr.training import (
 
 @dataclass
 class NodeState:
-    """Private state of a node's users, indexed by position in the node's user list."""
+    """Private state of a node's users, indexed by position in the node's user list:
+    private parameters, personal rows (tuned copies of item rows) and, per ``private-rows``
+    parameter, the rows each user has trained (rows it never trained are zero)."""
 
     private: dict[str, torch.Tensor]
     personal: PersonalRows
+    private_rows: dict[str, PersonalRows] = field(default_factory=dict)
 
     PREFIX = "private/"
+    ROWS_PREFIX = "private-rows/"
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Flat numpy arrays (for ``context.state``)."""
         arrays = {self.PREFIX + k: v.cpu().numpy() for k, v in self.private.items()}
         arrays.update(self.personal.to_arrays())
+        for name, store in self.private_rows.items():
+            prefix = f"{self.ROWS_PREFIX}{name}/"
+            arrays.update({prefix + k: v for k, v in store.to_arrays().items()})
         return arrays
 
     @classmethod
@@ -56,20 +63,32 @@ class NodeState:
             for k, v in arrays.items()
             if k.startswith(cls.PREFIX)
         }
-        return cls(private=private, personal=PersonalRows.from_arrays(arrays))
+        stores: dict[str, dict[str, np.ndarray]] = {}
+        for key, value in arrays.items():
+            if key.startswith(cls.ROWS_PREFIX):
+                name, _, array = key[len(cls.ROWS_PREFIX) :].rpartition("/")
+                stores.setdefault(name, {})[array] = value
+        return cls(
+            private=private,
+            personal=PersonalRows.from_arrays(arrays),
+            private_rows={name: PersonalRows.from_arrays(a) for name, a in stores.items()},
+        )
 
 
 @dataclass(frozen=True)
 class TrainResult:
     """What a node uploads after training (and the metrics it reports)."""
 
-    item_ids: np.ndarray  # sorted distinct items its users trained
+    item_ids: np.ndarray  # sorted distinct items its users trained (non-zero sums)
     row_sums: np.ndarray  # [k, r]: sum over its users of their tuned rows
     row_counts: np.ndarray  # [k]: number of its users that trained each row
     num_users: int
     num_samples: int
     loss_sum: float
     dense_sums: dict[str, np.ndarray] = field(default_factory=dict)
+    # Trained rows whose sum is zero (sparse methods: sent as ids only) and their counts.
+    zero_ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    zero_counts: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
 
 class NodeRuntime:
@@ -110,7 +129,8 @@ class NodeRuntime:
             if name in dense:
                 value = torch.from_numpy(dense[name])
                 private[name] = value.unsqueeze(0).repeat(len(self.users), *[1] * value.dim())
-        return NodeState(private, PersonalRows.empty(len(self.users), self.method.row_dim))
+        empty = PersonalRows.empty(len(self.users), self.method.row_dim)
+        return NodeState(private, empty, {name: empty for name in self.method.private_row_names()})
 
     def positions_of(self, users: np.ndarray) -> np.ndarray:
         """Positions in this node's user list of global user ids (which must belong here)."""
@@ -188,24 +208,46 @@ class NodeRuntime:
             items_of=self._items_of(server_round),
         )
         params = self._round_params(state, positions, dense or {})
-        params[ROWS] = torch.from_numpy(lookup_rows(samples.row_items, item_ids, item_rows)).to(
-            self.device
-        )
+        received = lookup_rows(samples.row_items, item_ids, item_rows)
+        for name in self.method.global_row_names():  # the frozen global view
+            params[name] = torch.from_numpy(received.copy()).to(self.device)
+        if self.method.train_from_personal:  # the local rows persist
+            local = state.personal.gathered(self._row_positions(samples), samples.row_items)
+            held = np.isin(
+                self._row_positions(samples) * KEY_STRIDE + samples.row_items,
+                state.personal.keys(),
+            )
+            received = np.where(held[:, None], local, received)
+        params[ROWS] = torch.from_numpy(received).to(self.device)
+        for name in self.method.private_row_names():
+            params[name] = torch.from_numpy(self._gathered(state.private_rows[name], samples)).to(
+                self.device
+            )
         loss_sum, num_samples = local_update(
             self.method, samples, params, self.config, server_round, self.max_samples
         )
         tuned = params[ROWS].cpu().numpy()
+        threshold = self.method.zero_threshold
+        if threshold is not None:  # rows at or below the threshold count (and travel) as zero
+            tuned[np.abs(tuned).max(axis=1, initial=0.0) <= threshold] = 0.0
 
         item_ids_up, inverse = np.unique(samples.row_items, return_inverse=True)
         sums = torch.zeros((len(item_ids_up), tuned.shape[1]), dtype=torch.float64)
         sums.index_add_(0, torch.from_numpy(inverse), torch.from_numpy(tuned).double())
+        counts = np.bincount(inverse, minlength=len(item_ids_up)).astype(np.int64)
         one = len(users) == 1
+        # One user: its float32 values as they are; several: exact float64 sums, so the
+        # server's aggregate does not depend on how users are packed into nodes.
+        row_sums = tuned if one else sums.numpy()
+        nonzero = np.ones(len(item_ids_up), dtype=bool)
+        if threshold is not None:
+            nonzero = row_sums.any(axis=1)
         result = TrainResult(
-            item_ids=item_ids_up,
-            # One user: its float32 values as they are; several: exact float64 sums, so the
-            # server's aggregate does not depend on how users are packed into nodes.
-            row_sums=tuned if one else sums.numpy(),
-            row_counts=np.bincount(inverse, minlength=len(item_ids_up)).astype(np.int64),
+            item_ids=item_ids_up[nonzero],
+            row_sums=row_sums[nonzero],
+            row_counts=counts[nonzero],
+            zero_ids=item_ids_up[~nonzero],
+            zero_counts=counts[~nonzero],
             num_users=len(users),
             num_samples=num_samples,
             loss_sum=loss_sum,
@@ -223,7 +265,23 @@ class NodeRuntime:
         personal = state.personal
         if self.method.personal_rows:
             personal = self._kept_rows(personal, samples, tuned)
-        return result, NodeState(private, personal)
+        private_rows = {
+            name: store.merged(
+                self._row_positions(samples), samples.row_items, params[name].cpu().numpy()
+            )
+            for name, store in state.private_rows.items()
+        }
+        return result, NodeState(private, personal, private_rows)
+
+    @staticmethod
+    def _row_positions(samples) -> np.ndarray:
+        """The node position of the user owning each flat row of the round."""
+        return np.repeat(samples.positions, np.diff(samples.row_offsets))
+
+    def _gathered(self, store: PersonalRows, samples) -> np.ndarray:
+        """The flat table of the round's row blocks from a private-row store (zero rows for
+        items a user never trained)."""
+        return store.gathered(self._row_positions(samples), samples.row_items)
 
     def _round_params(
         self, state: NodeState, positions: np.ndarray, dense: dict[str, np.ndarray]
@@ -245,6 +303,8 @@ class NodeRuntime:
     def _kept_rows(self, personal: PersonalRows, samples, tuned: np.ndarray) -> PersonalRows:
         """The trained users' personal rows become this round's tuned rows (filtered by the
         protocol: under ``paper`` only rows among the user's candidates are kept)."""
+        if self.method.train_from_personal:  # local rows persist: keep every trained row
+            return personal.merged(self._row_positions(samples), samples.row_items, tuned)
         updates = {}
         for j, position in enumerate(samples.positions):
             lo, hi = samples.row_offsets[j], samples.row_offsets[j + 1]
@@ -277,6 +337,7 @@ class NodeRuntime:
                 self.users[positions],
                 item_ids,
                 item_rows,
+                state.private_rows,
             )
             for split, ranks in (("val", val_ranks), ("test", test_ranks)):
                 for name, value in metrics_from_ranks(ranks, protocol.name).items():

@@ -22,16 +22,20 @@ NORM_EPS = 1e-12
 
 
 class SGD:
-    """``p <- p - lr * g`` with one learning rate per parameter name."""
+    """``p <- p - lr * g`` with one learning rate per parameter name. ``row_names``: flat
+    row tables whose gradients arrive per batch entry (the item rows, private rows)."""
 
-    def __init__(self, learning_rates: dict[str, float]) -> None:
+    def __init__(
+        self, learning_rates: dict[str, float], row_names: tuple[str, ...] = (ROWS,)
+    ) -> None:
         self.learning_rates = learning_rates
+        self.row_names = row_names
 
     def apply(self, params: dict[str, torch.Tensor], step: Step, grads: Grads) -> None:
         for name, grad in grads.items():
             lr = self.learning_rates[name]
-            if name == ROWS:
-                params[ROWS].index_add_(
+            if name in self.row_names:
+                params[name].index_add_(
                     0, step.rows.reshape(-1), grad.reshape(-1, grad.shape[-1]), alpha=-lr
                 )
             else:
@@ -60,7 +64,8 @@ class SAM:
         self.rho = {"private": rho_private, "shared": rho_shared}
 
     def group(self, name: str) -> str:
-        return "private" if self.roles[name] is Role.PRIVATE else "shared"
+        private = self.roles[name] in (Role.PRIVATE, Role.PRIVATE_ROWS)
+        return "private" if private else "shared"
 
     def step(self, params: dict[str, torch.Tensor], step: Step, gradients: GradientFn):
         grads, logits = gradients(None)
@@ -73,12 +78,12 @@ class SAM:
         """``rho * g / ||g||`` per group and per user (zero for a group with rho = 0)."""
         users = step.users.shape[0]
         sq = {g: torch.zeros(users, dtype=torch.float32, device=step.rows.device) for g in self.rho}
-        rows = None
+        rows = {}
         for name, grad in grads.items():
             group = self.group(name)
-            if name == ROWS:
-                rows = _distinct_row_grads(step, grad)
-                owner, row_grad = rows[1], rows[2]
+            if name in self.inner.row_names:
+                rows[name] = _distinct_row_grads(step, grad)
+                owner, row_grad = rows[name][1], rows[name][2]
                 sq[group].index_add_(0, owner, row_grad.pow(2).sum(1))
             else:
                 sq[group] += grad.pow(2).reshape(users, -1).sum(1)
@@ -88,11 +93,11 @@ class SAM:
             group = self.group(name)
             if self.rho[group] == 0:
                 continue
-            if name == ROWS:
-                real, owner, row_grad, inverse = rows
+            if name in rows:
+                real, owner, row_grad, inverse = rows[name]
                 entries = torch.zeros_like(grad)
                 entries[real] = (row_grad * scale[group][owner].unsqueeze(-1))[inverse]
-                offsets[ROWS] = entries
+                offsets[name] = entries
             else:
                 offsets[name] = grad * scale[group].reshape(-1, *[1] * (grad.dim() - 1))
         return offsets
@@ -118,7 +123,7 @@ def _distinct_row_grads(step: Step, grad: torch.Tensor):
 def build_optimizer(method, rho_private: float, rho_shared: float) -> SGD | SAM:
     """SGD with the method's learning rates, wrapped in SAM when a radius is positive."""
     roles = method.roles()
-    inner = SGD({name: method.learning_rate(name) for name in roles})
+    inner = SGD({name: method.learning_rate(name) for name in roles}, method.row_names())
     if rho_private > 0 or rho_shared > 0:
         return SAM(inner, roles, rho_private, rho_shared)
     return inner

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+KEY_STRIDE = 1 << 32  # (position, item) -> position * KEY_STRIDE + item
+
 
 @dataclass(frozen=True)
 class PersonalRows:
@@ -50,6 +52,65 @@ class PersonalRows:
             items=np.concatenate(items_parts).astype(np.int64),
             rows=np.concatenate(rows_parts).astype(np.float32).reshape(-1, self.rows.shape[1]),
         )
+
+    def keys(self) -> np.ndarray:
+        """``position * KEY_STRIDE + item`` of every stored row, in storage order (sorted)."""
+        owner = np.repeat(np.arange(len(self.indptr) - 1, dtype=np.int64), self.counts())
+        return owner * KEY_STRIDE + self.items
+
+    def merged(self, positions: np.ndarray, items: np.ndarray, rows: np.ndarray) -> PersonalRows:
+        """A store that also holds the given rows (one per (position, item) pair, distinct),
+        their values replacing those stored for the same pairs: rows a user trained in an
+        earlier round stay kept, as private rows must."""
+        old = self.keys()
+        new = np.asarray(positions, np.int64) * KEY_STRIDE + np.asarray(items, np.int64)
+        if len(new) > 1 and np.any(new[1:] <= new[:-1]):  # sorted, distinct: merge in place
+            order = np.argsort(new, kind="stable")
+            new, rows = new[order], np.asarray(rows)[order]
+        where = np.searchsorted(new, old)
+        clipped = np.minimum(where, max(len(new) - 1, 0))
+        keep = new[clipped] != old if len(new) else np.ones(len(old), dtype=bool)
+        old, where = old[keep], where[keep]
+        # Output slot of each kept old row and each new row (both lists are sorted).
+        old_slot = np.arange(len(old)) + where
+        new_slot = np.arange(len(new)) + np.searchsorted(old, new)
+        out = np.empty((len(old) + len(new), self.rows.shape[1]), dtype=np.float32)
+        out[old_slot] = self.rows[keep]
+        out[new_slot] = rows
+        keys = np.empty(len(out), dtype=np.int64)
+        keys[old_slot], keys[new_slot] = old, new
+        owner = keys // KEY_STRIDE
+        counts = np.bincount(owner, minlength=len(self.indptr) - 1)
+        return PersonalRows(
+            indptr=np.r_[0, np.cumsum(counts)].astype(np.int64),
+            items=keys - owner * KEY_STRIDE,
+            rows=out,
+        )
+
+    def gathered(self, positions: np.ndarray, items: np.ndarray) -> np.ndarray:
+        """Rows [m, r] of the given (position, item) pairs; zeros where none is stored."""
+        out = np.zeros((len(items), self.rows.shape[1]), dtype=np.float32)
+        keys = self.keys()
+        if not len(keys) or not len(items):
+            return out
+        wanted = np.asarray(positions, np.int64) * KEY_STRIDE + np.asarray(items, np.int64)
+        where = np.searchsorted(keys, wanted)
+        where[where == len(keys)] = 0
+        hit = keys[where] == wanted
+        out[hit] = self.rows[where[hit]]
+        return out
+
+    def gather(self, position: int, items: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Write into ``out`` (one row per item, zeros assumed) the rows the user holds of
+        ``items``; returns the mask of the items it holds."""
+        held, rows = self.of(position)
+        if not len(held):
+            return np.zeros(len(items), dtype=bool)
+        where = np.searchsorted(held, items)
+        where[where == len(held)] = 0
+        hit = held[where] == items
+        out[hit] = rows[where[hit]]
+        return hit
 
     def overlay(self, position: int, candidates: np.ndarray, rows: np.ndarray) -> None:
         """Replace in ``rows`` (one per candidate item) those the user holds a copy of."""

@@ -44,8 +44,11 @@ class EvalProtocol:
         users: np.ndarray,
         item_ids: np.ndarray | None,
         item_rows: np.ndarray,
+        private_rows: dict[str, PersonalRows] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """0-based (validation, test) ranks of ``users`` (at ``positions`` in the node)."""
+        """0-based (validation, test) ranks of ``users`` (at ``positions`` in the node).
+
+        ``private_rows``: the node's stores of the method's ``private-rows`` parameters."""
         raise NotImplementedError
 
 
@@ -72,14 +75,15 @@ class PaperProtocol(EvalProtocol):
         """Only rows among the user's candidates (the only ones evaluation reads)."""
         return np.isin(items, self.candidates(user))
 
-    def ranks(self, method, params, personal, positions, users, item_ids, item_rows):
+    def ranks(
+        self, method, params, personal, positions, users, item_ids, item_rows, private_rows=None
+    ):
         candidates = np.stack([self.candidates(int(u)) for u in users])  # [a, 200]
-        rows = lookup_rows(candidates.reshape(-1), item_ids, item_rows).reshape(
-            *candidates.shape, -1
-        )
-        for j, position in enumerate(positions):  # personal rows replace global ones
-            personal.overlay(position, candidates[j], rows[j])
         device = next(iter(params.values())).device
+        rows, extras = user_rows(
+            method, personal, private_rows, positions, candidates, item_ids, item_rows
+        )
+        params = {**params, **{n: torch.from_numpy(v).to(device) for n, v in extras.items()}}
         logits = method.logits(params, torch.from_numpy(rows).to(device)).cpu()
         k = EVAL_NEGATIVES_PER_SPLIT + 1
         val = ranks_from_scores(logits[:, 0], logits[:, 1:k])
@@ -93,12 +97,32 @@ class StrictProtocol(EvalProtocol):
     def eval_items(self, users: np.ndarray) -> None:
         return None
 
-    def ranks(self, method, params, personal, positions, users, item_ids, item_rows):
+    def ranks(
+        self, method, params, personal, positions, users, item_ids, item_rows, private_rows=None
+    ):
         table = item_rows
         device = next(iter(params.values())).device
         scores = method.logits_all(params, torch.from_numpy(table).to(device))
         counts = personal.counts()[positions]
-        if counts.sum() > 0:  # personal rows replace global ones
+        if method.private_row_names() or method.global_row_names():
+            # Items a user holds personal or private rows of are scored from those.
+            held = [held_items(personal, private_rows, int(p)) for p in positions]
+            counts = np.array([len(h) for h in held])
+            if counts.sum() > 0:
+                items = np.zeros((len(positions), int(counts.max())), dtype=np.int64)
+                for j, h in enumerate(held):
+                    items[j, : len(h)] = h
+                rows, extras = user_rows(
+                    method, personal, private_rows, positions, items, None, table
+                )
+                extras = {n: torch.from_numpy(v).to(device) for n, v in extras.items()}
+                scored = method.logits({**params, **extras}, torch.from_numpy(rows).to(device))
+                owner = np.repeat(np.arange(len(positions)), counts)
+                slot = np.concatenate([np.arange(c) for c in counts])
+                scores[torch.from_numpy(owner), torch.from_numpy(items[owner, slot])] = scored[
+                    torch.from_numpy(owner), torch.from_numpy(slot)
+                ]
+        elif counts.sum() > 0:  # personal rows replace global ones
             width = int(counts.max())
             padded = np.zeros((len(positions), width, table.shape[1]), dtype=np.float32)
             owner = np.repeat(np.arange(len(positions)), counts)
@@ -135,6 +159,42 @@ PROTOCOLS: dict[str, type[EvalProtocol]] = {p.name: p for p in (PaperProtocol, S
 
 def build_protocol(name: str, prepared: PreparedData, seed: int) -> EvalProtocol:
     return PROTOCOLS[name](prepared, seed)
+
+
+def held_items(
+    personal: PersonalRows, private_rows: dict[str, PersonalRows] | None, position: int
+) -> np.ndarray:
+    """Sorted items the user at ``position`` holds personal or private rows of."""
+    parts = [personal.of(position)[0]]
+    parts += [store.of(position)[0] for store in (private_rows or {}).values()]
+    return np.unique(np.concatenate(parts))
+
+
+def user_rows(
+    method: Method,
+    personal: PersonalRows,
+    private_rows: dict[str, PersonalRows] | None,
+    positions: np.ndarray,
+    items: np.ndarray,
+    item_ids: np.ndarray | None,
+    item_rows: np.ndarray,
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """What a user's score function reads for ``items`` [a, k] (one row of items per user at
+    ``positions``): the item rows [a, k, r] (global rows, the user's personal rows replacing
+    them), and the method's aligned row inputs: its private rows (zero where the user holds
+    none) and the frozen global rows."""
+    global_rows = lookup_rows(items.reshape(-1), item_ids, item_rows).reshape(*items.shape, -1)
+    extras = {name: global_rows.copy() for name in method.global_row_names()}
+    for name in method.private_row_names():
+        gathered = np.zeros_like(global_rows)
+        if private_rows and name in private_rows:
+            for j, position in enumerate(positions):
+                private_rows[name].gather(int(position), items[j], gathered[j])
+        extras[name] = gathered
+    rows = global_rows
+    for j, position in enumerate(positions):  # personal rows replace global ones
+        personal.overlay(position, items[j], rows[j])
+    return rows, extras
 
 
 def lookup_rows(

@@ -48,6 +48,7 @@ class RunRecorder:
             *(f"{split}-{m}" for split in ("val", "test") for m in self.metrics),
             "bytes-down",
             "bytes-up",
+            "c-density",
             "train-users",
             "touched-items",
             "touched-items-total",

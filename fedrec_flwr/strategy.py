@@ -34,7 +34,15 @@ from fedrec_flwr.aggregation import RowUpload, dense_changes, row_changes
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.evaluation import metric_names
 from fedrec_flwr.handshake import FederationError, NodeInfo, connect
-from fedrec_flwr.messages import ARRAYS, CONFIG, METRICS, array_record, dense_arrays, read_dense
+from fedrec_flwr.messages import (
+    ARRAYS,
+    CONFIG,
+    METRICS,
+    array_record,
+    dense_arrays,
+    read_dense,
+    sparse_rows,
+)
 from fedrec_flwr.methods import Method
 from fedrec_flwr.partition import participants
 from fedrec_flwr.server_optim import ServerOptimizer
@@ -96,9 +104,8 @@ class FedRecStrategy(Strategy):
 
     def _payload(self, users: np.ndarray | None, item_ids, rows: np.ndarray) -> ArrayRecord:
         arrays = {} if users is None else {"train_users": users}
-        if item_ids is not None:
-            arrays["item_ids"] = item_ids
-        record = array_record(**arrays, item_rows=rows)
+        arrays.update(sparse_rows(item_ids, rows, self.method.zero_threshold))
+        record = array_record(**arrays)
         for name, array in dense_arrays(self.dense).items():
             record[name] = array
         return record
@@ -159,6 +166,14 @@ class FedRecStrategy(Strategy):
                         row_counts=arrays["row-counts"].numpy(),
                         num_users=int(metrics["num-users"]),
                         dense_sums=read_dense(arrays),
+                        **(
+                            {
+                                "zero_ids": arrays["zero-ids"].numpy(),
+                                "zero_counts": arrays["zero-counts"].numpy(),
+                            }
+                            if "zero-ids" in arrays
+                            else {}
+                        ),
                     ),
                 )
             )
@@ -175,6 +190,9 @@ class FedRecStrategy(Strategy):
             return None, None
         touched, delta = row_changes(self.table, uploads, self.config.aggregation)
         self.table = self.optimizer.update_rows(self.table, touched, delta)
+        threshold = self.method.zero_threshold
+        if threshold is not None:  # rows at or below the threshold are zero (and not sent)
+            self.table[np.abs(self.table).max(axis=1, initial=0.0) <= threshold] = 0.0
         self.dense = {
             name: self.optimizer.update_dense(name, self.dense[name], change)
             for name, change in dense_changes(self.dense, uploads).items()
@@ -186,6 +204,7 @@ class FedRecStrategy(Strategy):
             "train-loss": loss_sum / max(num_samples, 1),
             "train-users": self.log.train_users,
             "touched-items": self.log.touched_items,
+            "c-density": float(self.table.any(axis=1).mean()),
         }
         self.log.metrics.update(metrics)
         return array_record(item_table=self.table), MetricRecord(metrics)

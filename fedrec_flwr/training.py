@@ -19,7 +19,7 @@ import torch
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
-from fedrec_flwr.methods.base import ROWS, Method, Step, bce_losses
+from fedrec_flwr.methods.base import ROWS, Method, RoundContext, Step, bce_losses
 from fedrec_flwr.optim import build_optimizer
 from fedrec_flwr.sampling import sample_excluding
 from fedrec_flwr.seeding import keyed_rng
@@ -214,6 +214,9 @@ def local_update(
     optimizer = build_optimizer(method, config.sam_rho_private, config.sam_rho_shared)
     device = params[ROWS].device
     method.begin_round(params, samples.users, server_round)
+    context = round_context(samples, config, server_round, device)
+    method.begin_local_update(params, context)
+    row_names = method.row_names()
     loss_sum, num_samples = 0.0, 0
     for index, stage in enumerate(method.stages()):
         for epoch in range(stage.epochs):
@@ -222,7 +225,9 @@ def local_update(
             ):
                 logits = None
                 for phase in stage.phases:
-                    at = optimizer.step(params, step, _gradient_fn(method, params, step, phase))
+                    gradients = _gradient_fn(method, params, step, phase, row_names)
+                    at = optimizer.step(params, step, gradients)
+                    method.after_step(params, step, phase, context)
                     logits = at if logits is None else logits
                 if stage.logged:
                     real = step.weights > 0
@@ -231,12 +236,40 @@ def local_update(
     return loss_sum, num_samples
 
 
-def _gradient_fn(method: Method, params: dict[str, torch.Tensor], step: Step, phase):
+def round_context(
+    samples: RoundSamples, config: RunConfig, server_round: int, device: torch.device
+) -> RoundContext:
+    """The round's row blocks, sample counts and row labels, as tensors on ``device``."""
+    row_labels = np.zeros(int(samples.row_offsets[-1]), dtype=np.float32)
+    row_labels[samples.sample_rows[samples.sample_labels > 0]] = 1.0
+    return RoundContext(
+        server_round=server_round,
+        num_rounds=config.num_server_rounds,
+        row_offsets=torch.from_numpy(np.asarray(samples.row_offsets, np.int64)).to(device),
+        sample_counts=torch.from_numpy(np.diff(samples.sample_offsets).astype(np.float32)).to(
+            device
+        ),
+        row_labels=torch.from_numpy(row_labels).to(device),
+    )
+
+
+def _gradient_fn(
+    method: Method,
+    params: dict[str, torch.Tensor],
+    step: Step,
+    phase,
+    row_names: tuple[str, ...] = (ROWS,),
+):
     """Gradients of the method's loss w.r.t. ``phase.params`` at the current parameters plus
-    optional offsets: closed form if the method gives it, else autograd."""
+    optional offsets: closed form if the method gives it, else autograd. Row tables other
+    than ``ROWS`` (private and global rows) are gathered per batch entry like the item rows."""
 
     def gradients(offsets):
-        others = {n: p[step.users] for n, p in params.items() if n != ROWS}
+        others = {
+            n: p[step.rows] if n in row_names else p[step.users]
+            for n, p in params.items()
+            if n != ROWS
+        }
         rows = params[ROWS][step.rows]
         if offsets:
             others = {n: p + offsets[n] if n in offsets else p for n, p in others.items()}

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from fedrec_flwr.methods.base import ROWS, Method, Phase, Role, Stage, Step
 from fedrec_flwr.methods.fedmf import FedMF
 from fedrec_flwr.methods.fedncf import FedNCF, FedRecGEL
+from fedrec_flwr.methods.fedrap import FedRAP
 from fedrec_flwr.methods.fedrecon import FedRecon
 from fedrec_flwr.methods.pfedrec import PFedRec
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from fedrec_flwr.config import RunConfig
 
 METHODS: dict[str, type[Method]] = {
-    cls.name: cls for cls in (PFedRec, FedMF, FedNCF, FedRecon, FedRecGEL)
+    cls.name: cls for cls in (PFedRec, FedMF, FedNCF, FedRecon, FedRecGEL, FedRAP)
 }
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "ROWS",
     "FedMF",
     "FedNCF",
+    "FedRAP",
     "FedRecGEL",
     "FedRecon",
     "Method",

@@ -16,7 +16,16 @@ Roles (``Role``) say where each parameter lives:
 - ``personal-rows``: the device keeps its tuned copies of the rows and evaluates with them
   (a flag of the method, ``personal_rows``);
 - ``shared-dense``: dense parameters every user trains a copy of (NCF's MLP), averaged over
-  the round's users.
+  the round's users;
+- ``private-rows``: per-user item rows the device keeps across rounds and never uploads
+  (FedRAP's additive local table ``D_u``); during training a flat table aligned with the
+  item rows (the same blocks), zero for rows the user never trained;
+- ``global-rows``: a frozen copy of the received global rows, aligned with the item rows
+  (PLGC's global view); never trained, kept or uploaded.
+
+Hooks: ``begin_round`` (before training), ``begin_local_update`` (with the round's
+:class:`RoundContext`: its row blocks and their labels) and ``after_step`` (after each phase's
+update: proximal steps, regularisers over rows outside the batch).
 """
 
 from __future__ import annotations
@@ -40,6 +49,13 @@ class Role(StrEnum):
     PRIVATE = "private"
     SHARED_ROWS = "shared-rows"
     SHARED_DENSE = "shared-dense"
+    PRIVATE_ROWS = "private-rows"
+    GLOBAL_ROWS = "global-rows"
+
+
+#: Roles of parameters that are flat row tables aligned with the item rows (gathered by
+#: ``step.rows``; their gradients arrive per batch entry).
+ROW_ROLES = frozenset({Role.SHARED_ROWS, Role.PRIVATE_ROWS, Role.GLOBAL_ROWS})
 
 
 @dataclass(frozen=True)
@@ -79,6 +95,30 @@ class Stage:
     phases: tuple[Phase, ...]
     epochs: int
     logged: bool = True
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """The round a local update runs in, for hooks that need more than one batch.
+
+    ``row_offsets`` [n + 1]: user ``j`` of the round owns flat rows
+    ``row_offsets[j]:row_offsets[j+1]``; ``sample_counts`` [n]: its samples per epoch;
+    ``row_labels`` [R]: 1.0 for a row that is one of its user's positives this round, else 0.
+    """
+
+    server_round: int
+    num_rounds: int
+    row_offsets: torch.Tensor
+    sample_counts: torch.Tensor
+    row_labels: torch.Tensor
+
+    def held_rows(self, users: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(flat rows held by ``users``, index in ``users`` of each row's owner)."""
+        lo, hi = self.row_offsets[users], self.row_offsets[users + 1]
+        counts = hi - lo
+        owner = torch.repeat_interleave(torch.arange(len(users), device=lo.device), counts)
+        starts = torch.repeat_interleave(lo - torch.cumsum(counts, 0) + counts, counts)
+        return starts + torch.arange(int(counts.sum()), device=lo.device), owner
 
 
 def bce_grad(logits: torch.Tensor, step: Step) -> torch.Tensor:
@@ -172,6 +212,28 @@ class Method(ABC):
     def shared_dense_names(self) -> tuple[str, ...]:
         return tuple(n for n, r in self.roles().items() if r is Role.SHARED_DENSE)
 
+    def row_names(self) -> tuple[str, ...]:
+        """Parameters that are flat row tables aligned with the item rows (``ROWS`` first)."""
+        return (ROWS, *(n for n, r in self.roles().items() if r in ROW_ROLES and n != ROWS))
+
+    def private_row_names(self) -> tuple[str, ...]:
+        """Per-user rows kept on the device across rounds (role ``private-rows``)."""
+        return tuple(n for n, r in self.roles().items() if r is Role.PRIVATE_ROWS)
+
+    def global_row_names(self) -> tuple[str, ...]:
+        """Frozen copies of the received global rows (role ``global-rows``)."""
+        return tuple(n for n, r in self.roles().items() if r is Role.GLOBAL_ROWS)
+
+    #: Does a user start a round's item rows from its personal copies (where it has them)
+    #: instead of the global rows? (PLGC: the local rows persist.)
+    train_from_personal: ClassVar[bool] = False
+
+    @property
+    def zero_threshold(self) -> float | None:
+        """Rows whose max |value| is at or below this count as zero: they are not sent (only
+        their ids) and the server snaps them to exact zeros. ``None``: rows are dense."""
+        return None
+
     def kept_private_names(self) -> tuple[str, ...]:
         """Per-user parameters kept in the node state: private ones, and under dual
         personalisation the dense ones."""
@@ -181,8 +243,10 @@ class Method(ABC):
         """Learning rate of a parameter: ``item-lr`` for rows, ``dense-lr`` for shared-dense
         parameters, ``lr`` for private ones."""
         role = self.roles()[name]
-        if role is Role.SHARED_ROWS:
+        if role in (Role.SHARED_ROWS, Role.PRIVATE_ROWS):
             return self.config.item_learning_rate(self.num_items)
+        if role is Role.GLOBAL_ROWS:
+            return 0.0
         if role is Role.SHARED_DENSE:
             return self.config.dense_lr
         return self.config.lr
@@ -196,7 +260,7 @@ class Method(ABC):
         """The per-batch phases. As published: one joint step on everything the method
         trains; under dual personalisation (PFedRec Table 3): the private parameters first,
         then the item rows with the updated ones (post-tuning)."""
-        private = tuple(n for n, r in self.roles().items() if r is not Role.SHARED_ROWS)
+        private = tuple(n for n, r in self.roles().items() if r not in ROW_ROLES)
         if self.dual:
             return (Phase("private", private), Phase("items", (ROWS,)))
         return (Phase("joint", (*private, ROWS)),)
@@ -205,6 +269,17 @@ class Method(ABC):
         self, params: dict[str, torch.Tensor], users: np.ndarray, server_round: int
     ) -> None:
         """Hook before a round's training (``params``: the round users' tensors, in place)."""
+        return None
+
+    def begin_local_update(self, params: dict[str, torch.Tensor], context: RoundContext) -> None:
+        """Hook after ``begin_round``, with the round's row blocks (``params`` in place)."""
+        return None
+
+    def after_step(
+        self, params: dict[str, torch.Tensor], step: Step, phase: Phase, context: RoundContext
+    ) -> None:
+        """Hook after each phase's update of a step (``params`` in place): proximal steps,
+        regularisers over rows outside the batch."""
         return None
 
     def loss(
@@ -240,7 +315,19 @@ class Method(ABC):
     # -------------------------------------------------------------- scoring
     @abstractmethod
     def logits(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
-        """Scores before the sigmoid: params [a, ...], item rows [a, k, r] -> [a, k]."""
+        """Scores before the sigmoid: params [a, ...], item rows [a, k, r] -> [a, k].
+
+        Row-role parameters in ``params`` (``private-rows``, ``global-rows``) come aligned
+        with ``rows`` [a, k, r]; they may be absent (then: zero private rows).
+        """
+
+    def represent(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        """The item representation the score function reads (FedRAP: ``rows + D_u``)."""
+        return rows
+
+    def score(self, params: dict[str, torch.Tensor], reps: torch.Tensor) -> torch.Tensor:
+        """The score function on representations: ``logits = score(represent(rows))``."""
+        return self.logits(params, reps)
 
     def logits_all(self, params: dict[str, torch.Tensor], table: torch.Tensor) -> torch.Tensor:
         """Scores of every item of ``table`` [I, r] for each user: [a, I].

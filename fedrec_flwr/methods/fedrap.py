@@ -1,0 +1,199 @@
+"""FedRAP (Li, Long and Zhou, ICLR 2024): federated recommendation with additive
+personalisation.
+
+Per user: a private score head (linear ``d -> 1`` with a bias, one shared initialisation, as
+PFedRec's) and a private additive item table ``D_u`` (role ``private-rows``: the device
+keeps the rows the user has trained, across rounds, and never uploads them; rows it never
+trained are zero). Shared: the global item table ``C`` (the item rows, uploaded and averaged
+row by row). Score of item ``i``: ``head_u(D_u[i] + C[i])``.
+
+Objective of user u in round ``a`` (0-based: the first round is fully personalised):
+
+    BCE - lambda_a * dist(D_u, C) + mu_a * ||C||_1,
+    lambda_a = tanh(a / 10) * v1,  mu_a = tanh(a / 10) * v2   (``fedrap-schedule = "tanh"``)
+
+(``"constant"``: ``v1`` and ``v2`` from the first round, what the reference code runs). The
+minus sign is the paper's: it pushes the local and global views apart. ``dist`` is the
+squared Frobenius distance (``fedrap-distance = "squared"``, the paper), or its bounded form
+``sum_i kappa * tanh(||D_u[i] - C[i]||^2 / kappa)`` (``"bounded"``, ``kappa`` =
+``fedrap-distance-bound``), whose push vanishes once a row is ``sqrt(kappa)`` away.
+
+Each mini-batch step is a forward-backward splitting of that objective:
+
+1. the BCE step on the head, ``D_u`` and ``C`` together (the local optimiser: SGD, or SAM);
+2. a gradient step of ``-lambda_a * dist`` on ``D_u`` and ``C`` over the regularised rows;
+3. the proximal step of ``mu_a * ||C||_1`` on ``C`` over the same rows: a soft threshold,
+   which makes exact zeros (plain SGD on ``|x|`` oscillates around zero and never reaches it).
+
+The regularised rows (``fedrap-reg-rows``): ``held``, every row the user holds this round
+(its positives and this round's negatives), each weighted ``1 / n_u`` (``n_u`` = its samples
+per epoch), so that an epoch applies them with total weight about ``1 / batch-size``, as the
+BCE; ``batch``, only the rows of the step's batch, each entry weighted like its BCE term
+(``1 / batch``): what the reference code does. Both give the regularisers the same expected
+weight per epoch; ``held`` also reaches the rows a batch does not hold.
+
+Rows of ``C`` whose max ``|value|`` is at or below ``fedrap-zero-threshold`` count as zero:
+they travel as ids only, both ways, and the server snaps them to exact zeros.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from fedrec_flwr.methods.base import (
+    ROWS,
+    Method,
+    Phase,
+    Role,
+    RoundContext,
+    Step,
+    bce_grad,
+    linear_logits,
+    linear_logits_all,
+)
+from fedrec_flwr.seeding import keyed_rng
+
+LOCAL = "local-rows"  # D_u
+SCORE = ("score-weight", "score-bias")
+
+
+def fedrap_weights(config, server_round: int) -> tuple[float, float]:
+    """(lambda_a, mu_a) of ``server_round`` (1-based; ``a = server_round - 1``)."""
+    if config.fedrap_schedule == "constant":
+        return config.fedrap_v1, config.fedrap_v2
+    ramp = math.tanh((server_round - 1) / 10.0)
+    return ramp * config.fedrap_v1, ramp * config.fedrap_v2
+
+
+class FedRAP(Method):
+    name = "fedrap"
+    paper = "Li, Long and Zhou, ICLR 2024"
+
+    def __init__(self, config, num_items: int) -> None:
+        super().__init__(config, num_items)
+        self.weights = fedrap_weights(config, 1)
+
+    def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
+        """One shared initialisation for every user: PyTorch's nn.Linear(d, 1) default (the
+        same draw as PFedRec's)."""
+        rng = keyed_rng(self.config.seed, "private-init", 0)
+        bound = 1.0 / math.sqrt(self.dim)
+        weight = rng.uniform(-bound, bound, size=self.dim).astype(np.float32)
+        bias = np.float32(rng.uniform(-bound, bound))
+        n = len(users)
+        return {
+            "score-weight": torch.from_numpy(np.tile(weight, (n, 1))),
+            "score-bias": torch.full((n,), float(bias), dtype=torch.float32),
+        }
+
+    def roles(self) -> dict[str, Role]:
+        roles = super().roles()
+        roles[LOCAL] = Role.PRIVATE_ROWS
+        return roles
+
+    @property
+    def zero_threshold(self) -> float:
+        return self.config.fedrap_zero_threshold
+
+    def phases(self) -> tuple[Phase, ...]:
+        return (Phase("joint", (*SCORE, LOCAL, ROWS)),)
+
+    def learning_rate(self, name: str) -> float:
+        """``D_u`` learns at ``fedrap-local-lr-ratio`` times the item rows' rate."""
+        rate = super().learning_rate(name)
+        return rate * self.config.fedrap_local_lr_ratio if name == LOCAL else rate
+
+    # -------------------------------------------------------------- scoring
+    def represent(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        return rows + params[LOCAL] if LOCAL in params else rows
+
+    def score(self, params: dict[str, torch.Tensor], reps: torch.Tensor) -> torch.Tensor:
+        return linear_logits(reps, params["score-weight"], params["score-bias"])
+
+    def logits(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        return self.score(params, self.represent(params, rows))
+
+    def logits_all(self, params: dict[str, torch.Tensor], table: torch.Tensor) -> torch.Tensor:
+        """Scores from ``C`` alone (``D_u`` = 0); evaluation rescores the rows a user holds."""
+        return linear_logits_all(table, params["score-weight"], params["score-bias"])
+
+    def closed_form_grads(self, step: Step, params, rows, wrt):
+        """Gradients of the BCE (the regularisers are separate steps, see ``after_step``)."""
+        weight = params["score-weight"]
+        reps = self.represent(params, rows)
+        logits = linear_logits(reps, weight, params["score-bias"])
+        grad_logits = bce_grad(logits, step)
+        grads = {}
+        if "score-weight" in wrt:
+            grads["score-weight"] = (grad_logits.unsqueeze(-1) * reps).sum(1)
+        if "score-bias" in wrt:
+            grads["score-bias"] = grad_logits.sum(-1)
+        grad_rows = grad_logits.unsqueeze(-1) * weight.unsqueeze(1)
+        if ROWS in wrt:
+            grads[ROWS] = grad_rows
+        if LOCAL in wrt:
+            grads[LOCAL] = grad_rows.clone()
+        return grads, logits
+
+    # ----------------------------------------------------------- regularisers
+    def begin_local_update(self, params: dict[str, torch.Tensor], context: RoundContext) -> None:
+        self.weights = fedrap_weights(self.config, context.server_round)
+        counts = torch.diff(context.row_offsets)
+        owner = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
+        self._row_weight = 1.0 / context.sample_counts[owner]  # held: 1 / n_u for each row
+
+    def regularised_rows(
+        self, step: Step, context: RoundContext
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """(distinct flat rows, weight of each) the regularisers see at this step; rows
+        ``None``: every row of the round, in order (a step of all the round's users)."""
+        if self.config.fedrap_reg_rows == "held":
+            if len(step.users) == len(context.sample_counts):
+                return None, self._row_weight
+            rows, _ = context.held_rows(step.users)
+            return rows, self._row_weight[rows]
+        real = step.weights > 0  # batch: an entry's weight is its BCE weight; repeats add up
+        rows, inverse = torch.unique(step.rows[real], return_inverse=True)
+        weight = torch.zeros(len(rows), dtype=step.weights.dtype, device=rows.device)
+        return rows, weight.index_add_(0, inverse, step.weights[real])
+
+    def after_step(
+        self, params: dict[str, torch.Tensor], step: Step, phase: Phase, context: RoundContext
+    ) -> None:
+        """The regularisers' step after the BCE step: ``-lambda * dist`` on ``D_u`` and ``C``,
+        then the soft threshold of ``mu * ||C||_1`` on ``C``, over the regularised rows."""
+        if ROWS not in phase.params:
+            return
+        lam, mu = self.weights
+        if lam == 0 and mu == 0:
+            return
+        rows, weight = self.regularised_rows(step, context)
+        lr_c = self.learning_rate(ROWS)
+        local = LOCAL in params and lam > 0
+        table = params[ROWS] if rows is None else params[ROWS][rows]
+        if local:
+            d = params[LOCAL] if rows is None else params[LOCAL][rows]
+            diff = d - table
+            coef = 2.0 * lam * weight
+            if self.config.fedrap_distance == "bounded":
+                coef = coef * self.distance_slope((diff * diff).sum(-1))
+            push = diff.mul_(coef.unsqueeze(-1))  # = -d(-lam dist)/dD = d(-lam dist)/dC
+            d.add_(push, alpha=self.learning_rate(LOCAL))
+            table.sub_(push, alpha=lr_c)
+        if mu > 0:  # soft threshold, x - clip(x, -t, t): exact zeros
+            shrink = (lr_c * mu * weight).unsqueeze(-1)
+            table.sub_(torch.minimum(torch.maximum(table, -shrink), shrink))
+        if rows is not None:
+            params[ROWS][rows] = table
+            if local:
+                params[LOCAL][rows] = d
+
+    def distance_slope(self, squared: torch.Tensor) -> torch.Tensor:
+        """d dist / d ||D_u[i] - C[i]||^2 per row: 1 (squared), sech^2(x / kappa) (bounded)."""
+        if self.config.fedrap_distance == "squared":
+            return torch.ones_like(squared)
+        kappa = self.config.fedrap_distance_bound
+        return 1.0 - torch.tanh(squared / kappa).pow(2)

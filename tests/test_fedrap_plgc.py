@@ -1,0 +1,288 @@
+"""FedRAP: the conformance suite for each variant, and focused checks (proximal step, zero
+rows on the wire and in the aggregate, the curriculum)."""
+
+from typing import ClassVar
+
+import numpy as np
+import pytest
+import torch
+from conformance import (
+    TINY,
+    MethodConformance,
+    cloned,
+    only_user,
+    random_samples,
+    user_params,
+)
+
+from fedrec_flwr.aggregation import RowUpload, row_changes
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.messages import array_record, read_rows, sparse_rows
+from fedrec_flwr.methods import ROWS, Role, build_method
+from fedrec_flwr.methods.base import Phase
+from fedrec_flwr.methods.fedrap import LOCAL, fedrap_weights
+from fedrec_flwr.training import autograd_grads, epoch_steps, local_update, round_context
+
+
+def row_tables(method, samples, rng) -> dict[str, torch.Tensor]:
+    """A random flat table (one row per round row) for every row parameter but ``ROWS``."""
+    size = (int(samples.row_offsets[-1]), method.row_dim)
+    return {
+        name: torch.from_numpy(rng.normal(size=size).astype(np.float32))
+        for name in method.row_names()
+        if name != ROWS
+    }
+
+
+class RowConformance(MethodConformance):
+    """The suite for methods with row parameters besides the item rows (FedRAP's ``D_u``,
+    PLGC's global view): tests 1 and 2 give those parameters their flat tables, sliced per
+    user like the item rows. Every other test is the mixin's."""
+
+    def test_packed_training_equals_training_each_user_alone(self):
+        config = self.step_config()
+        method = self.build(config)
+        exact = self.has_closed_form(method, config)
+        rng = np.random.default_rng(0)
+        samples = random_samples(rng, num_users=6, batch=config.batch_size)
+        start = user_params(method, samples.users, rng)
+        start[ROWS] = torch.from_numpy(
+            rng.normal(size=(samples.row_offsets[-1], method.row_dim)).astype(np.float32)
+        )
+        flat = row_tables(method, samples, rng)
+        start.update(flat)
+        rows = (ROWS, *flat)
+
+        packed = cloned(start)
+        loss_all, n_all = local_update(method, samples, packed, config, server_round=4)
+        frozen = set(method.global_row_names())
+        for name in packed:
+            assert torch.equal(packed[name], start[name]) == (name in frozen), name
+
+        loss_alone, n_alone = 0.0, 0
+        for j in range(len(samples.users)):
+            lo, hi = samples.row_offsets[j], samples.row_offsets[j + 1]
+            alone = {n: v[j : j + 1].clone() for n, v in start.items() if n not in rows}
+            alone.update({n: start[n][lo:hi].clone() for n in rows})
+            loss, n = local_update(method, only_user(samples, j), alone, config, 4)
+            loss_alone, n_alone = loss_alone + loss, n_alone + n
+            for name in alone:
+                together = packed[name][lo:hi] if name in rows else packed[name][j : j + 1]
+                if exact:
+                    assert torch.equal(together, alone[name]), (name, j)
+                else:
+                    torch.testing.assert_close(
+                        together, alone[name], rtol=1e-6, atol=1e-7, msg=f"{name}, user {j}"
+                    )
+        epochs = sum(stage.epochs for stage in method.stages() if stage.logged)
+        assert n_all == n_alone == samples.sample_offsets[-1] * epochs
+        assert loss_all == pytest.approx(loss_alone, rel=1e-5)
+
+    def test_closed_form_gradients_equal_autograd(self):
+        config = self.step_config()
+        method = self.build(config)
+        rng = np.random.default_rng(2)
+        samples = random_samples(rng, num_users=5, batch=config.batch_size)
+        params = user_params(method, samples.users, rng)
+        table = torch.from_numpy(
+            rng.normal(size=(samples.row_offsets[-1], method.row_dim)).astype(np.float32)
+        )
+        flat = row_tables(method, samples, rng)
+        step = epoch_steps(samples, config, 3, 0, torch.device("cpu"))[0]
+        others = {n: p[step.users] for n, p in params.items()}
+        others.update({n: t[step.rows] for n, t in flat.items()})
+        phase = method.stages()[0].phases[0]
+        fast = method.closed_form_grads(step, others, table[step.rows], phase.params)
+        if fast is None:
+            pytest.skip(f"{method.name} has no closed-form gradient (autograd only)")
+        slow = autograd_grads(method, step, others, table[step.rows], phase.params)
+        for name in phase.params:
+            assert fast[0][name].abs().sum() > 0, name
+            torch.testing.assert_close(fast[0][name], slow[0][name], rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(fast[1], slow[1], rtol=1e-6, atol=1e-7)
+
+
+FEDRAP = {"method": "fedrap", "fedrap-distance": "bounded", "fedrap-v1": 0.5, "fedrap-v2": 0.1}
+
+
+class TestFedRAP(RowConformance):
+    config: ClassVar = FEDRAP
+
+
+class TestFedRAPBatchRegularisers(RowConformance):
+    config: ClassVar = {**FEDRAP, "fedrap-reg-rows": "batch", "fedrap-schedule": "constant"}
+
+
+class TestFedRAPSAM(RowConformance):
+    config: ClassVar = {**FEDRAP, "sam-rho-private": 0.05, "sam-rho-shared": 0.05}
+
+
+# --------------------------------------------------------------------- FedRAP
+def fedrap(**changes) -> tuple:
+    config: ClassVar = RunConfig(
+        method="fedrap", embedding_dim=4, item_lr=1.0, item_lr_scaling="none", **changes
+    )
+    return config, build_method(config, num_items=10)
+
+
+def one_user_samples(items: int, batch_rows: list[int], labels: list[float]):
+    """One user holding rows 0..items-1 whose samples are ``batch_rows``."""
+    from fedrec_flwr.training import RoundSamples
+
+    return RoundSamples(
+        users=np.array([0]),
+        positions=np.array([0]),
+        row_offsets=np.array([0, items]),
+        row_items=np.arange(items),
+        sample_offsets=np.array([0, len(batch_rows)]),
+        sample_rows=np.asarray(batch_rows),
+        sample_labels=np.asarray(labels, dtype=np.float32),
+    )
+
+
+def test_the_proximal_step_makes_exact_zeros_and_shrinks_the_rest_by_the_threshold():
+    config, method = fedrap(fedrap_v1=0.0, fedrap_v2=0.4, fedrap_schedule="constant")
+    samples = one_user_samples(3, [0, 1], [1.0, 0.0])  # 2 samples: weight 1/2 per held row
+    context = round_context(samples, config, 5, torch.device("cpu"))
+    params = {
+        ROWS: torch.tensor([[0.1, -0.15, 0.2, 0.0], [1.0, -1.0, 0.3, -0.2], [0.05] * 4]),
+        LOCAL: torch.zeros(3, 4),
+    }
+    method.begin_local_update(params, context)
+    step = epoch_steps(samples, config, 5, 0, torch.device("cpu"))[0]
+    method.after_step(params, step, Phase("joint", (ROWS,)), context)
+    threshold = 1.0 * 0.4 * 0.5  # item-lr x mu x weight (held: 1 / samples)
+    assert torch.equal(params[ROWS][0], torch.zeros(4))  # every |value| <= 0.2: exact zeros
+    assert torch.equal(params[ROWS][2], torch.zeros(4))  # a held row outside the batch too
+    expected = torch.tensor([1.0 - threshold, -1.0 + threshold, 0.3 - threshold, 0.0])
+    torch.testing.assert_close(params[ROWS][1], expected)
+
+
+def test_plain_sgd_on_the_l1_term_would_not_reach_zero():
+    """Why a proximal step: a subgradient step overshoots zero and oscillates around it."""
+    x, step = 0.15, 0.2
+    for _ in range(10):
+        x -= step * np.sign(x)
+    assert x != 0.0
+
+
+def test_the_distance_term_pushes_d_and_c_apart_and_its_bounded_form_saturates():
+    for distance, far_moves in (("squared", True), ("bounded", False)):
+        config, method = fedrap(
+            fedrap_v1=0.5, fedrap_v2=0.0, fedrap_schedule="constant", fedrap_distance=distance
+        )
+        samples = one_user_samples(2, [0, 1], [1.0, 0.0])
+        context = round_context(samples, config, 1, torch.device("cpu"))
+        near, far = [0.1, 0.0, 0.0, 0.0], [10.0, 0.0, 0.0, 0.0]
+        params = {ROWS: torch.zeros(2, 4), LOCAL: torch.tensor([near, far])}
+        method.begin_local_update(params, context)
+        step = epoch_steps(samples, config, 1, 0, torch.device("cpu"))[0]
+        method.after_step(params, step, Phase("joint", (ROWS, LOCAL)), context)
+        assert params[LOCAL][0, 0] > 0.1 and params[ROWS][0, 0] < 0  # apart
+        assert (params[LOCAL][1, 0] > 10.0) == far_moves  # the bounded push has vanished
+
+
+def test_the_curriculum_ramps_with_tanh_of_the_round_and_constant_is_constant():
+    config: ClassVar = RunConfig(method="fedrap", fedrap_v1=0.2, fedrap_v2=0.05)
+    assert fedrap_weights(config, 1) == (0.0, 0.0)  # a = 0: fully personalised
+    lam, mu = fedrap_weights(config, 11)
+    assert lam == pytest.approx(np.tanh(1.0) * 0.2) and mu == pytest.approx(np.tanh(1.0) * 0.05)
+    assert fedrap_weights(config, 101)[0] == pytest.approx(0.2, rel=1e-8)
+    constant = config.replace(fedrap_schedule="constant")
+    assert fedrap_weights(constant, 1) == fedrap_weights(constant, 50) == (0.2, 0.05)
+
+
+def test_d_is_private_rows_and_never_leaves_the_device():
+    _, method = fedrap()
+    assert method.roles()[LOCAL] is Role.PRIVATE_ROWS
+    assert LOCAL not in method.kept_private_names() and method.private_row_names() == (LOCAL,)
+
+
+# ------------------------------------------------------------ zero rows, wire
+def test_zero_rows_travel_as_ids_only_and_come_back_as_zeros():
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(50, 32)).astype(np.float32)
+    zero = [3, 10, 11, 12, 20, 21, 30, 40, 41, 49]
+    table[zero] = 0.0
+    dense = array_record(**sparse_rows(None, table, None))
+    sparse = array_record(**sparse_rows(None, table, 0.0))
+    assert len(sparse["item-rows"].numpy()) == 40 and sparse["zero-ids"].numpy().tolist() == zero
+    assert sparse.count_bytes() < dense.count_bytes() - 10 * 32 * 4 + 8 * 10 + 200  # header
+    ids, rows = read_rows(sparse)
+    assert ids is None and np.array_equal(rows, table)  # the full table, zeros included
+    requested = np.array([1, 3, 11, 20, 22])
+    request = array_record(**sparse_rows(requested, table[requested], 0.0))
+    assert request["item-ids"].numpy().tolist() == [1, 22]
+    ids, rows = read_rows(request)
+    assert np.array_equal(ids, requested) and np.array_equal(rows, table[requested])
+    # No zero row: the dense encoding, unchanged.
+    assert set(array_record(**sparse_rows(None, table + 1, 0.0)).keys()) == {"item-rows"}
+
+
+@pytest.mark.parametrize("rule", ["round-mean", "toucher-mean"])
+def test_a_row_a_user_zeroed_still_moves_the_global_row(rule):
+    table = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], dtype=np.float32)
+    zeroed = RowUpload(  # user A trained rows 0 and 2; its row 2 came out exactly zero
+        item_ids=np.array([0]),
+        row_sums=np.array([[2.0, 2.0]]),
+        row_counts=np.array([1]),
+        num_users=1,
+        zero_ids=np.array([2]),
+        zero_counts=np.array([1]),
+    )
+    dense = RowUpload(  # the same upload with the zero row sent as values
+        item_ids=np.array([0, 2]),
+        row_sums=np.array([[2.0, 2.0], [0.0, 0.0]]),
+        row_counts=np.array([1, 1]),
+        num_users=1,
+    )
+    other = RowUpload(  # user B trained row 2 to (7, 8)
+        item_ids=np.array([2]),
+        row_sums=np.array([[7.0, 8.0]]),
+        row_counts=np.array([1]),
+        num_users=1,
+    )
+    touched, delta = row_changes(table, [zeroed, other], rule)
+    expected_touched, expected = row_changes(table, [dense, other], rule)
+    assert np.array_equal(touched, expected_touched) and np.array_equal(delta, expected)
+    users = 2 if rule == "round-mean" else np.array([[1], [2]])
+    assert np.allclose(
+        delta,
+        (
+            np.array([[2.0, 2.0], [7.0 + 0.0, 8.0 + 0.0]])
+            - np.array([[1.0, 2.0], [2 * 5.0, 2 * 6.0]])
+        )
+        / users,
+    )
+
+
+def test_fedrap_runs_send_fewer_bytes_as_c_gets_sparse(tmp_path, monkeypatch):
+    from fedrec_flwr.client import app as client_app
+    from fedrec_flwr.local_grid import LocalGrid
+    from fedrec_flwr.results import RunRecorder
+    from fedrec_flwr.server import run_federation
+
+    monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(RunRecorder, "plot", lambda self: None)
+    figures = {}
+    for mu in (0.0, 50.0):
+        rc = {
+            **TINY,
+            **FEDRAP,
+            "num-server-rounds": 4,
+            "item-lr": 0.2,
+            "fedrap-v2": mu,
+            "fedrap-schedule": "constant",
+            "fedrap-zero-threshold": 1e-3,
+            "aggregation": "toucher-mean",
+            "results-dir": str(tmp_path / f"mu{mu}"),
+        }
+        summary = run_federation(LocalGrid(client_app, rc, num_nodes=2), RunConfig.from_mapping(rc))
+        (run_dir,) = (tmp_path / f"mu{mu}").iterdir()
+        rounds = (run_dir / "rounds.csv").read_text().splitlines()
+        header = rounds[0].split(",")
+        density = [float(r.split(",")[header.index("c-density")]) for r in rounds[1:]]
+        figures[mu] = (summary["bytes_down"], summary["bytes_up"], density)
+    assert figures[0.0][2] == [1.0] * 4
+    assert figures[50.0][2][-1] < 0.5  # most of C is exactly zero
+    assert figures[50.0][0] < figures[0.0][0] and figures[50.0][1] < figures[0.0][1]
