@@ -240,14 +240,15 @@ class Method(ABC):
         return tuple(n for n, r in self.roles().items() if r is Role.PRIVATE)
 
     def learning_rate(self, name: str) -> float:
-        """Learning rate of a parameter: ``item-lr`` for rows, ``dense-lr`` for shared-dense
-        parameters, ``lr`` for private ones."""
+        """Learning rate of a parameter: ``item-lr`` for rows, ``dense-lr`` for the method's
+        dense weights (shared, or private under dual personalisation: the plug-in changes
+        where they live, not how fast they learn), ``lr`` for the other private ones."""
         role = self.roles()[name]
         if role in (Role.SHARED_ROWS, Role.PRIVATE_ROWS):
             return self.config.item_learning_rate(self.num_items)
         if role is Role.GLOBAL_ROWS:
             return 0.0
-        if role is Role.SHARED_DENSE:
+        if role is Role.SHARED_DENSE or name in self.dense_names():
             return self.config.dense_lr
         return self.config.lr
 
