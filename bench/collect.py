@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 from collections import defaultdict
@@ -24,6 +25,21 @@ DATASET = {"ml100k": "ml-100k", "lastfm2k": "lastfm-2k"}
 METRICS = ("hr@10", "ndcg@10", "recall@20", "ndcg@20", "mrr")
 
 
+def scrub_paths(runs: Path) -> None:
+    """Store each run's ``data-dir`` and ``results-dir`` relative to the project, so that
+    committed results carry no path of the machine that made them."""
+    for config_file in sorted(runs.glob("*/config.json")):
+        config = json.loads(config_file.read_text())
+        changed = False
+        for key in ("data-dir", "results-dir"):
+            value = config.get(key, "")
+            if isinstance(value, str) and Path(value).is_absolute():
+                config[key] = os.path.relpath(value, PROJECT)
+                changed = True
+        if changed:
+            config_file.write_text(json.dumps(config, indent=2) + "\n")
+
+
 def cell(values: list[float]) -> str:
     mean = 100 * statistics.mean(values)
     std = 100 * statistics.stdev(values) if len(values) > 1 else 0.0
@@ -35,6 +51,7 @@ def main() -> None:
     parser.add_argument("--runs", default=str(PROJECT / "bench" / "results" / "runs"))
     parser.add_argument("--out", default=str(PROJECT / "bench" / "results" / "table-all.md"))
     args = parser.parse_args()
+    scrub_paths(Path(args.runs))
     groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for summary_file in sorted(Path(args.runs).glob("*/summary.json")):
         match = NAME.match(summary_file.parent.name)

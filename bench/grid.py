@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -94,6 +95,7 @@ def main() -> None:
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    base["data-dir"] = os.path.relpath(base["data-dir"], PROJECT)  # no machine paths
     (out / f"{args.name}.json").write_text(
         json.dumps(
             {
