@@ -217,6 +217,7 @@ def local_update(
     context = round_context(samples, config, server_round, device)
     method.begin_local_update(params, context)
     row_names = method.row_names()
+    custom_after_step = type(method).after_step is not Method.after_step
     loss_sum, num_samples = 0.0, 0
     for index, stage in enumerate(method.stages()):
         for epoch in range(stage.epochs):
@@ -224,10 +225,15 @@ def local_update(
                 samples, config, server_round, epoch, device, index, max_samples
             ):
                 logits = None
+                gathered: dict[str, torch.Tensor] = {}  # this step's slices, while unchanged
                 for phase in stage.phases:
-                    gradients = _gradient_fn(method, params, step, phase, row_names)
+                    gradients = _gradient_fn(method, params, step, phase, row_names, gathered)
                     at = optimizer.step(params, step, gradients)
                     method.after_step(params, step, phase, context)
+                    if custom_after_step:
+                        gathered.clear()
+                    for name in phase.params:
+                        gathered.pop(name, None)
                     logits = at if logits is None else logits
                 if stage.logged:
                     real = step.weights > 0
@@ -259,18 +265,27 @@ def _gradient_fn(
     step: Step,
     phase,
     row_names: tuple[str, ...] = (ROWS,),
+    gathered: dict[str, torch.Tensor] | None = None,
 ):
     """Gradients of the method's loss w.r.t. ``phase.params`` at the current parameters plus
     optional offsets: closed form if the method gives it, else autograd. Row tables other
-    than ``ROWS`` (private and global rows) are gathered per batch entry like the item rows."""
+    than ``ROWS`` (private and global rows) are gathered per batch entry like the item rows.
+    ``gathered`` caches the step's slices across phases (the caller drops those a phase
+    changed): PFedRec's item phase reuses the rows its score phase gathered, and SAM's second
+    gradient the slices of its first."""
+    gathered = {} if gathered is None else gathered
+
+    def take(name: str) -> torch.Tensor:
+        if name not in gathered:
+            tensor = params[name]
+            gathered[name] = (
+                tensor[step.rows] if name == ROWS or name in row_names else tensor[step.users]
+            )
+        return gathered[name]
 
     def gradients(offsets):
-        others = {
-            n: p[step.rows] if n in row_names else p[step.users]
-            for n, p in params.items()
-            if n != ROWS
-        }
-        rows = params[ROWS][step.rows]
+        others = {n: take(n) for n in params if n != ROWS}
+        rows = take(ROWS)
         if offsets:
             others = {n: p + offsets[n] if n in offsets else p for n, p in others.items()}
             rows = rows + offsets[ROWS] if ROWS in offsets else rows
