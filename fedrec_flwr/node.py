@@ -265,9 +265,12 @@ class NodeRuntime:
         personal = state.personal
         if self.method.personal_rows:
             personal = self._kept_rows(personal, samples, tuned)
-        private_rows = {
+        private_rows = {  # rows at or below the zero threshold are zero: not kept
             name: store.merged(
-                self._row_positions(samples), samples.row_items, params[name].cpu().numpy()
+                self._row_positions(samples),
+                samples.row_items,
+                params[name].cpu().numpy(),
+                zero_at=threshold,
             )
             for name, store in state.private_rows.items()
         }

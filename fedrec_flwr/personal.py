@@ -58,12 +58,29 @@ class PersonalRows:
         owner = np.repeat(np.arange(len(self.indptr) - 1, dtype=np.int64), self.counts())
         return owner * KEY_STRIDE + self.items
 
-    def merged(self, positions: np.ndarray, items: np.ndarray, rows: np.ndarray) -> PersonalRows:
+    def merged(
+        self,
+        positions: np.ndarray,
+        items: np.ndarray,
+        rows: np.ndarray,
+        zero_at: float | None = None,
+    ) -> PersonalRows:
         """A store that also holds the given rows (one per (position, item) pair, distinct),
         their values replacing those stored for the same pairs: rows a user trained in an
-        earlier round stay kept, as private rows must."""
+        earlier round stay kept, as private rows must. ``zero_at``: a new row whose max
+        |value| is at or below it counts as zero: it is not stored (and drops the old one)."""
         old = self.keys()
         new = np.asarray(positions, np.int64) * KEY_STRIDE + np.asarray(items, np.int64)
+        rows = np.asarray(rows)
+        if zero_at is not None:
+            small = np.abs(rows).max(axis=1, initial=0.0) <= zero_at
+            dropped, new, rows = np.sort(new[small]), new[~small], rows[~small]
+            if len(dropped) and len(old):
+                where = np.minimum(np.searchsorted(dropped, old), len(dropped) - 1)
+                gone = dropped[where] == old
+                if gone.any():
+                    positions, items = np.asarray(positions)[~small], np.asarray(items)[~small]
+                    return self._subset(~gone).merged(positions, items, rows)
         if len(new) > 1 and np.any(new[1:] <= new[:-1]):  # sorted, distinct: merge in place
             order = np.argsort(new, kind="stable")
             new, rows = new[order], np.asarray(rows)[order]
@@ -85,6 +102,16 @@ class PersonalRows:
             indptr=np.r_[0, np.cumsum(counts)].astype(np.int64),
             items=keys - owner * KEY_STRIDE,
             rows=out,
+        )
+
+    def _subset(self, keep: np.ndarray) -> PersonalRows:
+        """The store with only the stored rows where ``keep``."""
+        owner = np.repeat(np.arange(len(self.indptr) - 1), self.counts())
+        counts = np.bincount(owner[keep], minlength=len(self.indptr) - 1)
+        return PersonalRows(
+            indptr=np.r_[0, np.cumsum(counts)].astype(np.int64),
+            items=self.items[keep],
+            rows=self.rows[keep],
         )
 
     def gathered(self, positions: np.ndarray, items: np.ndarray) -> np.ndarray:
