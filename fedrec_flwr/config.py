@@ -78,6 +78,10 @@ class RunConfig:
     fedrap_distance_bound: float = 1.0
     fedrap_zero_threshold: float = 0.0
     fedrap_local_lr_ratio: float = 1.0
+    plgc: bool = False
+    plgc_alpha: str = "ntk"
+    plgc_decorrelation: float = 0.0
+    plgc_persist: bool = False
     eval_every: int = 1
     device: str = "cpu"
     torch_threads: int = 1
@@ -177,6 +181,18 @@ class RunConfig:
         if self.fedrap_local_lr_ratio < 0:
             raise ConfigError("fedrap-local-lr-ratio must be >= 0 (0: D_u is never trained).")
         _positive("fedrap-distance-bound", self.fedrap_distance_bound)
+        if self.plgc_alpha != "ntk":
+            try:
+                alpha = float(self.plgc_alpha)
+            except ValueError:
+                alpha = -1.0
+            if not 0.0 <= alpha <= 1.0:
+                raise ConfigError(
+                    f"plgc-alpha='{self.plgc_alpha}' must be 'ntk' or a number in [0, 1] "
+                    "(the fixed weight of the local rows)."
+                )
+        if self.plgc_decorrelation < 0:
+            raise ConfigError("plgc-decorrelation must be >= 0 (0 = off).")
         if self.torch_threads < 0:
             raise ConfigError("torch-threads must be >= 0 (0 = PyTorch's default).")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
@@ -194,7 +210,7 @@ class RunConfig:
                 )
         if not self.results_dir:
             raise ConfigError("results-dir must not be empty (default: 'results').")
-        build_method(self, num_items=1)  # the method's own checks (e.g. dual)
+        build_method(self, num_items=1)  # the method's own checks (e.g. dual, plgc)
 
     def ncf_layer_sizes(self) -> tuple[int, ...]:
         """``ncf-layers`` as integers (the MLP tower's output sizes)."""
@@ -233,6 +249,8 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
         return int(value)
     if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
         return value
+    if kind is str and key == "plgc-alpha" and isinstance(value, (int, float)):
+        return repr(float(value))  # plgc-alpha=0.5 on the command line
     raise ConfigError(
         f"run-config key '{key}' must be of type {kind.__name__}, got {value!r} "
         f"({type(value).__name__})."

@@ -24,7 +24,8 @@ from fedrec_flwr.evaluation import metrics_from_ranks
 from fedrec_flwr.methods import ROWS, Method, build_method
 from fedrec_flwr.partition import participants, users_of_partition
 from fedrec_flwr.personal import KEY_STRIDE, PersonalRows
-from fedrec_flwr.protocols import build_protocol, lookup_rows
+from fedrec_flwr.protocols import build_protocol, held_items, lookup_rows, user_rows
+from fedrec_flwr.spectrum import effective_rank, erank_users
 from fedrec_flwr.training import (
     build_round_samples,
     local_update,
@@ -345,8 +346,45 @@ class NodeRuntime:
             for split, ranks in (("val", val_ranks), ("test", test_ranks)):
                 for name, value in metrics_from_ranks(ranks, protocol.name).items():
                     totals[f"{split}-{name}"] += value
+            for j in np.flatnonzero(np.isin(positions, self.erank_positions)):
+                erank = self._personal_erank(state, params, positions, j, item_ids, item_rows)
+                if erank is not None:
+                    totals["erank-personal-sum"] = totals.get("erank-personal-sum", 0.0) + erank
+                    totals["erank-personal-users"] = totals.get("erank-personal-users", 0.0) + 1
         totals["num-users"] = float(len(self.users))
         return totals
+
+    @property
+    def erank_positions(self) -> np.ndarray:
+        """Positions of this node's users in the seeded sample whose personal rows are
+        measured (none if the method keeps no personal or private rows)."""
+        if not (self.method.personal_rows or self.method.private_row_names()):
+            return np.empty(0, dtype=np.int64)
+        sample = erank_users(self.config.seed, self.prepared.num_users)
+        return self.positions_of(sample[sample % self.num_partitions == self.partition_id])
+
+    def _personal_erank(self, state, params, positions, j, item_ids, item_rows) -> float | None:
+        """Effective rank of what user ``positions[j]``'s score function reads for the items
+        it holds personal or private rows of (among the rows evaluation received)."""
+        position = int(positions[j])
+        items = held_items(state.personal, state.private_rows, position)
+        if item_ids is not None:
+            items = items[np.isin(items, item_ids)]
+        if len(items) < 2:
+            return None
+        rows, extras = user_rows(
+            self.method,
+            state.personal,
+            state.private_rows,
+            positions[j : j + 1],
+            items[None],
+            item_ids,
+            item_rows,
+        )
+        user = {n: v[j : j + 1] for n, v in params.items()}
+        user.update({n: torch.from_numpy(v).to(self.device) for n, v in extras.items()})
+        reps = self.method.represent(user, torch.from_numpy(rows).to(self.device))[0]
+        return effective_rank(reps.cpu())
 
     def _eval_params(
         self, state: NodeState, positions: np.ndarray, dense: dict[str, np.ndarray]

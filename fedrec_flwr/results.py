@@ -49,6 +49,8 @@ class RunRecorder:
             "bytes-down",
             "bytes-up",
             "c-density",
+            "erank-global",
+            "erank-personal",
             "train-users",
             "touched-items",
             "touched-items-total",
@@ -107,10 +109,17 @@ class RunRecorder:
         import matplotlib.pyplot as plt
 
         rounds = [r["round"] for r in self.rows]
-        fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+        fig, axes = plt.subplots(1, 4, figsize=(20, 4))
         axes[0].plot(rounds, [_num(r["train-loss"]) for r in self.rows])
         axes[0].set(title="train loss (BCE)", xlabel="round")
-        for ax, metric in zip(axes[1:], ("hr@10", "ndcg@10"), strict=True):
+        for name in ("erank-global", "erank-personal"):
+            points = [(r["round"], r[name]) for r in self.rows if r[name] != ""]
+            if points:
+                axes[3].plot([x for x, _ in points], [y for _, y in points], label=name)
+        axes[3].set(title="effective rank (dimensional collapse)", xlabel="round")
+        if axes[3].lines:
+            axes[3].legend()
+        for ax, metric in zip(axes[1:3], ("hr@10", "ndcg@10"), strict=True):
             for split in ("val", "test"):
                 points = [(r["round"], r[f"{split}-{metric}"]) for r in self.rows]
                 points = [(x, y) for x, y in points if y != ""]

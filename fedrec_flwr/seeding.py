@@ -19,6 +19,7 @@ STREAMS = {
     "participants": 6,
     "dense-init": 7,
     "reconstruct-init": 8,
+    "erank-sample": 9,
 }
 
 

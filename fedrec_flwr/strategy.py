@@ -46,6 +46,7 @@ from fedrec_flwr.messages import (
 from fedrec_flwr.methods import Method
 from fedrec_flwr.partition import participants
 from fedrec_flwr.server_optim import ServerOptimizer
+from fedrec_flwr.spectrum import effective_rank
 
 __all__ = ["FedRecStrategy", "FederationError", "NodeInfo", "RoundLog", "array_record"]
 
@@ -240,6 +241,7 @@ class FedRecStrategy(Strategy):
         names = [f"{s}-{m}" for s in ("val", "test") for m in metric_names(self.config.protocol)]
         sums = dict.fromkeys(names, 0.0)
         users = 0
+        erank_sum, erank_users = 0.0, 0
         for reply in replies:
             if reply.has_error():
                 self.log.eval_failures += 1
@@ -254,6 +256,9 @@ class FedRecStrategy(Strategy):
             metrics = reply.content["metrics"]
             self.log.bytes_up += reply.content["arrays"].count_bytes()
             users += int(metrics["num-users"])
+            if "erank-personal-users" in metrics:
+                erank_sum += float(metrics["erank-personal-sum"])
+                erank_users += int(metrics["erank-personal-users"])
             for name in names:
                 sums[name] += float(metrics[name])
             self.nodes[reply.metadata.src_node_id].remember_request(reply)
@@ -261,6 +266,9 @@ class FedRecStrategy(Strategy):
             return None
         means = {name: value / users for name, value in sums.items()}
         means["eval-users"] = users
+        means["erank-global"] = effective_rank(self.table)
+        if erank_users:
+            means["erank-personal"] = erank_sum / erank_users
         self.log.metrics.update(means)
         return MetricRecord(means)
 

@@ -239,6 +239,7 @@ def local_update(
                     real = step.weights > 0
                     loss_sum += float(bce_losses(logits, step)[real].double().sum())
                     num_samples += int(real.sum())
+    method.end_local_update(params, context)
     return loss_sum, num_samples
 
 

@@ -1,5 +1,5 @@
-"""FedRAP: the conformance suite for each variant, and focused checks (proximal step, zero
-rows on the wire and in the aggregate, the curriculum)."""
+"""FedRAP and PLGC: the conformance suite for each variant, and focused checks (proximal step,
+zero rows on the wire and in the aggregate, the curriculum, PLGC's alpha, effective rank)."""
 
 from typing import ClassVar
 
@@ -16,11 +16,13 @@ from conformance import (
 )
 
 from fedrec_flwr.aggregation import RowUpload, row_changes
-from fedrec_flwr.config import RunConfig
+from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.messages import array_record, read_rows, sparse_rows
 from fedrec_flwr.methods import ROWS, Role, build_method
 from fedrec_flwr.methods.base import Phase
 from fedrec_flwr.methods.fedrap import LOCAL, fedrap_weights
+from fedrec_flwr.methods.plgc import ALPHA, GLOBAL, decorrelation_loss, ntk_alpha
+from fedrec_flwr.spectrum import effective_rank
 from fedrec_flwr.training import autograd_grads, epoch_steps, local_update, round_context
 
 
@@ -115,6 +117,37 @@ class TestFedRAPBatchRegularisers(RowConformance):
 
 class TestFedRAPSAM(RowConformance):
     config: ClassVar = {**FEDRAP, "sam-rho-private": 0.05, "sam-rho-shared": 0.05}
+
+
+class TestPFedRecPLGC(RowConformance):
+    config: ClassVar = {"method": "pfedrec", "plgc": True, "plgc-decorrelation": 0.1}
+
+
+class TestPFedRecSAMPLGC(RowConformance):
+    config: ClassVar = {
+        "method": "pfedrec",
+        "plgc": True,
+        "plgc-decorrelation": 0.1,
+        "sam-rho-private": 0.05,
+        "sam-rho-shared": 0.05,
+    }
+
+
+class TestPFedRecPLGCPersistent(RowConformance):
+    config: ClassVar = {"method": "pfedrec", "plgc": True, "plgc-persist": True}
+
+
+class TestFedRAPPLGC(RowConformance):
+    config: ClassVar = {**FEDRAP, "plgc": True, "plgc-decorrelation": 0.1}
+
+
+class TestFedMFDualPLGCFixedAlpha(RowConformance):
+    config: ClassVar = {
+        "method": "fedmf",
+        "personalization": "dual",
+        "plgc": True,
+        "plgc-alpha": "0.3",
+    }
 
 
 # --------------------------------------------------------------------- FedRAP
@@ -286,3 +319,67 @@ def test_fedrap_runs_send_fewer_bytes_as_c_gets_sparse(tmp_path, monkeypatch):
     assert figures[0.0][2] == [1.0] * 4
     assert figures[50.0][2][-1] < 0.5  # most of C is exactly zero
     assert figures[50.0][0] < figures[0.0][0] and figures[50.0][1] < figures[0.0][1]
+
+
+# ----------------------------------------------------------------------- PLGC
+def test_plgc_is_refused_on_a_method_without_personal_rows():
+    with pytest.raises(ConfigError, match="plgc = true needs a method with personal item rows"):
+        RunConfig.from_mapping({"method": "fedmf", "plgc": True})
+    RunConfig.from_mapping({"method": "fedmf", "personalization": "dual", "plgc": True})
+
+
+def test_plgc_alpha_is_in_0_1_and_a_fixed_alpha_is_honoured():
+    rng = np.random.default_rng(4)
+    for alpha, expected in (("ntk", None), ("0.3", 0.3), ("1.0", 1.0)):
+        config = RunConfig(
+            method="pfedrec", plgc=True, plgc_alpha=alpha, embedding_dim=4, batch_size=8
+        )
+        method = build_method(config, num_items=30)
+        samples = random_samples(rng, num_users=5, batch=8)
+        params = user_params(method, samples.users, rng)
+        params[ROWS] = torch.from_numpy(
+            rng.normal(size=(samples.row_offsets[-1], 4)).astype(np.float32)
+        )
+        params[GLOBAL] = params[ROWS] + torch.randn_like(params[ROWS])  # the views differ
+        context = round_context(samples, config, 2, torch.device("cpu"))
+        method.begin_local_update(params, context)
+        if expected is None:
+            params[ALPHA].fill_(-1.0)  # the NTK alpha is set after the round's training
+        method.end_local_update(params, context)
+        values = params[ALPHA]
+        assert bool(((values >= 0) & (values <= 1)).all())
+        if expected is None:
+            assert len(set(values.tolist())) > 1  # per user
+        else:
+            assert torch.equal(values, torch.full_like(values, expected))
+
+
+def test_ntk_alpha_leans_on_the_view_that_separates_the_users_labels():
+    rng = np.random.default_rng(5)
+    labels = torch.tensor([1.0] * 10 + [0.0] * 40)
+    informative = torch.randn(50, 8, generator=torch.Generator().manual_seed(0)) * 0.1
+    informative[:, 0] += 3 * labels
+    noise = torch.from_numpy(rng.normal(size=(50, 8)).astype(np.float32))
+    assert ntk_alpha(informative, noise, labels) > 0.8
+    assert ntk_alpha(noise, informative, labels) < 0.2
+    assert ntk_alpha(noise, noise, labels) == pytest.approx(0.5)
+
+
+def test_the_decorrelation_loss_is_zero_for_identical_whitened_views_and_grows_with_collapse():
+    rng = np.random.default_rng(6)
+    white = np.linalg.qr(rng.normal(size=(64, 8)))[0] * 8.0  # orthogonal columns
+    white -= white.mean(0)
+    views = torch.from_numpy(white.astype(np.float32)).unsqueeze(0)
+    mask = torch.ones(1, 64)
+    aligned = decorrelation_loss(views, views, mask)
+    collapsed = views[..., :1].expand(-1, -1, 8)  # every feature the same direction
+    assert float(aligned) < 0.05
+    assert float(decorrelation_loss(collapsed, views, mask)) > 1.0
+
+
+def test_effective_rank_of_rank_one_is_one_and_of_the_identity_is_its_size():
+    rng = np.random.default_rng(7)
+    rank_one = np.outer(rng.normal(size=20), rng.normal(size=6))
+    assert effective_rank(rank_one) == pytest.approx(1.0, abs=1e-6)
+    assert effective_rank(np.eye(7)) == pytest.approx(7.0)
+    assert effective_rank(np.zeros((3, 3))) == 0.0

@@ -11,6 +11,7 @@ from fedrec_flwr.methods.fedncf import FedNCF, FedRecGEL
 from fedrec_flwr.methods.fedrap import FedRAP
 from fedrec_flwr.methods.fedrecon import FedRecon
 from fedrec_flwr.methods.pfedrec import PFedRec
+from fedrec_flwr.methods.plgc import PLGC
 
 if TYPE_CHECKING:
     from fedrec_flwr.config import RunConfig
@@ -21,6 +22,7 @@ METHODS: dict[str, type[Method]] = {
 
 __all__ = [
     "METHODS",
+    "PLGC",
     "ROWS",
     "FedMF",
     "FedNCF",
@@ -38,5 +40,7 @@ __all__ = [
 
 
 def build_method(config: RunConfig, num_items: int) -> Method:
-    """Instantiate the configured method (raises ConfigError for impossible combinations)."""
-    return METHODS[config.method](config, num_items)
+    """Instantiate the configured method, wrapped in PLGC when ``plgc = true`` (raises
+    ConfigError for impossible combinations)."""
+    method = METHODS[config.method](config, num_items)
+    return PLGC(config, num_items, method) if config.plgc else method

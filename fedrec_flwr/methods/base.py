@@ -23,9 +23,9 @@ Roles (``Role``) say where each parameter lives:
 - ``global-rows``: a frozen copy of the received global rows, aligned with the item rows
   (PLGC's global view); never trained, kept or uploaded.
 
-Hooks: ``begin_round`` (before training), ``begin_local_update`` (with the round's
-:class:`RoundContext`: its row blocks and their labels) and ``after_step`` (after each phase's
-update: proximal steps, regularisers over rows outside the batch).
+Hooks: ``begin_round`` (before training), ``begin_local_update`` and ``end_local_update``
+(with the round's :class:`RoundContext`: its row blocks and their labels) and ``after_step``
+(after each phase's update: proximal steps, regularisers over rows outside the batch).
 """
 
 from __future__ import annotations
@@ -281,6 +281,10 @@ class Method(ABC):
     ) -> None:
         """Hook after each phase's update of a step (``params`` in place): proximal steps,
         regularisers over rows outside the batch."""
+        return None
+
+    def end_local_update(self, params: dict[str, torch.Tensor], context: RoundContext) -> None:
+        """Hook after the round's last step (``params`` in place)."""
         return None
 
     def loss(

@@ -1,0 +1,211 @@
+"""PLGC (Zhao et al. 2025): personalised local-global collaboration, as a plug-in on any
+method with personal item rows. Our interpretation of the abstract; ``docs/plgc.md`` gives
+the equations and the choices.
+
+The device keeps the received global rows ``G`` frozen (role ``global-rows``) beside its
+trainable local rows ``L`` (the base method's item representation: PFedRec's personal rows,
+which persist across rounds under ``plgc-persist``; FedRAP's ``D_u + C``). The score function
+reads ``alpha_u * L + (1 - alpha_u) * G``; ``alpha_u`` (a private, untrained parameter) is set
+at the end of each round's local update from the empirical NTK of the score function on the
+user's rows (``plgc-alpha = "ntk"``) and used in evaluation and the next round, or fixed
+(``plgc-alpha = "0.5"``). A Barlow-Twins loss between the two views of the batch's items
+(weight ``plgc-decorrelation``) decorrelates the features.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from fedrec_flwr.methods.base import (
+    ROWS,
+    Method,
+    Phase,
+    Role,
+    RoundContext,
+    Stage,
+    Step,
+)
+
+GLOBAL = "plgc-global"  # G: the received global rows, frozen
+ALPHA = "plgc-alpha"  # alpha_u, per user
+EPS = 1e-8
+
+
+def fixed_alpha(config) -> float | None:
+    """The fixed alpha of ``plgc-alpha``, or None for ``"ntk"``."""
+    return None if config.plgc_alpha == "ntk" else float(config.plgc_alpha)
+
+
+def kernel_alignment(rows: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Centred kernel-target alignment of the linear kernel ``rows rows^T`` with ``labels``:
+    ``||R_c^T y_c||^2 / (||R_c^T R_c||_F ||y_c||^2)``, in [0, 1] (0 when undefined)."""
+    rows = rows.double() - rows.double().mean(0)
+    labels = labels.double() - labels.double().mean()
+    num = (rows.T @ labels).pow(2).sum()
+    den = torch.linalg.matrix_norm(rows.T @ rows) * labels.pow(2).sum()
+    return num / den if den > 0 else torch.zeros((), dtype=torch.float64)
+
+
+def ntk_alpha(local: torch.Tensor, global_: torch.Tensor, labels: torch.Tensor) -> float:
+    """alpha = A_L / (A_L + A_G) from the two views' kernel alignments (0.5 if both 0)."""
+    a_local, a_global = kernel_alignment(local, labels), kernel_alignment(global_, labels)
+    total = float(a_local + a_global)
+    return 0.5 if total <= 0 else float(a_local) / total
+
+
+def decorrelation_loss(local: torch.Tensor, global_: torch.Tensor, mask: torch.Tensor):
+    """Per-user Barlow-Twins loss between views [a, B, r] over the real entries ``mask``
+    [a, B]: ``sum_k (1 - C_kk)^2 + (1/r) sum_{k != l} C_kl^2`` with ``C`` the
+    cross-correlation of the standardised features. Returns [a]."""
+    m = mask.unsqueeze(-1)
+    n = mask.sum(1).clamp_min(1.0).reshape(-1, 1, 1)
+
+    def standardised(x):
+        mean = (x * m).sum(1, keepdim=True) / n
+        centred = (x - mean) * m
+        std = (centred.pow(2).sum(1, keepdim=True) / n + EPS).sqrt()
+        return centred / std
+
+    corr = torch.einsum("abk,abl->akl", standardised(local), standardised(global_)) / n
+    diag = torch.diagonal(corr, dim1=-2, dim2=-1)
+    on = (1.0 - diag).pow(2).sum(-1)
+    off = corr.pow(2).sum((-2, -1)) - diag.pow(2).sum(-1)
+    return on + off / local.shape[-1]
+
+
+class PLGC(Method):
+    """``base`` with PLGC: same name, roles plus the global view and alpha."""
+
+    native_personal_rows: ClassVar[bool] = False
+
+    def __init__(self, config, num_items: int, base: Method) -> None:
+        self.config = config
+        self.num_items = num_items
+        self.dim = config.embedding_dim
+        self.dual = base.dual
+        self.base = base
+        self.name = base.name
+        self.paper = f"{base.paper}; PLGC (Zhao et al. 2025, our interpretation)"
+        self.eval_chunk = base.eval_chunk
+        if not (base.personal_rows or base.private_row_names()):
+            from fedrec_flwr.config import ConfigError
+
+            raise ConfigError(
+                f"plgc = true needs a method with personal item rows; method '{base.name}'"
+                f" with personalization='{config.personalization}' has none. Use pfedrec or "
+                "fedrap, or personalization='dual' on fedmf, fedncf or fedrecon."
+            )
+        self.alpha = fixed_alpha(config)
+
+    # ----------------------------------------------------------------- roles
+    @property
+    def personal_rows(self) -> bool:
+        return self.base.personal_rows
+
+    @property
+    def train_from_personal(self) -> bool:
+        """``plgc-persist``: the local rows persist across rounds (else, as the base method,
+        a round starts them from the global rows)."""
+        return self.base.personal_rows and self.config.plgc_persist
+
+    @property
+    def eval_table(self) -> str:
+        return self.base.eval_table
+
+    @property
+    def row_dim(self) -> int:
+        return self.base.row_dim
+
+    @property
+    def zero_threshold(self) -> float | None:
+        return self.base.zero_threshold
+
+    def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
+        start = 0.5 if self.alpha is None else self.alpha
+        return {
+            **self.base.init_private(users),
+            ALPHA: torch.full((len(users),), start, dtype=torch.float32),
+        }
+
+    def init_dense(self) -> dict[str, np.ndarray]:
+        return self.base.init_dense()
+
+    def roles(self) -> dict[str, Role]:
+        return {**self.base.roles(), GLOBAL: Role.GLOBAL_ROWS, ALPHA: Role.PRIVATE}
+
+    def learning_rate(self, name: str) -> float:
+        return 0.0 if name in (GLOBAL, ALPHA) else self.base.learning_rate(name)
+
+    def stages(self) -> tuple[Stage, ...]:
+        return self.base.stages()
+
+    def phases(self) -> tuple[Phase, ...]:
+        return self.base.phases()
+
+    # ----------------------------------------------------------------- hooks
+    def begin_round(self, params, users, server_round) -> None:
+        self.base.begin_round(params, users, server_round)
+
+    def begin_local_update(self, params: dict[str, torch.Tensor], context: RoundContext) -> None:
+        """The base method's hook; a fixed alpha is set (the NTK one is the user's last)."""
+        self.base.begin_local_update(params, context)
+        if self.alpha is not None:
+            params[ALPHA].fill_(self.alpha)
+
+    def end_local_update(self, params: dict[str, torch.Tensor], context: RoundContext) -> None:
+        """The base method's hook, then each user's NTK alpha from its tuned local rows and
+        the frozen global ones: used in evaluation and in the user's next round."""
+        self.base.end_local_update(params, context)
+        if self.alpha is not None or GLOBAL not in params:
+            return
+        rows = {n: params[n] for n in self.base.row_names() if n in params}
+        local = self.base.represent(rows, params[ROWS])
+        offsets = context.row_offsets.tolist()
+        alphas = [
+            ntk_alpha(local[lo:hi], params[GLOBAL][lo:hi], context.row_labels[lo:hi])
+            for lo, hi in itertools.pairwise(offsets)
+        ]
+        params[ALPHA].copy_(torch.tensor(alphas, dtype=params[ALPHA].dtype))
+
+    def after_step(self, params, step: Step, phase: Phase, context: RoundContext) -> None:
+        self.base.after_step(params, step, phase, context)
+
+    # --------------------------------------------------------------- scoring
+    def represent(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        """``alpha * L + (1 - alpha) * G`` (``L`` alone when no global view is given)."""
+        local = self.base.represent(params, rows)
+        if GLOBAL not in params:
+            return local
+        alpha = params[ALPHA].reshape(-1, *[1] * (local.dim() - 1))
+        return alpha * local + (1.0 - alpha) * params[GLOBAL]
+
+    def score(self, params: dict[str, torch.Tensor], reps: torch.Tensor) -> torch.Tensor:
+        return self.base.score(params, reps)
+
+    def logits(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        return self.base.score(params, self.represent(params, rows))
+
+    def logits_all(self, params: dict[str, torch.Tensor], table: torch.Tensor) -> torch.Tensor:
+        """Items without personal rows: ``L = G`` (PFedRec) or ``D_u = 0`` (FedRAP), so the
+        mix is the global row and the base method's full ranking holds."""
+        return self.base.logits_all(params, table)
+
+    def loss(self, step: Step, params, rows: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """The base loss plus ``plgc-decorrelation`` times the redundancy-reduction loss."""
+        loss = self.base.loss(step, params, rows, logits)
+        weight = self.config.plgc_decorrelation
+        if weight > 0 and GLOBAL in params:
+            local = self.base.represent(params, rows)
+            per_user = decorrelation_loss(local, params[GLOBAL].detach(), step.weights > 0)
+            loss = loss + weight * per_user.sum()
+        return loss
+
+    def closed_form_grads(self, step, params, rows, wrt):
+        return None  # autograd through the mix and the decorrelation loss
+
+    def describe(self) -> dict[str, str]:
+        return {**self.base.describe(), "plgc": f"alpha {self.config.plgc_alpha}"}
