@@ -389,3 +389,21 @@ def user_normal(config: RunConfig, users: np.ndarray, dim: int, key: int) -> np.
             for user in users
         ]
     ).astype(np.float32)
+
+
+def linear_head_init(config: RunConfig, users: np.ndarray, dim: int) -> dict[str, torch.Tensor]:
+    """A linear score head d -> 1 per user (``score-weight`` [n, d], ``score-bias`` [n]), all
+    from one shared draw: PyTorch's nn.Linear(d, 1) default init, keyed by the seed."""
+    import math
+
+    from fedrec_flwr.seeding import keyed_rng
+
+    rng = keyed_rng(config.seed, "private-init", 0)
+    bound = 1.0 / math.sqrt(dim)
+    weight = rng.uniform(-bound, bound, size=dim).astype(np.float32)
+    bias = np.float32(rng.uniform(-bound, bound))
+    n = len(users)
+    return {
+        "score-weight": torch.from_numpy(np.tile(weight, (n, 1))),
+        "score-bias": torch.full((n,), float(bias), dtype=torch.float32),
+    }

@@ -10,8 +10,6 @@ uploaded; ``S_u`` never leaves the device. Evaluation uses the user's own tuned 
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
@@ -21,10 +19,10 @@ from fedrec_flwr.methods.base import (
     Phase,
     Step,
     bce_grad,
+    linear_head_init,
     linear_logits,
     linear_logits_all,
 )
-from fedrec_flwr.seeding import keyed_rng
 
 SCORE = ("score-weight", "score-bias")
 
@@ -36,15 +34,7 @@ class PFedRec(Method):
 
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
         """One shared initialisation for every user: PyTorch's nn.Linear(d, 1) default."""
-        rng = keyed_rng(self.config.seed, "private-init", 0)
-        bound = 1.0 / math.sqrt(self.dim)
-        weight = rng.uniform(-bound, bound, size=self.dim).astype(np.float32)
-        bias = np.float32(rng.uniform(-bound, bound))
-        n = len(users)
-        return {
-            "score-weight": torch.from_numpy(np.tile(weight, (n, 1))),
-            "score-bias": torch.full((n,), float(bias), dtype=torch.float32),
-        }
+        return linear_head_init(self.config, users, self.dim)
 
     def phases(self) -> tuple[Phase, ...]:
         return (Phase("score", SCORE), Phase("items", (ROWS,)))
