@@ -11,6 +11,12 @@ per round. Results land in ``<out>/runs/`` and the table in ``<out>/<table>.md``
     python bench/reproduce.py --data-dir ../shared/datasets --seeds 0 1 2
     python bench/reproduce.py --data-dir ../shared/datasets --methods fedncf fedrecon \
         --inprocess --jobs 2 --table table-methods --no-floor
+
+An ablation is a preset with ``--set`` overrides under a ``--tag``: its runs are named
+``<preset>+<tag>-<dataset>-<protocol>-seed<s>``::
+
+    python bench/reproduce.py --data-dir ../shared/datasets --methods pfedrec-plgc \
+        --set plgc-alpha=0.5 --tag alpha0.5 --inprocess --jobs 2 --no-floor
 """
 
 from __future__ import annotations
@@ -74,6 +80,17 @@ def run_inprocess(preset: Path, overrides: dict, nodes: int) -> str:
 SHORT = {"ml-100k": "ml100k", "lastfm-2k": "lastfm2k"}
 
 
+def parse_override(pair: str) -> tuple[str, object]:
+    """``key=value`` with the value read as TOML (``0.5``, ``true``, ``"ntk"``), else a string."""
+    key, sep, value = pair.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--set takes key=value pairs; got '{pair}'")
+    try:
+        return key, tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key, value
+
+
 def cell(values: list[float]) -> str:
     """'mean ± std' in percent."""
     mean = 100 * statistics.mean(values)
@@ -95,16 +112,25 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (--inprocess)")
     parser.add_argument("--table", default="table", help="name of the markdown table file")
     parser.add_argument("--no-floor", action="store_true", help="leave out popularity rows")
+    parser.add_argument(
+        "--set", nargs="+", default=[], metavar="KEY=VALUE", help="override preset keys"
+    )
+    parser.add_argument("--tag", default="", help="name suffix of the runs made with --set")
     args = parser.parse_args()
+    if args.set and not args.tag:
+        parser.error("--set changes the runs: name them with --tag (e.g. --tag alpha0.5)")
+    extra = dict(parse_override(pair) for pair in args.set)
+    suffix = f"+{args.tag}" if args.tag else ""
     out = Path(args.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
 
     def run_cell(cell: tuple[str, str, str, int]) -> None:
         protocol, dataset, method, seed = cell
-        name = f"{method}-{SHORT[dataset]}-{protocol}-seed{seed}"
+        name = f"{method}{suffix}-{SHORT[dataset]}-{protocol}-seed{seed}"
         if (out / "runs" / name / "summary.json").exists():
             return
         overrides = {
+            **extra,
             "seed": seed,
             "data-dir": str(Path(args.data_dir).resolve()),
             "results-dir": str((out / "runs").resolve()),
@@ -142,13 +168,13 @@ def main() -> None:
                         (
                             out
                             / "runs"
-                            / f"{method}-{SHORT[dataset]}-{protocol}-seed{seed}"
+                            / f"{method}{suffix}-{SHORT[dataset]}-{protocol}-seed{seed}"
                             / "summary.json"
                         ).read_text()
                     )
                     for seed in args.seeds
                 ]
-                rows.append((protocol, dataset, method, summaries))
+                rows.append((protocol, dataset, method + suffix, summaries))
             if args.no_floor:
                 continue
             floors = [
