@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -79,9 +80,18 @@ class RunRecorder:
             return None
         return max(evaluated, key=lambda row: (row[SELECTION_METRIC], -row["round"]))
 
+    def diverged_round(self) -> int | None:
+        """The first round whose training loss is not finite (the run diverged), else None."""
+        for row in self.rows:
+            if row["train-loss"] != "" and not math.isfinite(float(row["train-loss"])):
+                return row["round"]
+        return None
+
     def finish(self, seconds: float) -> dict[str, Any]:
         """Write ``summary.json`` and ``curves.png``; return the summary."""
         best = self.best_round()
+        evaluated = [row for row in self.rows if row[SELECTION_METRIC] != ""]
+        last = evaluated[-1] if evaluated else None
         summary: dict[str, Any] = {
             "method": self.config.method,
             "dataset": self.config.dataset,
@@ -95,6 +105,8 @@ class RunRecorder:
             "seconds_per_round": round(seconds / max(len(self.rows), 1), 3),
             "bytes_down": sum(int(r["bytes-down"]) for r in self.rows),
             "bytes_up": sum(int(r["bytes-up"]) for r in self.rows),
+            "final_val": {m: last[f"val-{m}"] for m in self.metrics} if last else {},
+            "diverged_round": self.diverged_round(),
             **self.extra,
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
