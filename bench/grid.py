@@ -115,19 +115,22 @@ def main() -> None:
         "python bench/grid.py " + " ".join(sys.argv[1:]),
         "```",
         "",
-        "| " + " | ".join(keys) + " | best round | val HR@10 | val NDCG@10 | test HR@10 |",
-        "|" + "---|" * (len(keys) + 4),
+        "| " + " | ".join(keys) + " | best round | val HR@10 | val NDCG@10 | test HR@10 "
+        "| last val HR@10 | diverged at |",
+        "|" + "---|" * (len(keys) + 6),
     ]
     for setting, summary in rows:
         if "error" in summary or not summary.get("val"):
-            lines.append("| " + " | ".join(str(setting[k]) for k in keys) + " | failed | | | |")
+            lines.append("| " + " | ".join(str(setting[k]) for k in keys) + " | failed | | | | | |")
             continue
         val, test = summary["val"], summary["test"]
         lines.append(
             "| "
             + " | ".join(str(setting[k]) for k in keys)
             + f" | {summary['best_round']} | {100 * val['hr@10']:.2f} | "
-            f"{100 * val['ndcg@10']:.2f} | {100 * test['hr@10']:.2f} |"
+            f"{100 * val['ndcg@10']:.2f} | {100 * test['hr@10']:.2f} "
+            f"| {100 * summary.get('final_val', {}).get('hr@10', float('nan')):.2f} "
+            f"| {summary.get('diverged_round') or '-'} |"
         )
     (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
