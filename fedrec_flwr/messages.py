@@ -15,6 +15,8 @@ Scalars travel in ``metrics`` (MetricRecord) and ``config`` (ConfigRecord: ``ser
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
@@ -99,6 +101,23 @@ def read_rows(record: ArrayRecord) -> tuple[np.ndarray | None, np.ndarray]:
 def allowed_upload_keys(shared_dense: tuple[str, ...]) -> frozenset[str]:
     """Every array key a node may send for a method with these shared-dense parameters."""
     return UPLOAD_KEYS | {DENSE_PREFIX + name for name in shared_dense}
+
+
+def read_reply(msg: Message) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """(arrays as numpy, metrics) of a reply; ``ValueError`` saying what is missing or
+    unreadable (the reply is then rejected, see :mod:`fedrec_flwr.validation`)."""
+    records = {}
+    for name, kind in ((ARRAYS, ArrayRecord), (METRICS, MetricRecord)):
+        if name not in msg.content or not isinstance(msg.content[name], kind):
+            raise ValueError(f"the reply has no '{name}' {kind.__name__}")
+        records[name] = msg.content[name]
+    arrays = {}
+    for key, array in records[ARRAYS].items():
+        try:
+            arrays[key] = array.numpy()
+        except Exception as error:  # bytes that do not decode to an array
+            raise ValueError(f"array '{key}' cannot be read: {error}") from error
+    return arrays, dict(records[METRICS])
 
 
 def reply(msg: Message, arrays: ArrayRecord, metrics: dict) -> Message:

@@ -57,6 +57,7 @@ class RunRecorder:
             "touched-items-total",
             "train-failures",
             "eval-failures",
+            "rejected-replies",
         ]
         self.rows: list[dict[str, Any]] = []
         self.extra = extra

@@ -13,8 +13,11 @@ Message flow of a run (keys in :mod:`fedrec_flwr.messages`):
   Reply: metric sums and ``next-items``.
 
 What a reply may carry follows the method's parameter roles; private parameters never appear
-in a reply. Failed replies are logged and skipped. The aggregated change goes through the
-server optimiser (:mod:`fedrec_flwr.server_optim`).
+in a reply. Every reply is checked (:mod:`fedrec_flwr.validation`) before any of it is used: a
+malformed one is logged and rejected (``rejected-replies``); error replies and nodes that did
+not answer within the round timeout are logged and counted (``train-failures``,
+``eval-failures``). The aggregated change goes through the server optimiser
+(:mod:`fedrec_flwr.server_optim`).
 """
 
 from __future__ import annotations
@@ -30,23 +33,30 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from fedrec_flwr.aggregation import RowUpload, dense_changes, row_changes
+from fedrec_flwr.aggregation import dense_changes, row_changes
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.evaluation import metric_names
 from fedrec_flwr.handshake import FederationError, NodeInfo, connect
 from fedrec_flwr.messages import (
     ARRAYS,
     CONFIG,
-    METRICS,
     array_record,
     dense_arrays,
     read_dense,
+    read_reply,
     sparse_rows,
 )
 from fedrec_flwr.methods import Method
 from fedrec_flwr.partition import participants
 from fedrec_flwr.server_optim import ServerOptimizer
 from fedrec_flwr.spectrum import effective_rank
+from fedrec_flwr.validation import (
+    ReplyError,
+    ReplySchema,
+    TrainOrder,
+    check_eval_reply,
+    check_train_reply,
+)
 
 __all__ = ["FedRecStrategy", "FederationError", "NodeInfo", "RoundLog", "array_record"]
 
@@ -61,6 +71,7 @@ class RoundLog:
     train_users: int = 0
     train_failures: int = 0
     eval_failures: int = 0
+    rejected_replies: int = 0  # train and evaluate replies that failed validation
     touched_items: int = 0
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -93,6 +104,8 @@ class FedRecStrategy(Strategy):
         )
         self.touched_ever = np.zeros(num_items, dtype=bool)
         self.nodes: dict[int, NodeInfo] = {}
+        self.orders: dict[int, TrainOrder] = {}  # train messages of the round, by node id
+        self.eval_sent: set[int] = set()  # nodes sent an evaluate message this round
         self.on_round = on_round
         self.log: RoundLog = RoundLog(round=0)
         self.started = time.perf_counter()
@@ -102,6 +115,39 @@ class FedRecStrategy(Strategy):
         self.nodes = connect(
             grid, self.num_users, self.num_items, self.config.node_wait_timeout, timeout
         )
+
+    def schema(self) -> ReplySchema:
+        """What every reply must match (item catalogue, row width, dense shapes)."""
+        shapes = {name: value.shape for name, value in self.dense.items()}
+        return ReplySchema(self.num_items, self.method.row_dim, shapes)
+
+    def _reject(self, server_round: int, kind: str, node_id: int, error: Exception) -> None:
+        self.log.rejected_replies += 1
+        info = self.nodes.get(node_id)
+        where = f" (partition {info.partition_id})" if info else ""
+        log(
+            WARNING,
+            "round %d: %s reply of node %d%s rejected, nothing of it is used: %s",
+            server_round,
+            kind,
+            node_id,
+            where,
+            error,
+        )
+
+    def _missing(self, server_round: int, kind: str, node_ids: Iterable[int]) -> int:
+        """Log the nodes sent a ``kind`` message that never answered; return how many."""
+        node_ids = sorted(node_ids)
+        if node_ids:
+            log(
+                WARNING,
+                "round %d: no %s reply within the round timeout from node(s) %s; counted as "
+                "failures",
+                server_round,
+                kind,
+                ", ".join(map(str, node_ids)),
+            )
+        return len(node_ids)
 
     def _payload(self, users: np.ndarray | None, item_ids, rows: np.ndarray) -> ArrayRecord:
         arrays = {} if users is None else {"train_users": users}
@@ -119,6 +165,7 @@ class FedRecStrategy(Strategy):
         self.log = RoundLog(round=server_round)
         # No copy needed: aggregation replaces the table, it never writes into it.
         self.round_start_table = self.table
+        self.orders = {}
         selected = participants(
             self.config.seed, server_round, self.num_users, self.config.fraction_train
         )
@@ -131,7 +178,9 @@ class FedRecStrategy(Strategy):
                 ids = info.request_items
                 payload = self._payload(users, ids, self.table[ids])
             else:  # no fresh request: the full table is always correct
+                ids = None
                 payload = self._payload(users, None, self.table)
+            self.orders[node_id] = TrainOrder(users=users, item_ids=ids)
             self.log.bytes_down += payload.count_bytes()
             content = RecordDict(
                 {ARRAYS: payload, CONFIG: ConfigRecord({"server-round": server_round})}
@@ -142,45 +191,41 @@ class FedRecStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Apply the round's uploads to the global table and shared-dense parameters."""
+        """Apply the round's valid uploads to the global table and shared-dense parameters.
+
+        A reply that fails :func:`~fedrec_flwr.validation.check_train_reply` is rejected whole;
+        error replies and nodes that did not answer count as train failures.
+        """
         uploads, loss_sum, num_samples = [], 0.0, 0
+        orders, self.orders = self.orders, {}
         for reply in replies:
+            node_id = reply.metadata.src_node_id
+            order = orders.pop(node_id, None)
             if reply.has_error():
                 self.log.train_failures += 1
                 log(
                     WARNING,
                     "round %d: node %d failed to train, its update is skipped: %s",
                     server_round,
-                    reply.metadata.src_node_id,
+                    node_id,
                     reply.error.reason,
                 )
                 continue
-            arrays, metrics = reply.content[ARRAYS], reply.content[METRICS]
-            self.log.bytes_up += arrays.count_bytes()
-            info = self.nodes[reply.metadata.src_node_id]
-            uploads.append(
-                (
-                    info.partition_id,
-                    RowUpload(
-                        item_ids=arrays["item-ids"].numpy(),
-                        row_sums=arrays["row-sums"].numpy(),
-                        row_counts=arrays["row-counts"].numpy(),
-                        num_users=int(metrics["num-users"]),
-                        dense_sums=read_dense(arrays),
-                        **(
-                            {
-                                "zero_ids": arrays["zero-ids"].numpy(),
-                                "zero_counts": arrays["zero-counts"].numpy(),
-                            }
-                            if "zero-ids" in arrays
-                            else {}
-                        ),
-                    ),
-                )
-            )
+            try:
+                arrays, metrics = read_reply(reply)
+                self.log.bytes_up += reply.content[ARRAYS].count_bytes()
+                if order is None:
+                    raise ReplyError("the node was not sent a train message this round")
+                upload = check_train_reply(arrays, metrics, self.schema(), order)
+            except ValueError as error:  # ReplyError, or a reply that cannot be read
+                self._reject(server_round, "train", node_id, error)
+                continue
+            info = self.nodes[node_id]
+            uploads.append((info.partition_id, upload))
             loss_sum += float(metrics["loss-sum"])
             num_samples += int(metrics["num-samples"])
             info.remember_request(reply)
+        self.log.train_failures += self._missing(server_round, "train", orders)
         uploads = [upload for _, upload in sorted(uploads, key=lambda pair: pair[0])]
         if not uploads:
             log(
@@ -220,6 +265,7 @@ class FedRecStrategy(Strategy):
             return []
         base = self.round_start_table if self.method.eval_table == "round-start" else self.table
         messages = []
+        self.eval_sent = set(self.nodes)
         for node_id, info in self.nodes.items():
             if info.eval_items is None:
                 payload = self._payload(None, None, base)
@@ -237,31 +283,44 @@ class FedRecStrategy(Strategy):
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
-        """Mean of each metric over the evaluated users."""
+        """Mean of each metric over the evaluated users of the valid replies."""
         names = [f"{s}-{m}" for s in ("val", "test") for m in metric_names(self.config.protocol)]
         sums = dict.fromkeys(names, 0.0)
         users = 0
         erank_sum, erank_users = 0.0, 0
+        sent, self.eval_sent = self.eval_sent, set()
         for reply in replies:
+            node_id = reply.metadata.src_node_id
+            expected = node_id in sent
+            sent.discard(node_id)
             if reply.has_error():
                 self.log.eval_failures += 1
                 log(
                     WARNING,
                     "round %d: node %d failed to evaluate, its users are left out: %s",
                     server_round,
-                    reply.metadata.src_node_id,
+                    node_id,
                     reply.error.reason,
                 )
                 continue
-            metrics = reply.content["metrics"]
-            self.log.bytes_up += reply.content["arrays"].count_bytes()
+            try:
+                arrays, metrics = read_reply(reply)
+                self.log.bytes_up += reply.content[ARRAYS].count_bytes()
+                if not expected:
+                    raise ReplyError("the node was not sent an evaluate message this round")
+                node_users = len(self.nodes[node_id].users)
+                check_eval_reply(arrays, metrics, self.schema(), names, node_users)
+            except ValueError as error:
+                self._reject(server_round, "evaluate", node_id, error)
+                continue
             users += int(metrics["num-users"])
             if "erank-personal-users" in metrics:
                 erank_sum += float(metrics["erank-personal-sum"])
                 erank_users += int(metrics["erank-personal-users"])
             for name in names:
                 sums[name] += float(metrics[name])
-            self.nodes[reply.metadata.src_node_id].remember_request(reply)
+            self.nodes[node_id].remember_request(reply)
+        self.log.eval_failures += self._missing(server_round, "evaluate", sent)
         if users == 0:
             return None
         means = {name: value / users for name, value in sums.items()}
@@ -288,6 +347,22 @@ class FedRecStrategy(Strategy):
         )
 
     # ----------------------------------------------------------------- loop
+    def load(self, initial_arrays: ArrayRecord) -> None:
+        """Take the global table and shared-dense parameters of round 1."""
+        self.table = np.array(initial_arrays["item-table"].numpy(), dtype=np.float32)
+        if self.table.shape != (self.num_items, self.method.row_dim):
+            raise ValueError(
+                f"item-table has shape {self.table.shape}, expected "
+                f"({self.num_items}, {self.method.row_dim})"
+            )
+        self.dense = read_dense(initial_arrays)
+        expected = set(self.method.shared_dense_names())
+        if set(self.dense) != expected:
+            raise ValueError(
+                f"initial arrays hold dense {sorted(self.dense)}, expected {sorted(expected)}"
+            )
+        self.round_start_table = self.table
+
     def start(
         self,
         grid: Grid,
@@ -304,19 +379,7 @@ class FedRecStrategy(Strategy):
         ``dense.<name>`` for each shared-dense parameter; after each round ``on_round``
         receives that round's figures.
         """
-        self.table = np.array(initial_arrays["item-table"].numpy(), dtype=np.float32)
-        if self.table.shape != (self.num_items, self.method.row_dim):
-            raise ValueError(
-                f"item-table has shape {self.table.shape}, expected "
-                f"({self.num_items}, {self.method.row_dim})"
-            )
-        self.dense = read_dense(initial_arrays)
-        expected = set(self.method.shared_dense_names())
-        if set(self.dense) != expected:
-            raise ValueError(
-                f"initial arrays hold dense {sorted(self.dense)}, expected {sorted(expected)}"
-            )
-        self.round_start_table = self.table
+        self.load(initial_arrays)
         self.summary()
         self.connect(grid, timeout)
         result = Result()
@@ -351,6 +414,7 @@ class FedRecStrategy(Strategy):
             "touched-items-total": int(self.touched_ever.sum()),
             "train-failures": self.log.train_failures,
             "eval-failures": self.log.eval_failures,
+            "rejected-replies": self.log.rejected_replies,
         }
         shown = " ".join(
             f"{k} {figures[k]:.4f}"

@@ -425,6 +425,8 @@ class MethodConformance:
         assert [{k: v for k, v in r.items() if k not in ignored} for r in three.rounds] == [
             {k: v for k, v in r.items() if k not in ignored} for r in again.rounds
         ]
+        for run in (packed, three):  # the method's own replies pass the server's checks
+            assert all(r["rejected-replies"] == "0" for r in run.rounds)
         metrics = packed.metrics()
         assert len(metrics) >= 3 and len(packed.rounds) == config.num_server_rounds
         for name, values in metrics.items():

@@ -1,0 +1,232 @@
+"""Checks of the nodes' replies before the server uses any of them (plain numpy).
+
+The strategy passes each train or evaluate reply, as numpy arrays and numbers, through
+:func:`check_train_reply` or :func:`check_eval_reply` with what it knows of the round (the
+users and rows it sent that node). A reply that fails raises :class:`ReplyError` with a
+message that says what was wrong; the strategy skips it, so a malformed reply never reaches
+the global table, the shared-dense parameters or the metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedrec_flwr.aggregation import RowUpload
+from fedrec_flwr.messages import DENSE_PREFIX
+
+TRAIN_KEYS = frozenset({"item-ids", "row-sums", "row-counts", "zero-ids", "zero-counts"})
+EVAL_KEYS = frozenset()
+REQUEST_KEY = "next-items"  # allowed in both: the rows a node needs next round
+ID_DTYPE = np.dtype(np.int64)
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+SHOWN = 5  # offending values quoted in a message
+
+
+class ReplyError(ValueError):
+    """A node's reply is malformed; the message says what was wrong."""
+
+
+@dataclass(frozen=True)
+class ReplySchema:
+    """What every reply of a run must match: the item catalogue, the row width and the
+    shapes of the method's shared-dense parameters."""
+
+    num_items: int
+    row_dim: int
+    dense_shapes: Mapping[str, tuple[int, ...]]
+
+    def train_keys(self) -> frozenset[str]:
+        """Array keys a train reply may carry (a subset of ``allowed_upload_keys``)."""
+        return TRAIN_KEYS | {REQUEST_KEY} | {DENSE_PREFIX + n for n in self.dense_shapes}
+
+
+@dataclass(frozen=True)
+class TrainOrder:
+    """What the server sent one node in a round: the users to train and the rows
+    (``item_ids`` None: the full table, any item may come back)."""
+
+    users: np.ndarray
+    item_ids: np.ndarray | None
+
+
+def check_train_reply(
+    arrays: Mapping[str, np.ndarray],
+    metrics: Mapping[str, Any],
+    schema: ReplySchema,
+    order: TrainOrder,
+) -> RowUpload:
+    """The upload of a valid train reply; raise :class:`ReplyError` otherwise."""
+    _keys(arrays, schema.train_keys(), {"item-ids", "row-sums", "row-counts"}, "train")
+    num_users = _number(metrics, "num-users", integral=True)
+    if num_users > len(order.users):
+        raise ReplyError(
+            f"num-users={num_users:g} but the server selected {len(order.users)} users on "
+            "this node this round"
+        )
+    _number(metrics, "num-samples", integral=True)
+    _number(metrics, "loss-sum")
+    item_ids = _ids(arrays, "item-ids", schema.num_items)
+    row_sums = _floats(arrays, "row-sums", (len(item_ids), schema.row_dim))
+    row_counts = _counts(arrays, "row-counts", len(item_ids), int(num_users))
+    zero_ids = np.empty(0, dtype=np.int64)
+    zero_counts = np.empty(0, dtype=np.int64)
+    if ("zero-ids" in arrays) != ("zero-counts" in arrays):
+        raise ReplyError("'zero-ids' and 'zero-counts' must come together")
+    if "zero-ids" in arrays:
+        zero_ids = _ids(arrays, "zero-ids", schema.num_items)
+        zero_counts = _counts(arrays, "zero-counts", len(zero_ids), int(num_users))
+        _disjoint(item_ids, zero_ids)
+    if order.item_ids is not None:
+        uploaded = np.concatenate([item_ids, zero_ids])
+        unsent = uploaded[~np.isin(uploaded, order.item_ids)]
+        if len(unsent):
+            raise ReplyError(
+                f"the reply holds {len(unsent)} rows the server did not send this node this "
+                f"round: {_show(unsent)}"
+            )
+    dense = {}
+    for name, shape in schema.dense_shapes.items():
+        dense[name] = _floats(arrays, DENSE_PREFIX + name, shape)
+    _request(arrays, metrics, schema.num_items)
+    return RowUpload(
+        item_ids=item_ids,
+        row_sums=row_sums,
+        row_counts=row_counts,
+        num_users=int(num_users),
+        dense_sums=dense,
+        zero_ids=zero_ids,
+        zero_counts=zero_counts,
+    )
+
+
+def check_eval_reply(
+    arrays: Mapping[str, np.ndarray],
+    metrics: Mapping[str, Any],
+    schema: ReplySchema,
+    metric_names: Sequence[str],
+    node_users: int,
+) -> None:
+    """Raise :class:`ReplyError` unless the evaluate reply of a node holding
+    ``node_users`` users is valid: metric sums finite, in [0, num-users] (every metric of
+    a user lies in [0, 1])."""
+    _keys(arrays, EVAL_KEYS | {REQUEST_KEY}, set(), "evaluate")
+    num_users = _number(metrics, "num-users", integral=True)
+    if num_users > node_users:
+        raise ReplyError(f"num-users={num_users:g} but the node holds {node_users} users")
+    for name in metric_names:
+        value = _number(metrics, name)
+        if value > num_users * (1 + 1e-9) + 1e-9:
+            raise ReplyError(
+                f"metric '{name}'={value:g} exceeds num-users={num_users:g} (a sum of "
+                "per-user values in [0, 1])"
+            )
+    if ("erank-personal-sum" in metrics) != ("erank-personal-users" in metrics):
+        raise ReplyError("'erank-personal-sum' and 'erank-personal-users' must come together")
+    if "erank-personal-users" in metrics:
+        _number(metrics, "erank-personal-sum")
+        if _number(metrics, "erank-personal-users", integral=True) > num_users:
+            raise ReplyError("erank-personal-users exceeds num-users")
+    _request(arrays, metrics, schema.num_items)
+
+
+# ------------------------------------------------------------------ helpers
+def _keys(arrays: Mapping[str, Any], allowed: set | frozenset, required: set, kind: str) -> None:
+    missing = sorted(set(required) - set(arrays))
+    if missing:
+        raise ReplyError(f"missing arrays in {kind} replies: {', '.join(missing)}")
+    extra = sorted(set(arrays) - set(allowed))
+    if extra:
+        raise ReplyError(
+            f"arrays not allowed in {kind} replies of this method: {', '.join(extra)} "
+            f"(allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+def _number(metrics: Mapping[str, Any], name: str, integral: bool = False) -> float:
+    """A finite, non-negative metric (an integer if ``integral``)."""
+    if name not in metrics:
+        raise ReplyError(f"missing metric '{name}'")
+    value = metrics[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        raise ReplyError(f"metric '{name}' is {type(value).__name__}, expected a number")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ReplyError(f"metric '{name}' is not finite ({value})")
+    if value < 0:
+        raise ReplyError(f"metric '{name}'={value:g} is negative")
+    if integral and not value.is_integer():
+        raise ReplyError(f"metric '{name}'={value:g} is not an integer")
+    return value
+
+
+def _array(arrays: Mapping[str, np.ndarray], key: str, dtypes: tuple, ndim: int) -> np.ndarray:
+    if key not in arrays:
+        raise ReplyError(f"missing array '{key}'")
+    array = np.asarray(arrays[key])
+    if array.dtype not in dtypes:
+        expected = " or ".join(str(d) for d in dtypes)
+        raise ReplyError(f"'{key}' has dtype {array.dtype}, expected {expected}")
+    if array.ndim != ndim:
+        raise ReplyError(f"'{key}' has {array.ndim} dimensions {array.shape}, expected {ndim}")
+    return array
+
+
+def _ids(arrays: Mapping[str, np.ndarray], key: str, num_items: int) -> np.ndarray:
+    """Distinct int64 item ids in [0, num_items)."""
+    ids = _array(arrays, key, (ID_DTYPE,), 1)
+    outside = ids[(ids < 0) | (ids >= num_items)]
+    if len(outside):
+        raise ReplyError(f"'{key}' holds ids outside [0, {num_items}): {_show(outside)}")
+    unique, counts = np.unique(ids, return_counts=True)
+    if len(unique) != len(ids):
+        raise ReplyError(f"'{key}' holds duplicated ids: {_show(unique[counts > 1])}")
+    return ids
+
+
+def _disjoint(item_ids: np.ndarray, zero_ids: np.ndarray) -> None:
+    both = np.intersect1d(item_ids, zero_ids)
+    if len(both):
+        raise ReplyError(f"ids both in 'item-ids' and 'zero-ids': {_show(both)}")
+
+
+def _counts(arrays: Mapping[str, np.ndarray], key: str, length: int, num_users: int) -> np.ndarray:
+    """int64 counts, one per id, each in [1, num_users]."""
+    counts = _array(arrays, key, (ID_DTYPE,), 1)
+    if len(counts) != length:
+        raise ReplyError(f"'{key}' has {len(counts)} entries for {length} ids")
+    if len(counts) and counts.min() < 1:
+        raise ReplyError(f"'{key}' holds counts below 1: {_show(counts[counts < 1])}")
+    if len(counts) and counts.max() > num_users:
+        raise ReplyError(
+            f"'{key}' holds counts above num-users={num_users} (users trained on the node): "
+            f"{_show(counts[counts > num_users])}"
+        )
+    return counts
+
+
+def _floats(arrays: Mapping[str, np.ndarray], key: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A float32/float64 array of ``shape`` without NaN or inf."""
+    array = _array(arrays, key, FLOAT_DTYPES, len(shape))
+    if array.shape != tuple(shape):
+        raise ReplyError(f"'{key}' has shape {array.shape}, expected {tuple(shape)}")
+    bad = int(np.size(array) - np.isfinite(array).sum())
+    if bad:
+        raise ReplyError(f"'{key}' holds {bad} NaN or inf values")
+    return array
+
+
+def _request(arrays: Mapping[str, np.ndarray], metrics: Mapping[str, Any], num_items: int) -> None:
+    """``next-items`` (if any): distinct ids in range, with an integer ``next-round``."""
+    if REQUEST_KEY in arrays:
+        _ids(arrays, REQUEST_KEY, num_items)
+        _number(metrics, "next-round", integral=True)
+
+
+def _show(values: np.ndarray) -> str:
+    shown = ", ".join(str(v) for v in values[:SHOWN].tolist())
+    return shown + (f" (and {len(values) - SHOWN} more)" if len(values) > SHOWN else "")

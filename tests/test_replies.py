@@ -1,0 +1,142 @@
+"""Bad and missing replies through the strategy and the in-process federation: a rejected
+reply changes nothing, a missing one is counted."""
+
+from __future__ import annotations
+
+import copy
+import csv
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord
+
+from fedrec_flwr.client import app as client_app
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data.prepared import prepare
+from fedrec_flwr.local_grid import LocalGrid
+from fedrec_flwr.messages import array_record, dense_arrays
+from fedrec_flwr.methods import build_method
+from fedrec_flwr.server import initial_item_table, run_federation
+from fedrec_flwr.strategy import FedRecStrategy
+
+SMALL = {
+    "dataset": "synthetic",
+    "synthetic-users": 30,
+    "synthetic-items": 400,
+    "synthetic-mean-degree": 12,
+    "num-server-rounds": 3,
+    "batch-size": 32,
+    "item-lr": 0.5,
+}
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def connected(tmp_path, nodes: int, **overrides) -> tuple[FedRecStrategy, LocalGrid]:
+    """A strategy holding round 1's table, connected to ``nodes`` in-process nodes."""
+    run_config = {**SMALL, "results-dir": str(tmp_path / "results"), **overrides}
+    config = RunConfig.from_mapping(run_config)
+    prepared = prepare(config)
+    method = build_method(config, prepared.num_items)
+    strategy = FedRecStrategy(config, method, prepared.num_users, prepared.num_items)
+    table = initial_item_table(config, prepared.num_items, method.row_dim)
+    initial = array_record(item_table=table)
+    shared = {n: v for n, v in method.init_dense().items() if n in method.shared_dense_names()}
+    for name, array in dense_arrays(shared).items():
+        initial[name] = array
+    strategy.load(initial)
+    grid = LocalGrid(client_app, run_config, num_nodes=nodes)
+    strategy.connect(grid, timeout=600)
+    return strategy, grid
+
+
+def read_rounds(tmp_path) -> list[dict[str, str]]:
+    (run_dir,) = (tmp_path / "results").iterdir()
+    with open(run_dir / "rounds.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def without_seconds(rows):
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+
+
+def train_round(strategy, grid, server_round=1):
+    messages = list(strategy.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid))
+    return list(grid.send_and_receive(messages, timeout=600))
+
+
+def state_bytes(strategy) -> bytes:
+    return strategy.table.tobytes() + b"".join(v.tobytes() for v in strategy.dense.values())
+
+
+@pytest.mark.parametrize("method", ["pfedrec", "fedncf"])
+def test_a_rejected_reply_leaves_the_table_as_if_it_never_came(tmp_path, method, caplog):
+    strategy, grid = connected(tmp_path, 3, method=method)
+    replies = train_round(strategy, grid)
+    without = copy.deepcopy(strategy)
+    bad = next(r for r in replies if r.metadata.src_node_id == 1001)
+    rows = bad.content["arrays"]["row-sums"].numpy().copy()
+    rows[0, 0] = np.nan
+    bad.content["arrays"]["row-sums"] = Array(rows)
+
+    strategy.aggregate_train(1, replies)
+    without.aggregate_train(1, [r for r in replies if r is not bad])
+    assert state_bytes(strategy) == state_bytes(without)  # bit-identical
+    assert strategy.log.rejected_replies == 1 and without.log.rejected_replies == 0
+    assert strategy.log.train_failures == 0
+    assert strategy.log.train_users == without.log.train_users
+    assert "train reply of node 1001 (partition 1) rejected" in caplog.text
+    assert "'row-sums' holds 1 NaN or inf values" in caplog.text
+
+
+def test_when_every_reply_is_rejected_nothing_changes(tmp_path):
+    strategy, grid = connected(tmp_path, 2)
+    replies = train_round(strategy, grid)
+    before, table = state_bytes(strategy), strategy.table
+    for reply in replies:
+        ids = reply.content["arrays"]["item-ids"].numpy().copy()
+        ids[0] = 400  # out of range
+        reply.content["arrays"]["item-ids"] = Array(ids)
+    assert strategy.aggregate_train(1, replies) == (None, None)
+    assert strategy.table is table and state_bytes(strategy) == before
+    assert strategy.log.rejected_replies == 2
+
+
+def test_missing_and_unexpected_replies(tmp_path, caplog):
+    strategy, grid = connected(tmp_path, 3)
+    replies = train_round(strategy, grid)
+    dropped = replies[0].metadata.src_node_id
+    strategy.aggregate_train(1, [*replies[1:], replies[1]])  # one missing, one twice
+    assert strategy.log.train_failures == 1
+    assert strategy.log.rejected_replies == 1
+    assert f"no train reply within the round timeout from node(s) {dropped}" in caplog.text
+    assert "was not sent a train message this round" in caplog.text
+
+
+def test_bad_replies_in_a_run_are_counted_per_round(tmp_path, caplog):
+    """Node 1 uploads an out-of-range id, node 2 a NaN validation metric, every round."""
+
+    def corrupting(message, context):
+        reply = client_app(message, context)
+        partition = context.node_config["partition-id"]
+        if message.metadata.message_type == "train" and partition == 1:
+            ids = reply.content["arrays"]["item-ids"].numpy().copy()
+            ids[-1] = 10**6
+            reply.content["arrays"]["item-ids"] = Array(ids)
+        if message.metadata.message_type == "evaluate" and partition == 2:
+            reply.content["metrics"]["val-hr@10"] = float("nan")
+        return reply
+
+    run_config = {**SMALL, "results-dir": str(tmp_path / "results")}
+    grid = LocalGrid(corrupting, run_config, num_nodes=3)
+    summary = run_federation(grid, RunConfig.from_mapping(run_config))
+    assert summary["rounds"] == 3
+    rows = read_rounds(tmp_path)
+    assert [r["rejected-replies"] for r in rows] == ["2"] * 3
+    assert all(r["train-failures"] == "0" and r["eval-failures"] == "0" for r in rows)
+    assert all(int(r["train-users"]) == 20 for r in rows)  # node 1's 10 users left out
+    assert "holds ids outside [0, 400): 1000000" in caplog.text
+    assert "metric 'val-hr@10' is not finite (nan)" in caplog.text
