@@ -9,6 +9,7 @@ from flwr.clientapp import ClientApp
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
+from fedrec_flwr.faults import inject_fault
 from fedrec_flwr.messages import (
     ARRAYS,
     CONFIG,
@@ -99,8 +100,10 @@ def _reply(msg: Message, arrays: dict[str, np.ndarray], metrics: dict, dense=Non
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """Train the selected users on the rows received; upload their summed tuned rows."""
+    """Train the selected users on the rows received; upload their summed tuned rows
+    (unless ``fault-fraction`` draws this node to fail: :mod:`fedrec_flwr.faults`)."""
     runtime = node_runtime(context)
+    inject_fault(runtime.config, int(msg.content[CONFIG]["server-round"]), runtime.partition_id)
     server_round, item_ids, item_rows, dense = _received(msg)
     users = msg.content[ARRAYS]["train-users"].numpy()
     result, state = runtime.train(

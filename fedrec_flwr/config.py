@@ -27,6 +27,7 @@ SERVER_OPTIMIZERS = ("none", "sgd-momentum", "adam")
 FEDRAP_SCHEDULES = ("tanh", "constant")
 FEDRAP_REG_ROWS = ("held", "batch")
 FEDRAP_DISTANCES = ("squared", "bounded")
+FAULT_MODES = ("crash", "timeout")
 DATA_DIR_ENV = "FEDREC_DATA_DIR"
 
 
@@ -87,6 +88,8 @@ class RunConfig:
     torch_threads: int = 1
     node_wait_timeout: float = 120.0
     round_timeout: float = 3600.0
+    fault_fraction: float = 0.0
+    fault_mode: str = "crash"
     synthetic_users: int = 1000
     synthetic_items: int = 2000
     synthetic_mean_degree: int = 50
@@ -145,6 +148,12 @@ class RunConfig:
         _positive("eval-every", self.eval_every)
         _positive("node-wait-timeout", self.node_wait_timeout)
         _positive("round-timeout", self.round_timeout)
+        if not 0.0 <= self.fault_fraction < 1.0:
+            raise ConfigError(
+                f"fault-fraction={self.fault_fraction} must be in [0, 1): the chance that a "
+                "node sent a train message fails in a round (0 = no injected faults)."
+            )
+        _choice("fault-mode", self.fault_mode, FAULT_MODES)
         if not 0.0 < self.fraction_train <= 1.0:
             raise ConfigError(
                 f"fraction-train={self.fraction_train} must be in (0, 1]: it is the share of "

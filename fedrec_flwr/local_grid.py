@@ -3,10 +3,15 @@
 It drives the real ServerApp strategy and the real ClientApp functions through Flower's
 message types, without Ray or a SuperLink: for tests (seconds instead of a simulation start)
 and for measuring what the engine itself costs. Node ``i`` gets ``partition-id=i``.
+
+Timeouts: the nodes of a real federation run side by side, so ``timeout`` applies to each
+message on its own: a reply whose ClientApp call took longer is dropped (missing), as
+Flower's grids drop the replies that have not arrived when ``send_and_receive`` gives up.
 """
 
 from __future__ import annotations
 
+import time
 import traceback
 from collections.abc import Iterable
 from uuid import uuid4
@@ -72,18 +77,22 @@ class LocalGrid(Grid):
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> Iterable[Message]:
-        """Run the ClientApp on each message; an exception becomes an error reply."""
+        """Run the ClientApp on each message; an exception becomes an error reply, and a
+        call that takes longer than ``timeout`` seconds gives no reply."""
         replies = []
         for message in messages:
             message.metadata.__dict__["_message_id"] = str(uuid4())
             if self.keep_messages:
                 self.sent.append(message)
             context = self.contexts[message.metadata.dst_node_id]
+            started = time.monotonic()
             try:
                 reply = self.client_app(message, context)
             except Exception as error:
                 reason = f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
                 reply = Message(Error(code=CLIENT_APP_EXCEPTION, reason=reason), reply_to=message)
+            if timeout is not None and time.monotonic() - started > timeout:
+                continue  # too late: the server has stopped waiting
             replies.append(reply)
         if self.keep_messages:
             self.replies.extend(replies)

@@ -20,6 +20,7 @@ STREAMS = {
     "dense-init": 7,
     "reconstruct-init": 8,
     "erank-sample": 9,
+    "faults": 10,
 }
 
 

@@ -39,6 +39,9 @@ def test_presets_are_valid(preset):
         ({"aggregation": "mean"}, "round-mean, toucher-mean"),
         ({"device": "tpu"}, "use 'cpu', 'cuda'"),
         ({"dataset": "synthetic", "synthetic-mean-degree": 2}, ">= 5"),
+        ({"fault-fraction": 1.0}, r"fault-fraction=1.0 must be in \[0, 1\)"),
+        ({"fault-fraction": -0.1}, r"must be in \[0, 1\)"),
+        ({"fault-mode": "hang"}, "Choose one of: crash, timeout"),
     ],
 )
 def test_bad_values_fail_early_with_a_hint(mapping, message):
