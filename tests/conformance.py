@@ -135,6 +135,19 @@ def user_params(
     return out
 
 
+def row_tables(
+    method: Method, samples: RoundSamples, rng: np.random.Generator
+) -> dict[str, torch.Tensor]:
+    """A random flat table (one row per round row) for every row parameter but ``ROWS``
+    (FedRAP's ``D_u``, PLGC's global view); none for methods with item rows only."""
+    size = (int(samples.row_offsets[-1]), method.row_dim)
+    return {
+        name: torch.from_numpy(rng.normal(size=size).astype(np.float32))
+        for name in method.row_names()
+        if name != ROWS
+    }
+
+
 def cloned(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: value.clone() for name, value in params.items()}
 
@@ -209,10 +222,12 @@ class MethodConformance:
         samples = random_samples(rng, 2, config.batch_size)
         params = user_params(method, samples.users, rng)
         rows = torch.randn(int(samples.row_offsets[-1]), method.row_dim)
+        flat = row_tables(method, samples, rng)
         answers = []
         for index, stage in enumerate(method.stages()):
             step = epoch_steps(samples, config, 1, 0, torch.device("cpu"), index)[0]
             others = {n: p[step.users] for n, p in params.items()}
+            others.update({n: t[step.rows] for n, t in flat.items()})
             for phase in stage.phases:
                 grads = method.closed_form_grads(step, others, rows[step.rows], phase.params)
                 answers.append(grads is not None)
@@ -252,21 +267,25 @@ class MethodConformance:
         start[ROWS] = torch.from_numpy(
             rng.normal(size=(samples.row_offsets[-1], method.row_dim)).astype(np.float32)
         )
+        start.update(row_tables(method, samples, rng))
+        rows = method.row_names()
 
         packed = cloned(start)
         loss_all, n_all = local_update(method, samples, packed, config, server_round=4)
-        for name in packed:  # every parameter moved, so the comparison below means something
-            assert not torch.equal(packed[name], start[name]), name
+        frozen = set(method.global_row_names())
+        for name in packed:  # every trained parameter moved, so the comparison means something
+            assert torch.equal(packed[name], start[name]) == (name in frozen), name
 
         loss_alone, n_alone = 0.0, 0
         for j in range(len(samples.users)):
             lo, hi = samples.row_offsets[j], samples.row_offsets[j + 1]
-            alone = {n: v[j : j + 1].clone() for n, v in start.items() if n != ROWS}
-            alone[ROWS] = start[ROWS][lo:hi].clone()
+            alone = {n: v[j : j + 1].clone() for n, v in start.items() if n not in rows}
+            alone.update({n: start[n][lo:hi].clone() for n in rows})
             loss, n = local_update(method, only_user(samples, j), alone, config, 4)
             loss_alone, n_alone = loss_alone + loss, n_alone + n
-            pairs = [(ROWS, packed[ROWS][lo:hi], alone[ROWS])] + [
-                (n, packed[n][j : j + 1], alone[n]) for n in alone if n != ROWS
+            pairs = [
+                (n, packed[n][lo:hi] if n in rows else packed[n][j : j + 1], alone[n])
+                for n in alone
             ]
             for name, together, by_itself in pairs:
                 if exact:  # bit-identical, not just close
@@ -290,11 +309,13 @@ class MethodConformance:
         table = torch.from_numpy(
             rng.normal(size=(samples.row_offsets[-1], method.row_dim)).astype(np.float32)
         )
+        flat = row_tables(method, samples, rng)
         checked = 0
         for index, stage in enumerate(method.stages()):
             steps = epoch_steps(samples, config, 3, 0, torch.device("cpu"), index)
             for step in (steps[0], steps[-1]):  # all users, then only the longest ones
                 others = {n: p[step.users] for n, p in params.items()}
+                others.update({n: t[step.rows] for n, t in flat.items()})
                 rows = table[step.rows]
                 for phase in stage.phases:
                     fast = method.closed_form_grads(step, others, rows, phase.params)

@@ -1,5 +1,7 @@
-"""FedRAP and PLGC: the conformance suite for each variant, and focused checks (proximal step,
-zero rows on the wire and in the aggregate, the curriculum, PLGC's alpha, effective rank)."""
+"""FedRAP and PLGC: the conformance suite (tests/conformance.py, whose tests give row
+parameters besides the item rows their own flat tables) for each variant, and focused checks
+(proximal step, zero rows on the wire and in the aggregate, the curriculum, PLGC's alpha,
+effective rank)."""
 
 from typing import ClassVar
 
@@ -9,8 +11,6 @@ import torch
 from conformance import (
     TINY,
     MethodConformance,
-    cloned,
-    only_user,
     random_samples,
     user_params,
 )
@@ -23,107 +23,28 @@ from fedrec_flwr.methods.base import Phase
 from fedrec_flwr.methods.fedrap import LOCAL, fedrap_weights
 from fedrec_flwr.methods.plgc import ALPHA, GLOBAL, decorrelation_loss, ntk_alpha
 from fedrec_flwr.spectrum import effective_rank
-from fedrec_flwr.training import autograd_grads, epoch_steps, local_update, round_context
-
-
-def row_tables(method, samples, rng) -> dict[str, torch.Tensor]:
-    """A random flat table (one row per round row) for every row parameter but ``ROWS``."""
-    size = (int(samples.row_offsets[-1]), method.row_dim)
-    return {
-        name: torch.from_numpy(rng.normal(size=size).astype(np.float32))
-        for name in method.row_names()
-        if name != ROWS
-    }
-
-
-class RowConformance(MethodConformance):
-    """The suite for methods with row parameters besides the item rows (FedRAP's ``D_u``,
-    PLGC's global view): tests 1 and 2 give those parameters their flat tables, sliced per
-    user like the item rows. Every other test is the mixin's."""
-
-    def test_packed_training_equals_training_each_user_alone(self):
-        config = self.step_config()
-        method = self.build(config)
-        exact = self.has_closed_form(method, config)
-        rng = np.random.default_rng(0)
-        samples = random_samples(rng, num_users=6, batch=config.batch_size)
-        start = user_params(method, samples.users, rng)
-        start[ROWS] = torch.from_numpy(
-            rng.normal(size=(samples.row_offsets[-1], method.row_dim)).astype(np.float32)
-        )
-        flat = row_tables(method, samples, rng)
-        start.update(flat)
-        rows = (ROWS, *flat)
-
-        packed = cloned(start)
-        loss_all, n_all = local_update(method, samples, packed, config, server_round=4)
-        frozen = set(method.global_row_names())
-        for name in packed:
-            assert torch.equal(packed[name], start[name]) == (name in frozen), name
-
-        loss_alone, n_alone = 0.0, 0
-        for j in range(len(samples.users)):
-            lo, hi = samples.row_offsets[j], samples.row_offsets[j + 1]
-            alone = {n: v[j : j + 1].clone() for n, v in start.items() if n not in rows}
-            alone.update({n: start[n][lo:hi].clone() for n in rows})
-            loss, n = local_update(method, only_user(samples, j), alone, config, 4)
-            loss_alone, n_alone = loss_alone + loss, n_alone + n
-            for name in alone:
-                together = packed[name][lo:hi] if name in rows else packed[name][j : j + 1]
-                if exact:
-                    assert torch.equal(together, alone[name]), (name, j)
-                else:
-                    torch.testing.assert_close(
-                        together, alone[name], rtol=1e-6, atol=1e-7, msg=f"{name}, user {j}"
-                    )
-        epochs = sum(stage.epochs for stage in method.stages() if stage.logged)
-        assert n_all == n_alone == samples.sample_offsets[-1] * epochs
-        assert loss_all == pytest.approx(loss_alone, rel=1e-5)
-
-    def test_closed_form_gradients_equal_autograd(self):
-        config = self.step_config()
-        method = self.build(config)
-        rng = np.random.default_rng(2)
-        samples = random_samples(rng, num_users=5, batch=config.batch_size)
-        params = user_params(method, samples.users, rng)
-        table = torch.from_numpy(
-            rng.normal(size=(samples.row_offsets[-1], method.row_dim)).astype(np.float32)
-        )
-        flat = row_tables(method, samples, rng)
-        step = epoch_steps(samples, config, 3, 0, torch.device("cpu"))[0]
-        others = {n: p[step.users] for n, p in params.items()}
-        others.update({n: t[step.rows] for n, t in flat.items()})
-        phase = method.stages()[0].phases[0]
-        fast = method.closed_form_grads(step, others, table[step.rows], phase.params)
-        if fast is None:
-            pytest.skip(f"{method.name} has no closed-form gradient (autograd only)")
-        slow = autograd_grads(method, step, others, table[step.rows], phase.params)
-        for name in phase.params:
-            assert fast[0][name].abs().sum() > 0, name
-            torch.testing.assert_close(fast[0][name], slow[0][name], rtol=1e-5, atol=1e-7)
-        torch.testing.assert_close(fast[1], slow[1], rtol=1e-6, atol=1e-7)
-
+from fedrec_flwr.training import epoch_steps, round_context
 
 FEDRAP = {"method": "fedrap", "fedrap-distance": "bounded", "fedrap-v1": 0.5, "fedrap-v2": 0.1}
 
 
-class TestFedRAP(RowConformance):
+class TestFedRAP(MethodConformance):
     config: ClassVar = FEDRAP
 
 
-class TestFedRAPBatchRegularisers(RowConformance):
+class TestFedRAPBatchRegularisers(MethodConformance):
     config: ClassVar = {**FEDRAP, "fedrap-reg-rows": "batch", "fedrap-schedule": "constant"}
 
 
-class TestFedRAPSAM(RowConformance):
+class TestFedRAPSAM(MethodConformance):
     config: ClassVar = {**FEDRAP, "sam-rho-private": 0.05, "sam-rho-shared": 0.05}
 
 
-class TestPFedRecPLGC(RowConformance):
+class TestPFedRecPLGC(MethodConformance):
     config: ClassVar = {"method": "pfedrec", "plgc": True, "plgc-decorrelation": 0.1}
 
 
-class TestPFedRecSAMPLGC(RowConformance):
+class TestPFedRecSAMPLGC(MethodConformance):
     config: ClassVar = {
         "method": "pfedrec",
         "plgc": True,
@@ -133,15 +54,15 @@ class TestPFedRecSAMPLGC(RowConformance):
     }
 
 
-class TestPFedRecPLGCPersistent(RowConformance):
+class TestPFedRecPLGCPersistent(MethodConformance):
     config: ClassVar = {"method": "pfedrec", "plgc": True, "plgc-persist": True}
 
 
-class TestFedRAPPLGC(RowConformance):
+class TestFedRAPPLGC(MethodConformance):
     config: ClassVar = {**FEDRAP, "plgc": True, "plgc-decorrelation": 0.1}
 
 
-class TestFedMFDualPLGCFixedAlpha(RowConformance):
+class TestFedMFDualPLGCFixedAlpha(MethodConformance):
     config: ClassVar = {
         "method": "fedmf",
         "personalization": "dual",
