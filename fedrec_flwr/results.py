@@ -60,6 +60,7 @@ class RunRecorder:
             "rejected-replies",
         ]
         self.rows: list[dict[str, Any]] = []
+        self.stopped_diverged: int | None = None
         self.extra = extra
         (run_dir / "config.json").write_text(
             json.dumps({**config.to_mapping(), **extra}, indent=2) + "\n"
@@ -69,6 +70,8 @@ class RunRecorder:
 
     def record_round(self, figures: dict[str, Any]) -> None:
         """Append one round to ``rounds.csv`` (missing figures stay empty)."""
+        if figures.get("diverged-round"):
+            self.stopped_diverged = int(figures["diverged-round"])
         row = {column: figures.get(column, "") for column in self.columns}
         self.rows.append(row)
         with open(self.run_dir / "rounds.csv", "a", newline="") as f:
@@ -82,7 +85,10 @@ class RunRecorder:
         return max(evaluated, key=lambda row: (row[SELECTION_METRIC], -row["round"]))
 
     def diverged_round(self) -> int | None:
-        """The first round whose training loss is not finite (the run diverged), else None."""
+        """The round the run stopped at because every update held NaN or inf, or the first
+        round whose training loss is not finite; None if the run did not diverge."""
+        if self.stopped_diverged is not None:
+            return self.stopped_diverged
         for row in self.rows:
             if row["train-loss"] != "" and not math.isfinite(float(row["train-loss"])):
                 return row["round"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from logging import INFO, WARNING
+from logging import ERROR, INFO, WARNING
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -51,6 +51,7 @@ from fedrec_flwr.partition import participants
 from fedrec_flwr.server_optim import ServerOptimizer
 from fedrec_flwr.spectrum import effective_rank
 from fedrec_flwr.validation import (
+    NonFiniteReplyError,
     ReplyError,
     ReplySchema,
     TrainOrder,
@@ -72,6 +73,7 @@ class RoundLog:
     train_failures: int = 0
     eval_failures: int = 0
     rejected_replies: int = 0  # train and evaluate replies that failed validation
+    nonfinite_replies: int = 0  # of those, the ones holding NaN or inf
     touched_items: int = 0
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -108,6 +110,7 @@ class FedRecStrategy(Strategy):
         self.eval_sent: set[int] = set()  # nodes sent an evaluate message this round
         self.on_round = on_round
         self.log: RoundLog = RoundLog(round=0)
+        self.diverged_round: int | None = None  # see _stop_diverged
         self.started = time.perf_counter()
 
     def connect(self, grid: Grid, timeout: float) -> None:
@@ -123,6 +126,7 @@ class FedRecStrategy(Strategy):
 
     def _reject(self, server_round: int, kind: str, node_id: int, error: Exception) -> None:
         self.log.rejected_replies += 1
+        self.log.nonfinite_replies += isinstance(error, NonFiniteReplyError)
         info = self.nodes.get(node_id)
         where = f" (partition {info.partition_id})" if info else ""
         log(
@@ -390,6 +394,9 @@ class FedRecStrategy(Strategy):
                 self.configure_train(server_round, arrays, ConfigRecord(), grid), timeout=timeout
             )
             new_arrays, train_metrics = self.aggregate_train(server_round, train_replies)
+            if new_arrays is None and self.log.nonfinite_replies:
+                self._stop_diverged(server_round, num_rounds)
+                break
             if new_arrays is not None:
                 arrays = result.arrays = new_arrays
             if train_metrics is not None:
@@ -404,6 +411,19 @@ class FedRecStrategy(Strategy):
             self._report_round(server_round, num_rounds)
         return result
 
+    def _stop_diverged(self, server_round: int, num_rounds: int) -> None:
+        """Every update of the round held NaN or inf: training diverged; stop the run (the
+        rounds before stand, and the summary names this round)."""
+        self.diverged_round = server_round
+        log(
+            ERROR,
+            "round %d: training diverged (every update of the round holds NaN or inf; see the "
+            "warnings above): the run stops here and its results are those of the rounds "
+            "before. Lower the learning rates (lr, item-lr, dense-lr) and run again.",
+            server_round,
+        )
+        self._report_round(server_round, num_rounds)
+
     def _report_round(self, server_round: int, num_rounds: int) -> None:
         figures: dict[str, float] = {
             "round": server_round,
@@ -414,6 +434,7 @@ class FedRecStrategy(Strategy):
             "touched-items-total": int(self.touched_ever.sum()),
             "train-failures": self.log.train_failures,
             "eval-failures": self.log.eval_failures,
+            "diverged-round": self.diverged_round,
             "rejected-replies": self.log.rejected_replies,
         }
         shown = " ".join(

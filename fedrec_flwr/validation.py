@@ -31,6 +31,10 @@ class ReplyError(ValueError):
     """A node's reply is malformed; the message says what was wrong."""
 
 
+class NonFiniteReplyError(ReplyError):
+    """A reply holds NaN or inf: the node's training diverged (or the reply is corrupt)."""
+
+
 @dataclass(frozen=True)
 class ReplySchema:
     """What every reply of a run must match: the item catalogue, the row width and the
@@ -156,7 +160,7 @@ def _number(metrics: Mapping[str, Any], name: str, integral: bool = False) -> fl
         raise ReplyError(f"metric '{name}' is {type(value).__name__}, expected a number")
     value = float(value)
     if not math.isfinite(value):
-        raise ReplyError(f"metric '{name}' is not finite ({value})")
+        raise NonFiniteReplyError(f"metric '{name}' is not finite ({value})")
     if value < 0:
         raise ReplyError(f"metric '{name}'={value:g} is negative")
     if integral and not value.is_integer():
@@ -216,7 +220,7 @@ def _floats(arrays: Mapping[str, np.ndarray], key: str, shape: tuple[int, ...]) 
         raise ReplyError(f"'{key}' has shape {array.shape}, expected {tuple(shape)}")
     bad = int(np.size(array) - np.isfinite(array).sum())
     if bad:
-        raise ReplyError(f"'{key}' holds {bad} NaN or inf values")
+        raise NonFiniteReplyError(f"'{key}' holds {bad} NaN or inf values")
     return array
 
 

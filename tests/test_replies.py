@@ -140,3 +140,45 @@ def test_bad_replies_in_a_run_are_counted_per_round(tmp_path, caplog):
     assert all(int(r["train-users"]) == 20 for r in rows)  # node 1's 10 users left out
     assert "holds ids outside [0, 400): 1000000" in caplog.text
     assert "metric 'val-hr@10' is not finite (nan)" in caplog.text
+
+
+def _nan_rows_from(first_round: int, partitions: set[int]):
+    """A ClientApp whose train replies hold NaN rows from ``first_round`` on (a diverged
+    local update) on the nodes of ``partitions``."""
+
+    def diverging(message, context):
+        reply = client_app(message, context)
+        server_round = int(message.content["config"]["server-round"])
+        partition = context.node_config["partition-id"]
+        if (
+            message.metadata.message_type == "train"
+            and server_round >= first_round
+            and partition in partitions
+        ):
+            sums = reply.content["arrays"]["row-sums"].numpy().copy()
+            sums[0, 0] = float("nan")
+            reply.content["arrays"]["row-sums"] = Array(sums)
+        return reply
+
+    return diverging
+
+
+def test_a_run_whose_every_update_is_nan_stops_as_diverged(tmp_path, caplog):
+    run_config = {**SMALL, "num-server-rounds": 4, "results-dir": str(tmp_path / "results")}
+    grid = LocalGrid(_nan_rows_from(2, {0, 1}), run_config, num_nodes=2)
+    summary = run_federation(grid, RunConfig.from_mapping(run_config))
+    assert summary["diverged_round"] == 2
+    assert summary["rounds"] == 2  # round 2 is recorded, rounds 3 and 4 never run
+    assert summary["best_round"] == 1
+    assert "training diverged" in caplog.text and "Lower the learning rates" in caplog.text
+    rows = read_rounds(tmp_path)
+    assert rows[-1]["rejected-replies"] == "2" and rows[-1]["val-hr@10"] == ""
+
+
+def test_one_diverged_node_is_left_out_and_the_run_goes_on(tmp_path):
+    run_config = {**SMALL, "results-dir": str(tmp_path / "results")}
+    grid = LocalGrid(_nan_rows_from(1, {1}), run_config, num_nodes=2)
+    summary = run_federation(grid, RunConfig.from_mapping(run_config))
+    assert summary["diverged_round"] is None
+    assert summary["rounds"] == 3
+    assert [r["rejected-replies"] for r in read_rounds(tmp_path)] == ["1"] * 3
