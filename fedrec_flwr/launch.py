@@ -1,16 +1,26 @@
-"""Run the app with ``flwr run`` on a private local SuperLink, from Python or the shell.
+"""``fedrec``: run the app with ``flwr run`` on a private local SuperLink, and mean it.
 
-``flwr run`` takes either one TOML file or key=value pairs; this launcher merges a preset
-with overrides, starts a SuperLink of its own (own ``FLWR_HOME`` and ports, started from a
-neutral folder so Ray workers import the app from the FAB), runs, reports the run's real
-status (``flwr run`` exits 0 even when the ServerApp fails) and stops the SuperLink::
+``flwr run .`` submits to the local SuperLink on Flower's default port (starting one that
+outlives the run), exits 0 even when the run failed, and leaves the run training on Ctrl-C.
+This launcher (console script ``fedrec``, or ``python -m fedrec_flwr.launch``):
 
-    python -m fedrec_flwr.launch conf/pfedrec-ml100k-paper.toml num-server-rounds=10 --nodes 2
+- merges a preset with ``key=value`` overrides and checks them before submitting (an
+  unknown key is named, with the closest known one);
+- starts a SuperLink of its own (own temporary ``FLWR_HOME`` and ports, started from a
+  neutral folder so Ray workers import the app from the FAB), so a SuperLink left on the
+  default port by an earlier ``flwr run`` (with its own environment and folder) is never
+  used; it is named instead;
+- exits with the run's real status (0 only for ``finished:completed``);
+- on Ctrl-C (SIGINT) or SIGTERM stops the run (``flwr stop``), then the SuperLink and
+  every process it started, by PID, and removes its ``FLWR_HOME``::
+
+    fedrec conf/pfedrec-ml100k-paper.toml num-server-rounds=10 --nodes 2
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import shutil
@@ -19,14 +29,43 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
-from collections.abc import Iterator, Sequence
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedrec_flwr import processes
+
 PROJECT = Path(__file__).resolve().parents[1]
+# Flower's local SuperLink (flwr/cli/constant.py): HTTP API and Control API ports.
+DEFAULT_HTTP_PORT = 39091
+DEFAULT_CONTROL_PORT = 39093
+COMPLETED = "finished:completed"
+# The environment a run reads; a SuperLink started with other values runs with those.
+RUN_ENVIRONMENT = ("FEDREC_DATA_DIR", "FEDREC_CACHE_DIR", "FLWR_HOME")
+
+Say = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    """Default ``say``: print nothing."""
+
+
+class ConfigError(ValueError):
+    """The run configuration would be refused (unknown key, wrong type, impossible value)."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM: the run was stopped with ``flwr stop`` and our processes ended."""
+
+    def __init__(self, signum: int, run_id: str | None = None, status: str = "") -> None:
+        super().__init__(signum, run_id, status)
+        self.signum, self.run_id, self.status = signum, run_id, status
 
 
 def _free_port() -> int:
@@ -35,9 +74,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _tool(name: str) -> str:
+    """A console script of this environment (``flwr``, ``flower-superlink``)."""
+    found = Path(sys.executable).with_name(name)
+    return str(found) if found.exists() else (shutil.which(name) or name)
+
+
 def _flwr() -> str:
-    found = Path(sys.executable).with_name("flwr")
-    return str(found) if found.exists() else (shutil.which("flwr") or "flwr")
+    return _tool("flwr")
+
+
+# --- run configuration ---------------------------------------------------------------------
 
 
 def merged_run_config(preset: str | Path | None, overrides: Sequence[str]) -> dict[str, Any]:
@@ -46,10 +93,55 @@ def merged_run_config(preset: str | Path | None, overrides: Sequence[str]) -> di
     if preset:
         config.update(tomllib.loads(Path(preset).read_text()))
     for item in overrides:
-        if "=" not in item:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
             raise SystemExit(f"override '{item}' is not key=value")
-        config.update(tomllib.loads(item.replace("=", " = ", 1)))
+        try:
+            config.update(tomllib.loads(f"{key.strip()} = {value}"))
+        except tomllib.TOMLDecodeError:
+            raise SystemExit(
+                f"override '{item}': the value is not a TOML literal (quote strings: "
+                f"{key.strip()}='{value}'; floats need a dot: 1.0)"
+            ) from None
     return config
+
+
+def project_defaults(project: Path = PROJECT) -> dict[str, Any]:
+    """``[tool.flwr.app.config]`` of the project's ``pyproject.toml``: the keys Flower accepts."""
+    pyproject = tomllib.loads((Path(project) / "pyproject.toml").read_text())
+    return dict(pyproject["tool"]["flwr"]["app"]["config"])
+
+
+def unknown_key_message(config: dict[str, Any], known: Sequence[str]) -> str | None:
+    """Name the first key not in ``known`` with the closest known key; None if all are known."""
+    for key in config:
+        if key not in known:
+            hint = difflib.get_close_matches(key, known, n=1)
+            return f"unknown run-config key '{key}'" + (
+                f" (did you mean '{hint[0]}'?)" if hint else ""
+            )
+    return None
+
+
+def check_run_config(config: dict[str, Any], project: Path = PROJECT) -> None:
+    """Refuse, naming the key, what Flower would refuse with only "Invalid run configuration".
+
+    Keys are checked against the project's ``[tool.flwr.app.config]``; then the merged
+    configuration is validated as the ServerApp will (types, impossible values).
+    """
+    defaults = project_defaults(project)
+    unknown = unknown_key_message(config, list(defaults))
+    if unknown:
+        raise ConfigError(
+            f"{unknown}. The keys are those of [tool.flwr.app.config] in "
+            f"{Path(project) / 'pyproject.toml'} (README: Run configuration)."
+        )
+    from fedrec_flwr.config import RunConfig  # imports torch: only when a run is checked
+
+    try:
+        RunConfig.from_mapping({**defaults, **config})
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def write_run_config(config: dict[str, Any], path: Path) -> Path:
@@ -58,30 +150,196 @@ def write_run_config(config: dict[str, Any], path: Path) -> Path:
     return path
 
 
+# --- the private SuperLink -----------------------------------------------------------------
+
+
+@dataclass
+class LocalSuperLink:
+    """A SuperLink this process started: its process, ports, ``FLWR_HOME`` and environment."""
+
+    home: Path
+    env: dict[str, str]
+    process: subprocess.Popen
+    port: int
+    seen: set[processes.Process] = field(default_factory=set)
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / "local-superlink" / "superlink.log"
+
+    def watch(self) -> None:
+        """Remember the SuperLink's current descendants (Ray may reparent them later)."""
+        self.seen.update(processes.descendants(self.process.pid))
+
+    def stop(self) -> list[int]:
+        """Stop the SuperLink, then whatever it started that still runs; their PIDs."""
+        self.watch()
+        stopped = []
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            stopped.append(self.process.pid)
+        return stopped + processes.stop(self.seen, grace=5.0)
+
+
+def _healthy(port: int, timeout: float = 0.4) -> bool:
+    """Whether a SuperLink answers on ``127.0.0.1:port`` (Flower's own readiness probe)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=timeout) as r:
+            return 200 <= r.status < 300
+    except OSError:
+        return False
+
+
+def _start_superlink(home: Path, env: dict[str, str], port: int, control: int) -> subprocess.Popen:
+    """``flower-superlink`` as ``flwr`` starts its local one, but with our ports and home."""
+    runtime = home / "local-superlink"
+    runtime.mkdir(parents=True, exist_ok=True)
+    command = [
+        _tool("flower-superlink"),
+        "--insecure",
+        "--simulation",
+        "--isolation",
+        "subprocess",
+        "--control-api-address",
+        f"127.0.0.1:{control}",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-file",
+        str(runtime / "superlink.log"),
+        "--database",
+        str(runtime / "state.db"),
+    ]
+    return subprocess.Popen(
+        command,
+        cwd=home,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # Ctrl-C reaches us only: we stop the run first, then it
+    )
+
+
 @contextmanager
-def local_superlink(home: Path | None = None) -> Iterator[dict[str, str]]:
-    """A private local SuperLink; yields the environment ``flwr`` commands must use."""
+def local_superlink(
+    home: Path | None = None, say: Say = _quiet, startup_timeout: float = 90.0
+) -> Iterator[LocalSuperLink]:
+    """A private local SuperLink, stopped with every process it started on exit.
+
+    A temporary ``FLWR_HOME`` (``home`` None) is removed on exit.
+    """
+    temporary = home is None
     home = Path(home or tempfile.mkdtemp(prefix="fedrec-flwr-home-"))
     home.mkdir(parents=True, exist_ok=True)
-    port = str(_free_port())
+    port, control = _free_port(), _free_port()
+    while control == port:
+        control = _free_port()
     env = {
         **os.environ,
         "FLWR_HOME": str(home),
         "FLWR_TELEMETRY_ENABLED": "0",
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": port,
-        "FLWR_LOCAL_CONTROL_API_PORT": str(_free_port()),
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
+        "FLWR_LOCAL_CONTROL_API_PORT": str(control),
     }
-    # `flwr ls` starts the SuperLink, from a neutral folder.
-    subprocess.run([_flwr(), "ls"], cwd=home, env=env, capture_output=True, timeout=120)
+    link: LocalSuperLink | None = None
+    done = threading.Event()
+    watcher: threading.Thread | None = None
     try:
-        yield env
+        link = LocalSuperLink(home, env, _start_superlink(home, env, port, control), port)
+        say(f"SuperLink PID {link.process.pid} on 127.0.0.1:{port} (FLWR_HOME {home})")
+        _wait_until_healthy(link, startup_timeout)
+        watcher = threading.Thread(target=_watch, args=(link, done), daemon=True)
+        watcher.start()
+        yield link
     finally:
-        found = subprocess.run(
-            ["pgrep", "-f", f"flower-superlink.*--port {port}"], capture_output=True, text=True
+        done.set()
+        if watcher is not None:
+            watcher.join(timeout=10)
+        if link is not None:
+            stopped = link.stop()
+            if stopped:
+                say(f"stopped the SuperLink and the processes it started: PIDs {stopped}")
+        if temporary:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def _wait_until_healthy(link: LocalSuperLink, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not _healthy(link.port):
+        if link.process.poll() is not None or time.monotonic() > deadline:
+            tail = link.log_file.read_text()[-2000:] if link.log_file.exists() else ""
+            raise RuntimeError(
+                f"flower-superlink did not start (exit code {link.process.poll()}); "
+                f"its log ({link.log_file}):\n{tail}"
+            )
+        time.sleep(0.2)
+
+
+def _watch(link: LocalSuperLink, done: threading.Event, every: float = 1.0) -> None:
+    while not done.wait(every):
+        link.watch()
+
+
+# --- a SuperLink left on Flower's default port ---------------------------------------------
+
+
+def default_superlink_report(port: int = DEFAULT_HTTP_PORT) -> str | None:
+    """Describe the SuperLink listening on Flower's default local port; None if there is none.
+
+    That is the one a plain ``flwr run .`` submits to: its runs see the environment and
+    folder it was started with, not the caller's.
+    """
+    pids = processes.listening_pids(port)
+    if pids == [] and not _healthy(port):
+        return None
+    lines = [f"A SuperLink is listening on Flower's default local port 127.0.0.1:{port}:"]
+    for pid in pids or []:
+        lines += _describe_process(pid)
+    if not pids:
+        lines.append(f"  PID unreadable (another user's?); `ss -ltnp 'sport = :{port}'` names it")
+    lines += [
+        "  A plain `flwr run .` submits to it: its runs see the environment (FEDREC_DATA_DIR,",
+        "  FEDREC_CACHE_DIR) and folder it was started with, and a relative results-dir lands",
+        "  there. fedrec does not use it. If it is yours and no longer needed: `flwr ls` lists",
+        "  its runs, `flwr stop <run-id>` stops one, `kill <PID>` stops the SuperLink.",
+    ]
+    return "\n".join(lines)
+
+
+def _describe_process(pid: int) -> list[str]:
+    """PID, command line, folder and environment differences of one process."""
+    lines = [f"  PID {pid}: {processes.command_line(pid) or '(command line unreadable)'}"]
+    folder = processes.working_dir(pid)
+    if folder:
+        here = "" if Path(folder) == Path.cwd() else f" (not this folder, {Path.cwd()})"
+        lines.append(f"  started in {folder}{here}")
+    args = processes.argv(pid) or []
+    interpreter = Path(args[0]) if args else Path()
+    python = interpreter.parent if "python" in interpreter.name else None
+    if python and python.is_absolute() and python != Path(sys.executable).parent:
+        lines.append(
+            f"  its Python is in {python}, yours in {Path(sys.executable).parent}: "
+            "its runs import that environment's fedrec_flwr"
         )
-        for pid in found.stdout.split():
-            os.kill(int(pid), signal.SIGTERM)
+    theirs = processes.environment(pid)
+    if theirs is not None:
+        for name in RUN_ENVIRONMENT:
+            if theirs.get(name) != os.environ.get(name):
+                lines.append(
+                    f"  its {name} is {theirs.get(name, '(unset)')}, "
+                    f"yours is {os.environ.get(name, '(unset)')}"
+                )
+    return lines
+
+
+# --- one run -------------------------------------------------------------------------------
 
 
 def run(
@@ -91,74 +349,165 @@ def run(
     project: Path = PROJECT,
     stream: bool = True,
     timeout: float | None = None,
+    say: Say = _quiet,
 ) -> tuple[str, str]:
     """``flwr run`` the app with ``config`` on ``nodes`` SuperNodes; (status, output).
 
     ``status`` is the run's final status, e.g. ``finished:completed``. Relative
-    ``results-dir``/``data-dir`` are made absolute against the current folder.
+    ``results-dir``/``data-dir`` are made absolute against the current folder. Raises
+    :class:`ConfigError` before starting anything if Flower or the ServerApp would refuse
+    ``config``; on KeyboardInterrupt stops the run and raises :class:`RunInterrupted`; past
+    ``timeout`` seconds stops the run and returns ``timeout (<status>)``.
     """
     config = dict(config)
     for key in ("results-dir", "data-dir"):
         if config.get(key):
             config[key] = str(Path(config[key]).expanduser().resolve())
     config.setdefault("results-dir", str(Path("results").resolve()))
-    with local_superlink() as env:
-        run_toml = write_run_config(config, Path(env["FLWR_HOME"]) / "run-config.toml")
-        federation_config = " ".join([f"num-supernodes={nodes}", *federation])
-        command = [
-            _flwr(),
-            "run",
-            str(project),
-            "--format",
-            "json",
-            "--run-config",
-            str(run_toml),
-            "--federation-config",
-            federation_config,
-        ]
-        started = subprocess.run(
-            command, cwd=env["FLWR_HOME"], env=env, capture_output=True, text=True, timeout=300
-        )
+    check_run_config(config, project)
+    with local_superlink(say=say) as link:
+        run_id = None
         try:
-            run_id = str(json.loads(started.stdout)["run-id"])
-        except (ValueError, KeyError):
-            return "not-started", started.stdout + started.stderr
-        logs = subprocess.Popen(
-            [_flwr(), "log", run_id, "--stream"],
-            cwd=env["FLWR_HOME"],
-            env=env,
-            stdout=None if stream else subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        output, _ = logs.communicate(timeout=timeout)
-        status = _run_status(run_id, env)
-        for _ in range(50):  # the log stream may end just before the status is final
-            if status.startswith("finished"):
-                break
-            time.sleep(0.2)
-            status = _run_status(run_id, env)
-        return status, output or ""
+            run_id, output = _submit(link, config, nodes, federation, project)
+            if run_id is None:
+                return "not-started", output
+            say(f"run {run_id} submitted")
+            return _follow(link, run_id, stream, timeout)
+        except KeyboardInterrupt as interrupt:
+            signum = getattr(interrupt, "signum", signal.SIGINT)
+            if run_id:
+                say(f"{signal.Signals(signum).name}: stopping run {run_id} (flwr stop)")
+            status = _stop_run(link, run_id) if run_id else "not-started"
+            raise RunInterrupted(signum, run_id, status) from None
 
 
-def _run_status(run_id: str, env: dict[str, str]) -> str:
-    listed = subprocess.run(
-        [_flwr(), "ls", "--run-id", run_id, "--format", "json"],
-        cwd=env["FLWR_HOME"],
-        env=env,
-        capture_output=True,
+def _submit(
+    link: LocalSuperLink,
+    config: dict[str, Any],
+    nodes: int,
+    federation: Sequence[str],
+    project: Path,
+) -> tuple[str | None, str]:
+    """``flwr run`` (no streaming); (run id or None, flwr's output)."""
+    run_toml = write_run_config(config, link.home / "run-config.toml")
+    command = [
+        _flwr(),
+        "run",
+        str(project),
+        "--format",
+        "json",
+        "--run-config",
+        str(run_toml),
+        "--federation-config",
+        " ".join([f"num-supernodes={nodes}", *federation]),
+    ]
+    started = _flwr_command(link, command, timeout=300)
+    try:
+        return str(json.loads(started.stdout)["run-id"]), ""
+    except (ValueError, KeyError, TypeError):
+        return None, started.stdout + started.stderr
+
+
+def _follow(
+    link: LocalSuperLink, run_id: str, stream: bool, timeout: float | None
+) -> tuple[str, str]:
+    """Stream (or collect) the run's log until it ends; (final status, output)."""
+    logs = subprocess.Popen(
+        [_flwr(), "log", run_id, "--stream"],
+        cwd=link.home,
+        env=link.env,
+        stdout=None if stream else subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=60,
+        start_new_session=True,
     )
     try:
+        output, _ = logs.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"timeout ({_stop_run(link, run_id)})", ""
+    finally:
+        if logs.poll() is None:
+            logs.kill()
+            logs.wait()
+    return _final_status(link, run_id), output or ""
+
+
+def _final_status(link: LocalSuperLink, run_id: str, wait: float = 10.0) -> str:
+    """The run's status once ``finished:*`` (the log stream may end just before)."""
+    deadline = time.monotonic() + wait
+    status = _run_status(link, run_id)
+    while not status.startswith("finished") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        status = _run_status(link, run_id)
+    return status
+
+
+def _stop_run(link: LocalSuperLink, run_id: str) -> str:
+    """``flwr stop`` the run; its final status."""
+    _flwr_command(link, [_flwr(), "stop", run_id], timeout=60)
+    return _final_status(link, run_id, wait=20.0)
+
+
+def _run_status(link: LocalSuperLink, run_id: str) -> str:
+    listed = _flwr_command(link, [_flwr(), "ls", "--run-id", run_id, "--format", "json"], 60)
+    try:
         return json.loads(listed.stdout)["runs"][0]["status"]
-    except (ValueError, KeyError, IndexError):
+    except (ValueError, KeyError, IndexError, TypeError):
         return "unknown"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m fedrec_flwr.launch [PRESET.toml] [key=value ...]``."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _flwr_command(
+    link: LocalSuperLink, command: list[str], timeout: float
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command,
+        cwd=link.home,
+        env=link.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        start_new_session=True,  # a second Ctrl-C must not cut `flwr stop` short
+    )
+
+
+# --- command line --------------------------------------------------------------------------
+
+
+@contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`RunInterrupted` once; later ones only say "wait".
+
+    Installed explicitly: a launcher started in the background of a script inherits an
+    ignored SIGINT, and SIGTERM would otherwise end it without stopping the run.
+    """
+    received: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        if received:
+            print("fedrec: stopping the run and its processes, please wait", file=sys.stderr)
+            return
+        received.append(signum)
+        raise RunInterrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def _say(message: str) -> None:
+    print(f"fedrec: {message}", file=sys.stderr, flush=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedrec",
+        description="Run the app through Flower on a private local SuperLink; exit status 0 "
+        "only if the run completed; Ctrl-C stops the run and everything it started.",
+    )
     parser.add_argument("items", nargs="*", help="a preset .toml first (optional), then key=value")
     parser.add_argument("--nodes", type=int, default=2, help="simulated SuperNodes (default 2)")
     parser.add_argument(
@@ -167,12 +516,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[],
         help="extra --federation-config entries, e.g. client-resources-num-cpus=1",
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--which-superlink",
+        action="store_true",
+        help="name the SuperLink on Flower's default port (the one `flwr run .` uses) and exit",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``fedrec [PRESET.toml] [key=value ...] [--nodes N]``; the exit status of the run."""
+    args = _parser().parse_args(argv)
+    report = default_superlink_report()
+    if args.which_superlink:
+        print(report or f"No SuperLink on Flower's default port 127.0.0.1:{DEFAULT_HTTP_PORT}.")
+        return 0
+    if report:
+        _say(f"note: {report}")
     preset = args.items[0] if args.items and args.items[0].endswith(".toml") else None
     overrides = args.items[1:] if preset else args.items
-    status, _ = run(merged_run_config(preset, overrides), args.nodes, args.federation)
+    config = merged_run_config(preset, overrides)
+    with _signals_interrupt():
+        try:
+            status, _ = run(config, args.nodes, args.federation, say=_say)
+        except ConfigError as error:
+            _say(f"error: {error}")
+            return 2
+        except RunInterrupted as interrupt:
+            what = f"run {interrupt.run_id}: {interrupt.status}" if interrupt.run_id else "no run"
+            _say(f"interrupted by {signal.Signals(interrupt.signum).name}; {what}")
+            return 128 + interrupt.signum
     print(f"run status: {status}")
-    return 0 if status == "finished:completed" else 1
+    return 0 if status == COMPLETED else 1
 
 
 if __name__ == "__main__":
