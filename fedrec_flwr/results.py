@@ -1,15 +1,20 @@
 """Run results on disk: ``config.json``, ``rounds.csv``, ``summary.json``, ``curves.png``.
 
 ``rounds.csv`` grows by one flushed row per round, so an interrupted run keeps every round it
-finished. The test metrics reported are those of the round with the best validation HR@10
-(earliest round on ties): the model is selected on validation only.
+finished. An ``INCOMPLETE`` file marks a run that has not finished (running, stopped or
+crashed): written first, removed once ``summary.json`` is written. The test metrics reported
+are those of the round with the best validation HR@10 (earliest round on ties): the model is
+selected on validation only.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
+import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +23,8 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.evaluation import metric_names
 
 SELECTION_METRIC = "val-hr@10"
+INCOMPLETE = "INCOMPLETE"
+LOG = logging.getLogger("flwr")  # Flower's logger: what it logs reaches `flwr log`
 
 
 def new_run_dir(config: RunConfig) -> Path:
@@ -32,6 +39,13 @@ def new_run_dir(config: RunConfig) -> Path:
         suffix += 1
         path = config.results_path(f"{name}-{suffix}")
     path.mkdir(parents=True)
+    if suffix > 1:
+        LOG.warning(
+            "results folder %s already exists: this run is written to %s (run-name '%s')",
+            config.results_path(name),
+            path,
+            path.name,
+        )
     return path
 
 
@@ -62,6 +76,7 @@ class RunRecorder:
         self.rows: list[dict[str, Any]] = []
         self.stopped_diverged: int | None = None
         self.extra = extra
+        self.mark_incomplete("running, stopped or crashed: summary.json not written yet")
         (run_dir / "config.json").write_text(
             json.dumps({**config.to_mapping(), **extra}, indent=2) + "\n"
         )
@@ -118,7 +133,17 @@ class RunRecorder:
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         self.plot()
+        (self.run_dir / INCOMPLETE).unlink(missing_ok=True)
         return summary
+
+    def mark_incomplete(self, reason: str) -> None:
+        """(Re)write the ``INCOMPLETE`` marker: why, when, which process wrote it."""
+        (self.run_dir / INCOMPLETE).write_text(
+            f"This run has not finished: {reason}.\n"
+            "rounds.csv has a row for each round it finished.\n"
+            f"written {time.strftime('%Y-%m-%d %H:%M:%S')} by PID {os.getpid()} on "
+            f"{socket.gethostname()}\n"
+        )
 
     def plot(self) -> None:
         """``curves.png``: train loss and validation/test metrics against rounds."""

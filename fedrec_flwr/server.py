@@ -12,7 +12,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.data.prepared import prepare
+from fedrec_flwr.data.prepared import data_dir_read, prepare
 from fedrec_flwr.messages import array_record, dense_arrays
 from fedrec_flwr.methods import build_method
 from fedrec_flwr.results import RunRecorder, new_run_dir
@@ -49,7 +49,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
     run_dir = new_run_dir(config)
     recorder = RunRecorder(
         run_dir,
-        config,
+        config.replace(data_dir=data_dir_read(config)),  # the folder read, not ''
         {"num_users": prepared.num_users, "num_items": prepared.num_items},
     )
     method = build_method(config, prepared.num_items)
@@ -62,12 +62,16 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
         {n: v for n, v in method.init_dense().items() if n in method.shared_dense_names()}
     ).items():
         initial[name] = array
-    strategy.start(
-        grid,
-        initial,
-        num_rounds=config.num_server_rounds,
-        timeout=config.round_timeout,
-    )
+    try:
+        strategy.start(
+            grid,
+            initial,
+            num_rounds=config.num_server_rounds,
+            timeout=config.round_timeout,
+        )
+    except BaseException as error:
+        recorder.mark_incomplete(f"failed: {type(error).__name__}: {error}")
+        raise
     recorder.extra["num_nodes"] = len(strategy.nodes)
     summary = recorder.finish(time.perf_counter() - started)
     log(

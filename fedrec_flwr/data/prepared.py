@@ -186,6 +186,15 @@ def prepared_path(config: RunConfig) -> Path:
     return default_cache_dir() / "prepared" / f"{config.dataset}-{config.protocol}-{digest}"
 
 
+def data_dir_read(config: RunConfig) -> str:
+    """The ``data-dir`` the dataset is read from, absolute: ``data-dir``, else
+    ``$FEDREC_DATA_DIR``, else the download cache's ``datasets`` folder ('' if generated)."""
+    if config.dataset == "synthetic":
+        return ""
+    folder = config.resolved_data_dir() or str(default_cache_dir() / "datasets")
+    return os.path.abspath(os.path.expanduser(folder))
+
+
 def load_interactions(config: RunConfig) -> Interactions:
     """Read (or generate) the configured dataset."""
     if config.dataset == "synthetic":
