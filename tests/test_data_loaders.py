@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -299,6 +300,74 @@ def test_amazon_empty_id(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="line 2: reviewerID '' is empty") as error:
         load_amazon_video(tmp_path)
     assert str(path) in str(error.value)
+
+
+# --- duplicates -------------------------------------------------------------------------------
+
+
+def with_duplicates(dataset: str) -> tuple[str, int]:
+    """The GOOD file plus its first data line again (identical) and the same (user, item) pair
+    with another last field; (text, number of data rows)."""
+    sep = SEPARATORS[dataset]
+    lines = GOOD[dataset][1].splitlines()
+    first = lines[1 if dataset == "lastfm-2k" else 0]
+    fields = first.split(sep)
+    fields[-1] = str(int(float(fields[-1])) + 1)
+    lines += [first, sep.join(fields)]
+    return "\n".join(lines) + "\n", len(lines) - (1 if dataset == "lastfm-2k" else 0)
+
+
+@pytest.mark.parametrize("dataset", sorted(GOOD))
+def test_duplicates_are_kept_and_reported_with_the_rule(
+    tmp_path: Path, dataset: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    text, rows = with_duplicates(dataset)
+    path = write(tmp_path, GOOD[dataset][0], text)
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        data = LOADERS[dataset](tmp_path)
+    assert len(data) == rows  # kept as read
+    (record,) = [r for r in caplog.records if "repeat an earlier" in r.getMessage()]
+    message = record.getMessage()
+    assert record.levelno == logging.WARNING  # an identical line is never expected
+    assert str(path) in message
+    assert f"2 of {rows} rows repeat an earlier (user, item) pair" in message
+    assert "1 of them identical lines" in message
+    assert "Kept as read" in message
+    assert "strict protocol then keeps each pair's newest row (drops these 2)" in message
+    assert "paper protocol keeps them all" in message
+
+
+@pytest.mark.parametrize("dataset", sorted(GOOD))
+def test_no_duplicates_no_message(
+    tmp_path: Path, dataset: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    write(tmp_path, *GOOD[dataset])
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        LOADERS[dataset](tmp_path)
+    assert "repeat an earlier" not in caplog.text
+
+
+def test_lastfm_repeated_pairs_are_expected_and_only_noted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rows = lastfm_rows(1, 5) + "1\t7\t9\t1\t4\t2009\n"  # artist 7 again, another tag
+    write(tmp_path, "user_taggedartists.dat", f"{LASTFM_HEADER}\n{rows}")
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        assert len(load_lastfm2k(tmp_path)) == 6
+    (record,) = [r for r in caplog.records if "repeat an earlier" in r.getMessage()]
+    assert record.levelno == logging.INFO
+    assert "1 of 6 rows" in record.getMessage()
+    assert "one row per tag assignment: expected" in record.getMessage()
+
+
+def test_duplicates_counted_after_the_min_rows_filter(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    lines = [f"A,B{k},5.0,{k}" for k in range(5)] + ["C,B1,5.0,1", "C,B1,5.0,1"]  # C: dropped
+    write(tmp_path, "ratings_Amazon_Instant_Video.csv", "\n".join(lines) + "\n")
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        assert len(load_amazon_video(tmp_path)) == 5
+    assert "repeat an earlier" not in caplog.text
 
 
 # --- real data (FEDREC_DATA_DIR) --------------------------------------------------------------

@@ -4,11 +4,17 @@ Every reader checks its input and fails with a :class:`DataError` that names the
 problem (with the line number where the parser can tell) and the expected format; no line is
 skipped silently (blank lines carry no data and are ignored). Ratings are read only to check
 the row's shape: every row is a positive.
+
+Duplicates are kept as read and reported, the same way by every reader
+(:func:`report_duplicates`): rows that repeat an earlier (user, item) pair, and among them
+identical lines. The ``strict`` protocol then keeps each pair's newest row, ``paper`` keeps
+them all (REFERENCE.md; :mod:`fedrec_flwr.data.prepared`).
 """
 
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
@@ -25,6 +31,7 @@ MIN_USER_ROWS = 5  # Last.fm-2K and Amazon: users with fewer rows are dropped (o
 LASTFM_TIMEZONE = "Europe/Madrid"
 
 _DTYPES = {"int": np.int64, "float": np.float64, "str": str}
+LOG = logging.getLogger("flwr")  # Flower's logger: what it logs reaches `flwr log`
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,7 @@ class _Format:
     kinds: tuple[str, ...]  # 'int', 'float' or 'str', one per column
     header: bool = False  # first line holds exactly `columns`
     homepage: str = ""
+    repeats: str = ""  # why (user, item) pairs repeat in this file, if they do by design
 
 
 _ML100K = _Format(
@@ -66,6 +74,7 @@ _LASTFM_DATES = _Format(
     ("int",) * 6,
     header=True,
     homepage=_LASTFM_HOME,
+    repeats="one row per tag assignment",
 )
 _LASTFM_STAMPS = _Format(
     "lastfm-2k",
@@ -76,6 +85,7 @@ _LASTFM_STAMPS = _Format(
     ("int",) * 4,
     header=True,
     homepage=_LASTFM_HOME,
+    repeats="one row per tag assignment",
 )
 _AMAZON = _Format(
     "amazon-video",
@@ -98,13 +108,17 @@ _FILMTRUST = _Format(
 
 def load_ml100k(folder: Path) -> Interactions:
     """MovieLens-100K from ``folder/u.data`` (943 users x 1,682 items, 100,000 rows)."""
-    df = _read_table(Path(folder) / "u.data", _ML100K)
+    path = Path(folder) / "u.data"
+    df = _read_table(path, _ML100K)
+    report_duplicates(path, _ML100K, df)
     return Interactions.from_raw("ml-100k", df["user"], df["item"], df["timestamp"])
 
 
 def load_ml1m(folder: Path) -> Interactions:
     """MovieLens-1M from ``folder/ratings.dat`` (6,040 users x 3,706 items, 1,000,209 rows)."""
-    df = _read_table(Path(folder) / "ratings.dat", _ML1M)
+    path = Path(folder) / "ratings.dat"
+    df = _read_table(path, _ML1M)
+    report_duplicates(path, _ML1M, df)
     return Interactions.from_raw("ml-1m", df["UserID"], df["MovieID"], df["Timestamp"])
 
 
@@ -118,17 +132,19 @@ def load_lastfm2k(folder: Path) -> Interactions:
     and drops users with fewer than 5 rows: 1,600 users x 12,454 artists, 185,650 rows.
     """
     folder = Path(folder)
-    stamps = folder / "user_taggedartists-timestamps.dat"
-    if stamps.is_file():
-        df = _read_table(stamps, _LASTFM_STAMPS)
+    path = folder / "user_taggedartists-timestamps.dat"
+    if path.is_file():
+        fmt = _LASTFM_STAMPS
+        df = _read_table(path, fmt)
         timestamp = df["timestamp"].to_numpy()
     else:
-        path = folder / "user_taggedartists.dat"
-        df = _read_table(path, _LASTFM_DATES)
+        path, fmt = folder / "user_taggedartists.dat", _LASTFM_DATES
+        df = _read_table(path, fmt)
         timestamp = _local_midnight_ms(df, path)
     keep = _users_with_min_rows(df["userID"].to_numpy(), MIN_USER_ROWS)
     if not keep.any():
         raise DataError(f"{folder}: no Last.fm-2K user has {MIN_USER_ROWS} or more rows.")
+    report_duplicates(path, fmt, df[keep])
     return Interactions.from_raw(
         "lastfm-2k", df["userID"][keep], df["artistID"][keep], timestamp[keep]
     )
@@ -144,6 +160,7 @@ def load_amazon_video(folder: Path) -> Interactions:
     keep = _users_with_min_rows(df["reviewerID"].to_numpy(), MIN_USER_ROWS)
     if not keep.any():
         raise DataError(f"{path}: no reviewer has {MIN_USER_ROWS} or more ratings.")
+    report_duplicates(path, _AMAZON, df[keep])
     return Interactions.from_raw(
         "amazon-video", df["reviewerID"][keep], df["asin"][keep], df["unix_time"][keep]
     )
@@ -155,7 +172,9 @@ def load_filmtrust(folder: Path) -> Interactions:
     The file has no timestamps: the 0-based data line index stands in for one, so a later line
     counts as newer (and the leave-one-out test item is each user's last line).
     """
-    df = _read_table(Path(folder) / "ratings.txt", _FILMTRUST)
+    path = Path(folder) / "ratings.txt"
+    df = _read_table(path, _FILMTRUST)
+    report_duplicates(path, _FILMTRUST, df)
     order = np.arange(len(df), dtype=np.int64)
     return Interactions.from_raw("filmtrust", df["user"], df["item"], order)
 
@@ -164,6 +183,34 @@ def load_filmtrust(folder: Path) -> Interactions:
 LOADERS: dict[str, Callable[[Path], Interactions]] = {
     name: globals()[spec.loader] for name, spec in DATASETS.items() if spec.loader is not None
 }
+
+
+def report_duplicates(path: Path, fmt: _Format, df: pd.DataFrame) -> tuple[int, int]:
+    """Log the rows of ``df`` that repeat an earlier (user, item) pair; (repeats, identical).
+
+    ``identical`` counts the repeats whose every field equals an earlier row's. Nothing is
+    dropped here: the rule applied is the protocol's, and the message says it. A WARNING,
+    or INFO when the format repeats pairs by design and no line is identical.
+    """
+    pair = list(fmt.columns[:2])  # every format starts with user, item
+    repeats = int(df.duplicated(subset=pair).sum())
+    if not repeats:
+        return 0, 0
+    identical = int(df.duplicated().sum())
+    why = f" ({fmt.repeats}: expected)" if fmt.repeats else ""
+    LOG.log(
+        logging.INFO if fmt.repeats and not identical else logging.WARNING,
+        "%s: %d of %d rows repeat an earlier (user, item) pair%s, %d of them identical lines. "
+        "Kept as read (every row is a positive); the strict protocol then keeps each pair's "
+        "newest row (drops these %d), the paper protocol keeps them all.",
+        path,
+        repeats,
+        len(df),
+        why,
+        identical,
+        repeats,
+    )
+    return repeats, identical
 
 
 def _users_with_min_rows(users: np.ndarray, min_rows: int) -> np.ndarray:
