@@ -84,6 +84,7 @@ class RunConfig:
     plgc_decorrelation: float = 0.0
     plgc_persist: bool = False
     eval_every: int = 1
+    early_stopping_patience: int = 0
     device: str = "cpu"
     torch_threads: int = 1
     node_wait_timeout: float = 120.0
@@ -146,6 +147,12 @@ class RunConfig:
         _positive("num-negatives", self.num_negatives)
         _positive("embedding-dim", self.embedding_dim)
         _positive("eval-every", self.eval_every)
+        if self.early_stopping_patience < 0:
+            raise ConfigError(
+                f"early-stopping-patience={self.early_stopping_patience} must be >= 0: the "
+                "number of evaluated rounds without a better validation HR@10 after which the "
+                "run stops (0 = never stop early)."
+            )
         _positive("node-wait-timeout", self.node_wait_timeout)
         _positive("round-timeout", self.round_timeout)
         if not 0.0 <= self.fault_fraction < 1.0:

@@ -73,6 +73,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
         recorder.mark_incomplete(f"failed: {type(error).__name__}: {error}")
         raise
     recorder.extra["num_nodes"] = len(strategy.nodes)
+    recorder.extra["stopped_early_round"] = strategy.stopped_early_round
     summary = recorder.finish(time.perf_counter() - started)
     log(
         INFO,

@@ -111,6 +111,9 @@ class FedRecStrategy(Strategy):
         self.on_round = on_round
         self.log: RoundLog = RoundLog(round=0)
         self.diverged_round: int | None = None  # see _stop_diverged
+        self.stopped_early_round: int | None = None  # see _no_better_validation
+        self.best_val: tuple[float, int] | None = None  # (validation HR@10, round)
+        self.evals_since_best = 0
         self.started = time.perf_counter()
 
     def connect(self, grid: Grid, timeout: float) -> None:
@@ -408,8 +411,43 @@ class FedRecStrategy(Strategy):
                 )
                 if eval_metrics is not None:
                     result.evaluate_metrics_clientapp[server_round] = eval_metrics
+                    stale = self._no_better_validation(server_round, eval_metrics)
+                    if stale and server_round < num_rounds:
+                        self._stop_early(server_round, num_rounds)
+                        break
             self._report_round(server_round, num_rounds)
         return result
+
+    def _no_better_validation(self, server_round: int, metrics: MetricRecord) -> bool:
+        """Track the best validation HR@10; True when ``early-stopping-patience`` (> 0)
+        evaluated rounds in a row have not beaten it (strictly, as the best round is the
+        earliest on ties; a NaN never improves)."""
+        value = float(metrics["val-hr@10"])
+        if value == value and (self.best_val is None or value > self.best_val[0]):
+            self.best_val = (value, server_round)
+            self.evals_since_best = 0
+        else:
+            self.evals_since_best += 1
+        patience = self.config.early_stopping_patience
+        return patience > 0 and self.evals_since_best >= patience
+
+    def _stop_early(self, server_round: int, num_rounds: int) -> None:
+        """Validation HR@10 stopped improving: this round is reported, then the run stops
+        (its test metrics stay those of the best validation round)."""
+        self.stopped_early_round = server_round
+        self._report_round(server_round, num_rounds)
+        best, best_round = self.best_val or (float("nan"), 0)
+        log(
+            INFO,
+            "round %d: validation HR@10 has not improved for %d evaluated rounds (best %.4f "
+            "at round %d): early stop (early-stopping-patience), %d of %d rounds run",
+            server_round,
+            self.evals_since_best,
+            best,
+            best_round,
+            server_round,
+            num_rounds,
+        )
 
     def _stop_diverged(self, server_round: int, num_rounds: int) -> None:
         """Every update of the round held NaN or inf: training diverged; stop the run (the
