@@ -172,8 +172,11 @@ class RunConfig:
             raise ConfigError("init-std must be > 0; lr and item-lr must be >= 0.")
         if self.sam_rho_private < 0 or self.sam_rho_shared < 0:
             raise ConfigError("sam-rho-private and sam-rho-shared must be >= 0 (0 = no SAM).")
-        if self.dense_lr < 0 or self.server_lr <= 0:
-            raise ConfigError("dense-lr must be >= 0 and server-lr > 0.")
+        if self.dense_lr < 0 or self.server_lr < 0:
+            raise ConfigError(
+                "dense-lr and server-lr must be >= 0 (server-lr = 0 with a server optimizer: "
+                "the server never moves the global parameters, local-only training)."
+            )
         if not 0.0 <= self.server_momentum < 1.0:
             raise ConfigError(
                 f"server-momentum={self.server_momentum} must be in [0, 1) (Adam's beta1, or "
