@@ -49,7 +49,7 @@ PAPER = {  # PFedRec paper, Table 2 (HR@10 / NDCG@10 in %, mean of 5 runs)
     ("fedncf-dual", "lastfm-2k"): (82.31, 71.64),
     ("fedrecon-dual", "ml-100k"): (70.20, 41.83),
     ("fedrecon-dual", "lastfm-2k"): (83.51, 74.83),
-    # FedRecGEL: its reference code on our Last.fm-2K file (REFERENCE section 5), round on test
+    # FedRecGEL: its reference code on our Last.fm-2K file (README, Methods), round on test
     ("fedrecgel", "lastfm-2k"): (66.4, 45.0),
 }
 RUNNER = """

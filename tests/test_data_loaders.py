@@ -117,7 +117,7 @@ def test_lastfm_dates_filter_and_madrid_midnight(tmp_path: Path, newline: str) -
     data = load_lastfm2k(tmp_path)
     assert raw_pairs(data) == [(2, 52), (2, 52), (2, 60), (2, 61), (2, 62)]
     assert data.timestamp.tolist() == [
-        1238536800000,  # 2009-04-01 00:00 CEST (REFERENCE / SOURCES.md example)
+        1238536800000,  # 2009-04-01 00:00 CEST (a date is local midnight in Europe/Madrid)
         1238536800000,
         1199142000000,  # 2008-01-01 00:00 CET
         -428720400000,  # 1956-06-01: before 1970, negative

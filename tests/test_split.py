@@ -1,4 +1,4 @@
-"""Leave-one-out split with the REFERENCE.md tie rule, on hand-made rows."""
+"""Leave-one-out split with the tie rule of docs/protocols.md, on hand-made rows."""
 
 import numpy as np
 

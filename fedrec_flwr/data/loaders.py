@@ -8,7 +8,7 @@ the row's shape: every row is a positive.
 Duplicates are kept as read and reported, the same way by every reader
 (:func:`report_duplicates`): rows that repeat an earlier (user, item) pair, and among them
 identical lines. The ``strict`` protocol then keeps each pair's newest row, ``paper`` keeps
-them all (REFERENCE.md; :mod:`fedrec_flwr.data.prepared`).
+them all (``docs/protocols.md``; :mod:`fedrec_flwr.data.prepared`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Split once, cache on disk, load any user's data in milliseconds.
 
-:func:`prepare` turns a dataset into leave-one-out arrays (REFERENCE.md section 4) and stores
+:func:`prepare` turns a dataset into leave-one-out arrays (``docs/protocols.md``) and stores
 them as ``.npy`` files under the cache; :class:`PreparedData` memory-maps them so a client
 reads only its own users' rows.
 
@@ -52,7 +52,7 @@ class LeaveOneOut:
 
 
 def leave_one_out(data: Interactions, dedupe: bool) -> LeaveOneOut:
-    """Split with the REFERENCE.md tie rule; users with fewer than 3 rows are dropped."""
+    """Split with the tie rule of ``docs/protocols.md``; users with < 3 rows are dropped."""
     n = len(data.user)
     row = np.arange(n, dtype=np.int64)
     # Primary key user, then newest first, then earlier file row first (= counts as newer).
