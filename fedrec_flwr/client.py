@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from flwr.app import Context, Message
+from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.data.prepared import prepare
+from fedrec_flwr.data.device import DataIdentity, DeviceData, run_conflict, shared_identity
+from fedrec_flwr.data.prepared import PreparedData, prepare
 from fedrec_flwr.faults import inject_fault
 from fedrec_flwr.messages import (
     ARRAYS,
@@ -24,18 +25,56 @@ from fedrec_flwr.node import NodeRuntime, NodeState
 app = ClientApp()
 STATE_KEY = "node-state"
 _RUNTIMES: dict[tuple, NodeRuntime] = {}
+_DEVICES: dict[str, DeviceData] = {}
+
+
+def node_data(context: Context) -> tuple[PreparedData, int, int]:
+    """(data, partition-id, num-partitions) of this node.
+
+    With node config ``data-path`` the node reads only that device folder (written by
+    ``python -m fedrec_flwr.data.export``; its manifest gives the partition, and
+    ``partition-id``/``num-partitions``, if given, must agree); else the shared prepared split
+    of the run's dataset, and ``partition-id``/``num-partitions`` say which users are its own.
+    """
+    node_config = context.node_config
+    path = str(node_config.get("data-path", "") or "")
+    if not path:
+        config = RunConfig.from_mapping(context.run_config)
+        partition = int(node_config["partition-id"])
+        return prepare(config), partition, int(node_config["num-partitions"])
+    if path not in _DEVICES:
+        _DEVICES[path] = DeviceData(path)
+    data = _DEVICES[path]
+    own = {"partition-id": data.partition_id, "num-partitions": data.num_partitions}
+    for key, value in own.items():
+        if key in node_config and int(node_config[key]) != value:
+            raise ValueError(
+                f"node config {key}={node_config[key]} but data-path {path} holds "
+                f"{key}={value}: give the device its own folder, or drop {key}."
+            )
+    return data, data.partition_id, data.num_partitions
+
+
+def data_identity(context: Context) -> DataIdentity:
+    """What this node's data is (told to the server in the handshake)."""
+    data, _, _ = node_data(context)
+    if isinstance(data, DeviceData):
+        return data.identity()
+    return shared_identity(data, RunConfig.from_mapping(context.run_config).seed)
 
 
 def node_runtime(context: Context) -> NodeRuntime:
     """This node's runtime (cached per process: data and config are loaded once)."""
-    partition = int(context.node_config["partition-id"])
-    num_partitions = int(context.node_config["num-partitions"])
-    key = (partition, num_partitions, tuple(sorted(context.run_config.items())))
+    key = (
+        tuple(sorted(context.node_config.items())),
+        tuple(sorted(context.run_config.items())),
+    )
     if key not in _RUNTIMES:
         config = RunConfig.from_mapping(context.run_config)
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
-        _RUNTIMES[key] = NodeRuntime(config, prepare(config), partition, num_partitions)
+        data, partition, num_partitions = node_data(context)
+        _RUNTIMES[key] = NodeRuntime(config, data, partition, num_partitions)
     return _RUNTIMES[key]
 
 
@@ -63,7 +102,16 @@ def _with_request(runtime: NodeRuntime, server_round: int, arrays: dict, metrics
 
 @app.query()
 def hello(msg: Message, context: Context) -> Message:
-    """Handshake: which users this node holds and which rows it needs."""
+    """Handshake: what data this node holds, its users and the rows it needs.
+
+    Data that does not fit the run (dataset, protocol, seed) is reported without the rest:
+    the server refuses it with the reason.
+    """
+    identity = data_identity(context)
+    run = RunConfig.from_mapping(context.run_config)
+    known = {CONFIG: ConfigRecord(identity.to_record())}
+    if run_conflict(identity, run.dataset, run.protocol, run.seed):
+        return _reply(msg, {}, {}, records=known)
     runtime = node_runtime(context)
     arrays: dict[str, np.ndarray] = {"users": runtime.users}
     eval_items = runtime.eval_items()
@@ -75,7 +123,7 @@ def hello(msg: Message, context: Context) -> Message:
         "num-items": runtime.prepared.num_items,
     }
     _with_request(runtime, 0, arrays, metrics)
-    return _reply(msg, arrays, metrics)
+    return _reply(msg, arrays, metrics, records=known)
 
 
 def _received(msg: Message) -> tuple[int, np.ndarray | None, np.ndarray, dict]:
@@ -91,11 +139,16 @@ def _received(msg: Message) -> tuple[int, np.ndarray | None, np.ndarray, dict]:
     )
 
 
-def _reply(msg: Message, arrays: dict[str, np.ndarray], metrics: dict, dense=None) -> Message:
+def _reply(
+    msg: Message, arrays: dict[str, np.ndarray], metrics: dict, dense=None, records=None
+) -> Message:
     record = array_record(**arrays)
     for name, array in dense_arrays(dense or {}).items():
         record[name] = array
-    return reply(msg, record, metrics)
+    out = reply(msg, record, metrics)
+    for name, extra in (records or {}).items():
+        out.content[name] = extra
+    return out
 
 
 @app.train()

@@ -1,9 +1,14 @@
 """The handshake: wait for every partition's node and learn what each holds and needs.
 
-Each node answers a ``query`` with its ``partition-id``/``num-partitions``, its users, the
-item rows its evaluation needs (``eval-items``; absent = all of them) and the rows its users
-train in round 1 (``next-items``). Nodes whose handshake fails (e.g. stale deployment nodes)
-are skipped; if all fail, the run stops at once with the reason.
+Each node answers a ``query`` with what its data is (``config``: the ``data-*`` fields of
+:class:`~fedrec_flwr.data.device.DataIdentity`: dataset, protocol, seed, split fingerprint,
+number of users and items), its ``partition-id``/``num-partitions``, its users, the item
+rows its evaluation needs (``eval-items``; absent = all of them) and the rows its users train
+in round 1 (``next-items``). The server learns the federation's size from these answers and
+reads no user's data; it refuses nodes whose data does not fit the run or each other
+(another dataset, protocol, seed, split or catalogue, users held twice) with the reason.
+Nodes whose handshake fails (e.g. stale deployment nodes) are skipped; if all fail, the run
+stops at once with the reason.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data.device import DataIdentity, conflict, run_conflict
 from fedrec_flwr.messages import ARRAYS, CONFIG, METRICS
 
 
@@ -32,6 +39,7 @@ class NodeInfo:
     num_partitions: int
     users: np.ndarray
     eval_items: np.ndarray | None  # None: the node ranks all items
+    data: DataIdentity | None = None
     request_round: int = 0
     request_items: np.ndarray | None = None
 
@@ -43,10 +51,30 @@ class NodeInfo:
             self.request_items = arrays["next-items"].numpy()
 
 
-def connect(
-    grid: Grid, num_users: int, num_items: int, wait: float, timeout: float
-) -> dict[int, NodeInfo]:
-    """Node id -> NodeInfo for one node per partition, waiting up to ``wait`` seconds."""
+@dataclass
+class Federation:
+    """The nodes after the handshake and the data they agree on."""
+
+    nodes: dict[int, NodeInfo]
+    data: DataIdentity
+
+    @property
+    def num_users(self) -> int:
+        return self.data.num_users
+
+    @property
+    def num_items(self) -> int:
+        return self.data.num_items
+
+    @property
+    def sources(self) -> list[str]:
+        """Where the nodes read their data, by partition: "shared" or "device <folder>"."""
+        infos = sorted(self.nodes.values(), key=lambda info: info.partition_id)
+        return [info.data.source for info in infos if info.data is not None]
+
+
+def connect(grid: Grid, config: RunConfig, wait: float, timeout: float) -> Federation:
+    """One node per partition, waiting up to ``wait`` seconds, and the data they agree on."""
     nodes: dict[int, NodeInfo] = {}
     deadline = time.monotonic() + wait
     expected: int | None = None
@@ -62,7 +90,7 @@ def connect(
                     failed[node] = reason
                     log(WARNING, "node %d failed its handshake: %s", node, reason)
                     continue
-                expected = _register(nodes, reply, expected, num_items)
+                expected = _register(nodes, reply, expected, config)
         if failed and not nodes:  # every node failed: no point in waiting
             raise FederationError(f"the nodes failed to start: {next(iter(failed.values()))}")
         covered = {info.partition_id for info in nodes.values()}
@@ -72,44 +100,90 @@ def connect(
             raise FederationError(
                 f"waited {wait:.0f} s for the nodes: "
                 f"{len(covered)} of {expected or '?'} partitions connected"
-                + (f", {len(failed)} failed" if failed else "")
+                + (f", {len(failed)} failed ({next(iter(failed.values()))})" if failed else "")
                 + ". In simulation every SuperNode is one partition (num-supernodes); in "
                 "deployment start one flower-supernode per partition-id, or raise "
                 "node-wait-timeout."
             )
         time.sleep(0.2)
-    held = np.concatenate([info.users for info in nodes.values()])
-    if len(held) != num_users or len(np.unique(held)) != num_users:
+    data = next(iter(nodes.values())).data
+    assert data is not None
+    held = sum(len(info.users) for info in nodes.values())
+    if held != data.num_users:
         raise FederationError(
-            f"the nodes hold {len(np.unique(held))} distinct users, the dataset has "
-            f"{num_users}: do all nodes read the same data and configuration?"
+            f"the nodes hold {held} users, their data has {data.num_users}: "
+            "do all nodes read the same data and configuration?"
         )
-    log(INFO, "%d nodes connected, holding %d users", len(nodes), num_users)
-    return nodes
+    log(INFO, "%d nodes connected, holding %d users", len(nodes), data.num_users)
+    return Federation(nodes, data)
+
+
+def _identity(reply: Message, config: RunConfig) -> DataIdentity:
+    """The data identity of a handshake reply, refused if it does not fit the run."""
+    node = reply.metadata.src_node_id
+    try:
+        data = DataIdentity.from_record(reply.content[CONFIG])
+    except (KeyError, TypeError):
+        raise FederationError(
+            f"node {node} did not say what data it holds: does it run this version of fedrec_flwr?"
+        ) from None
+    why = run_conflict(data, config.dataset, config.protocol, config.seed)
+    if why:
+        raise FederationError(f"node {node} ({_where(data)}) cannot join this run: {why}.")
+    return data
+
+
+def _where(data: DataIdentity) -> str:
+    return "the shared split" if data.source == "shared" else data.source
 
 
 def _register(
-    nodes: dict[int, NodeInfo], reply: Message, expected: int | None, num_items: int
+    nodes: dict[int, NodeInfo], reply: Message, expected: int | None, config: RunConfig
 ) -> int:
+    data = _identity(reply, config)
     metrics, arrays = reply.content[METRICS], reply.content[ARRAYS]
     partition, num_partitions = int(metrics["partition-id"]), int(metrics["num-partitions"])
+    first = next(iter(nodes.values()), None)  # the registered nodes agree with it
+    why = first and first.data and conflict(first.data, data)
+    if why:
+        raise FederationError(
+            f"nodes hold different data: partition {first.partition_id} "
+            f"({_where(first.data)}) and partition {partition} ({_where(data)}) differ "
+            f"({why}). Export every device's folder with one `python -m "
+            "fedrec_flwr.data.export` command."
+        )
     if expected is not None and num_partitions != expected:
         raise FederationError(
             f"nodes disagree on num-partitions ({expected} vs {num_partitions}): give every "
             "node the same num-partitions in its node config."
         )
-    if int(metrics["num-items"]) != num_items:
+    if int(metrics["num-items"]) != data.num_items:
         raise FederationError(
-            f"node {partition} sees {int(metrics['num-items'])} items, the server "
-            f"{num_items}: the node reads different data."
+            f"node {partition} sees {int(metrics['num-items'])} items but reports data of "
+            f"{data.num_items}: the node reads different data."
         )
     if any(info.partition_id == partition for info in nodes.values()):
         raise FederationError(f"two nodes claim partition-id={partition}.")
+    users = arrays["users"].numpy()
+    if len(users) and (users.min() < 0 or users.max() >= data.num_users):
+        raise FederationError(
+            f"partition {partition} holds users outside 0..{data.num_users - 1}: its data "
+            "is not from the same export."
+        )
+    for info in nodes.values():
+        shared = np.intersect1d(info.users, users)
+        if len(shared):
+            raise FederationError(
+                f"partitions {info.partition_id} ({_where(info.data)}) and {partition} "
+                f"({_where(data)}) both hold {len(shared)} users (e.g. {shared[:5].tolist()}): "
+                "a user's data must live on one device only."
+            )
     info = NodeInfo(
         partition_id=partition,
         num_partitions=num_partitions,
-        users=arrays["users"].numpy(),
+        users=users,
         eval_items=arrays["eval-items"].numpy() if "eval-items" in arrays else None,
+        data=data,
     )
     info.remember_request(reply)
     nodes[reply.metadata.src_node_id] = info

@@ -28,8 +28,15 @@ class LocalGrid(Grid):
     """``num_nodes`` nodes whose ClientApp runs in this process, one message at a time."""
 
     def __init__(
-        self, client_app: ClientApp, run_config: dict, num_nodes: int, keep_messages: bool = False
+        self,
+        client_app: ClientApp,
+        run_config: dict,
+        num_nodes: int,
+        keep_messages: bool = False,
+        node_configs: list[dict] | None = None,
     ) -> None:
+        """``node_configs[i]`` (if given) is added to node ``i``'s node config (e.g. its
+        ``data-path``)."""
         # Messages read their sender's identity from the process (set by Flower in a real run).
         for attribute, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 0)):
             if getattr(TaskIdentity, attribute) is None:
@@ -40,7 +47,11 @@ class LocalGrid(Grid):
             1000 + p: Context(
                 run_id=1,
                 node_id=1000 + p,
-                node_config={"partition-id": p, "num-partitions": num_nodes},
+                node_config={
+                    "partition-id": p,
+                    "num-partitions": num_nodes,
+                    **(node_configs[p] if node_configs else {}),
+                },
                 state=RecordDict(),
                 run_config=dict(run_config),
             )

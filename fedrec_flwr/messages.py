@@ -10,7 +10,9 @@ Every array travels in the ``arrays`` ArrayRecord of a message (kebab-case keys,
   zero), ``dense.<name>`` (sums over the node's users) and ``next-items`` (train);
   ``next-items`` (evaluate).
 
-Scalars travel in ``metrics`` (MetricRecord) and ``config`` (ConfigRecord: ``server-round``).
+Scalars travel in ``metrics`` (MetricRecord) and ``config`` (ConfigRecord: ``server-round``;
+in the handshake reply, the ``data-*`` fields of the node's data identity,
+:class:`fedrec_flwr.data.device.DataIdentity`).
 """
 
 from __future__ import annotations

@@ -77,11 +77,17 @@ class RunRecorder:
         self.stopped_diverged: int | None = None
         self.extra = extra
         self.mark_incomplete("running, stopped or crashed: summary.json not written yet")
-        (run_dir / "config.json").write_text(
-            json.dumps({**config.to_mapping(), **extra}, indent=2) + "\n"
-        )
+        self.describe()
         with open(run_dir / "rounds.csv", "w", newline="") as f:
             csv.writer(f).writerow(self.columns)
+
+    def describe(self, **extra: Any) -> None:
+        """(Re)write ``config.json`` with ``extra`` added (e.g. the federation's size, known
+        once the nodes have answered)."""
+        self.extra.update(extra)
+        (self.run_dir / "config.json").write_text(
+            json.dumps({**self.config.to_mapping(), **self.extra}, indent=2) + "\n"
+        )
 
     def record_round(self, figures: dict[str, Any]) -> None:
         """Append one round to ``rounds.csv`` (missing figures stay empty)."""

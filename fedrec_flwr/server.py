@@ -1,4 +1,4 @@
-"""Flower ServerApp: prepare the data, run the strategy, write the results."""
+"""Flower ServerApp: meet the nodes, run the strategy, write the results."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.data.prepared import data_dir_read, prepare
+from fedrec_flwr.data.prepared import data_dir_read
+from fedrec_flwr.handshake import connect
 from fedrec_flwr.messages import array_record, dense_arrays
 from fedrec_flwr.methods import build_method
 from fedrec_flwr.results import RunRecorder, new_run_dir
@@ -29,40 +30,48 @@ def initial_item_table(config: RunConfig, num_items: int, row_dim: int) -> np.nd
 
 
 def run_federation(grid: Grid, config: RunConfig) -> dict:
-    """Run one configured experiment on ``grid``; return its summary."""
+    """Run one configured experiment on ``grid``; return its summary.
+
+    The server reads no user's data: the numbers of users and items come from the nodes'
+    handshake (:mod:`fedrec_flwr.handshake`), which also refuses inconsistent nodes.
+    """
     started = time.perf_counter()
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
-    prepared = prepare(config)
-    log(
-        INFO,
-        "%s (%s protocol): %d users x %d items, %d train rows; prepared in %s",
-        config.dataset,
-        config.protocol,
-        prepared.num_users,
-        prepared.num_items,
-        prepared.num_train_rows,
-        prepared.path,
-    )
-    if config.protocol == "paper":
-        prepared.eval_negatives(config.seed)  # drawn once here, read by every node
     run_dir = new_run_dir(config)
-    recorder = RunRecorder(
-        run_dir,
-        config.replace(data_dir=data_dir_read(config)),  # the folder read, not ''
-        {"num_users": prepared.num_users, "num_items": prepared.num_items},
-    )
-    method = build_method(config, prepared.num_items)
-    table = initial_item_table(config, prepared.num_items, method.row_dim)
-    strategy = FedRecStrategy(
-        config, method, prepared.num_users, prepared.num_items, on_round=recorder.record_round
-    )
-    initial = array_record(item_table=table)
-    for name, array in dense_arrays(
-        {n: v for n, v in method.init_dense().items() if n in method.shared_dense_names()}
-    ).items():
-        initial[name] = array
+    read = config.replace(data_dir=data_dir_read(config))  # the folder read, not ''
+    recorder = RunRecorder(run_dir, read, {})
     try:
+        federation = connect(grid, config, config.node_wait_timeout, config.round_timeout)
+        num_users, num_items = federation.num_users, federation.num_items
+        sources = sorted(set(federation.sources))
+        log(
+            INFO,
+            "%s (%s protocol): %d users x %d items (split %s), read by the nodes from %s",
+            config.dataset,
+            config.protocol,
+            num_users,
+            num_items,
+            federation.data.fingerprint[:12],
+            "the shared split" if sources == ["shared"] else "their own folders",
+        )
+        recorder.describe(
+            num_users=num_users,
+            num_items=num_items,
+            data_fingerprint=federation.data.fingerprint,
+            node_data=federation.sources,
+        )
+        method = build_method(config, num_items)
+        table = initial_item_table(config, num_items, method.row_dim)
+        strategy = FedRecStrategy(
+            config, method, num_users, num_items, on_round=recorder.record_round
+        )
+        strategy.nodes = federation.nodes
+        initial = array_record(item_table=table)
+        for name, array in dense_arrays(
+            {n: v for n, v in method.init_dense().items() if n in method.shared_dense_names()}
+        ).items():
+            initial[name] = array
         strategy.start(
             grid,
             initial,

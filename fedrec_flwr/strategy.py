@@ -117,10 +117,15 @@ class FedRecStrategy(Strategy):
         self.started = time.perf_counter()
 
     def connect(self, grid: Grid, timeout: float) -> None:
-        """The handshake (:func:`fedrec_flwr.handshake.connect`)."""
-        self.nodes = connect(
-            grid, self.num_users, self.num_items, self.config.node_wait_timeout, timeout
-        )
+        """The handshake (:func:`fedrec_flwr.handshake.connect`); the nodes' data must have
+        this strategy's numbers of users and items."""
+        federation = connect(grid, self.config, self.config.node_wait_timeout, timeout)
+        if (federation.num_users, federation.num_items) != (self.num_users, self.num_items):
+            raise FederationError(
+                f"the nodes hold {federation.num_users} users x {federation.num_items} items, "
+                f"the strategy was built for {self.num_users} x {self.num_items}"
+            )
+        self.nodes = federation.nodes
 
     def schema(self) -> ReplySchema:
         """What every reply must match (item catalogue, row width, dense shapes)."""
@@ -380,7 +385,8 @@ class FedRecStrategy(Strategy):
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
     ) -> Result:
-        """Connect the nodes, then run ``num_rounds`` rounds of train + evaluate.
+        """Connect the nodes (unless :attr:`nodes` holds them already), then run
+        ``num_rounds`` rounds of train + evaluate.
 
         ``initial_arrays`` must hold ``item-table``, the global item table of round 1, and
         ``dense.<name>`` for each shared-dense parameter; after each round ``on_round``
@@ -388,7 +394,8 @@ class FedRecStrategy(Strategy):
         """
         self.load(initial_arrays)
         self.summary()
-        self.connect(grid, timeout)
+        if not self.nodes:
+            self.connect(grid, timeout)
         result = Result()
         arrays = initial_arrays
         self.started = time.perf_counter()

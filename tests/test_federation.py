@@ -4,10 +4,11 @@ import json
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 
 from fedrec_flwr.client import app as client_app
 from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data.device import DataIdentity
 from fedrec_flwr.local_grid import LocalGrid
 from fedrec_flwr.messages import DENSE_PREFIX, allowed_upload_keys
 from fedrec_flwr.methods import build_method
@@ -83,6 +84,10 @@ def test_replies_never_carry_private_parameters(tmp_path):
                     # (and the sums of shared-dense parameters, which PFedRec has none of)
                     floats = name == "row-sums" or name.startswith(DENSE_PREFIX)
                     assert array.numpy().dtype.kind == "i" or floats, name
+            elif isinstance(record, ConfigRecord):  # the handshake's data identity, no more
+                assert reply.metadata.message_type == "query"
+                assert set(record) == set(DataIdentity.from_record(record).to_record())
+                assert record["data-source"] == "shared"
             else:
                 assert isinstance(record, MetricRecord)
                 assert all(isinstance(v, (int, float)) for v in record.values())
