@@ -7,6 +7,7 @@ import torch
 from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
+from fedrec_flwr import state_store
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.device import DataIdentity, DeviceData, run_conflict, shared_identity
 from fedrec_flwr.data.prepared import PreparedData, prepare
@@ -78,12 +79,20 @@ def node_runtime(context: Context) -> NodeRuntime:
     return _RUNTIMES[key]
 
 
-def load_state(context: Context, runtime: NodeRuntime) -> NodeState:
-    """The node's private state from ``context.state`` (fresh on first use)."""
-    if STATE_KEY not in context.state:
+def load_state(
+    context: Context, runtime: NodeRuntime, msg: Message | None = None, max_round: int = 0
+) -> NodeState:
+    """The node's private state from ``context.state``; when that is empty, from disk if the
+    node kept it there (:func:`fedrec_flwr.state_store.recover`, a state written after
+    ``max_round`` at most), else fresh."""
+    if STATE_KEY in context.state:
+        record = context.state[STATE_KEY]
+        return NodeState.from_arrays({name: array.numpy() for name, array in record.items()})
+    state = None if msg is None else state_store.recover(context, runtime, msg, max_round)
+    if state is None:
         return runtime.initial_state()
-    record = context.state[STATE_KEY]
-    return NodeState.from_arrays({name: array.numpy() for name, array in record.items()})
+    save_state(context, state)
+    return state
 
 
 def save_state(context: Context, state: NodeState) -> None:
@@ -160,9 +169,15 @@ def train(msg: Message, context: Context) -> Message:
     server_round, item_ids, item_rows, dense = _received(msg)
     users = msg.content[ARRAYS]["train-users"].numpy()
     result, state = runtime.train(
-        load_state(context, runtime), server_round, users, item_ids, item_rows, dense
+        load_state(context, runtime, msg, server_round - 1),
+        server_round,
+        users,
+        item_ids,
+        item_rows,
+        dense,
     )
     save_state(context, state)
+    state_store.persist_latest(context, runtime, msg, state, server_round)
     arrays = {
         "item_ids": result.item_ids,
         "row_sums": result.row_sums,
@@ -184,8 +199,28 @@ def evaluate(msg: Message, context: Context) -> Message:
     """Score every user of this node under the run's protocol; reply with metric sums."""
     runtime = node_runtime(context)
     server_round, item_ids, item_rows, dense = _received(msg)
-    metrics = runtime.evaluate(load_state(context, runtime), item_ids, item_rows, dense)
+    state = load_state(context, runtime, msg, server_round)
+    metrics = runtime.evaluate(state, item_ids, item_rows, dense)
     arrays: dict[str, np.ndarray] = {}
     if not runtime.trains_in(server_round):  # else its train reply already asked
         _with_request(runtime, server_round, arrays, metrics)
     return _reply(msg, arrays, metrics)
+
+
+@app.query("checkpoint")
+def checkpoint(msg: Message, context: Context) -> Message:
+    """The server checkpoints round ``server-round``: write this node's state after it
+    (:mod:`fedrec_flwr.state_store`); reply with the bytes written."""
+    runtime = node_runtime(context)
+    state = load_state(context, runtime, msg, int(msg.content[CONFIG]["server-round"]))
+    written = state_store.write_checkpoint(context, runtime, msg, state)
+    return _reply(msg, {}, {"partition-id": runtime.partition_id, "bytes": written})
+
+
+@app.query("restore")
+def restore(msg: Message, context: Context) -> Message:
+    """A resumed run starts: load this node's state of the checkpoint round (refused, with
+    the reason, if it does not belong to this run, partition, configuration or data)."""
+    runtime = node_runtime(context)
+    save_state(context, state_store.restore(context, runtime, msg))
+    return _reply(msg, {}, {"partition-id": runtime.partition_id})

@@ -56,6 +56,8 @@ class RunConfig:
     seed: int = 0
     results_dir: str = "results"
     run_name: str = ""
+    checkpoint_every: int = 10
+    resume: str = ""
     aggregation: str = "round-mean"
     embedding_dim: int = 32
     init_std: float = 1.0
@@ -152,6 +154,12 @@ class RunConfig:
                 f"early-stopping-patience={self.early_stopping_patience} must be >= 0: the "
                 "number of evaluated rounds without a better validation HR@10 after which the "
                 "run stops (0 = never stop early)."
+            )
+        if self.checkpoint_every < 0:
+            raise ConfigError(
+                f"checkpoint-every={self.checkpoint_every} must be >= 0: the run is "
+                "checkpointed every that many rounds so that `resume` can continue it (0 = "
+                "never)."
             )
         _positive("node-wait-timeout", self.node_wait_timeout)
         _positive("round-timeout", self.round_timeout)

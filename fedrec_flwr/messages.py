@@ -10,9 +10,12 @@ Every array travels in the ``arrays`` ArrayRecord of a message (kebab-case keys,
   zero), ``dense.<name>`` (sums over the node's users) and ``next-items`` (train);
   ``next-items`` (evaluate).
 
-Scalars travel in ``metrics`` (MetricRecord) and ``config`` (ConfigRecord: ``server-round``;
-in the handshake reply, the ``data-*`` fields of the node's data identity,
-:class:`fedrec_flwr.data.device.DataIdentity`).
+Scalars travel in ``metrics`` (MetricRecord) and ``config`` (ConfigRecord: ``server-round``,
+and what a node needs to keep its state on disk: ``run-key``, ``session``, ``restore-round``,
+``checkpoint-dir``, see :mod:`fedrec_flwr.state_store`; in the handshake reply, the ``data-*``
+fields of the node's data identity, :class:`fedrec_flwr.data.device.DataIdentity`). Besides
+the handshake (``query``), ``query.checkpoint`` and ``query.restore`` carry only a config
+(:mod:`fedrec_flwr.checkpoint`).
 """
 
 from __future__ import annotations

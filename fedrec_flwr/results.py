@@ -52,7 +52,15 @@ def new_run_dir(config: RunConfig) -> Path:
 class RunRecorder:
     """Writes one run's results as it goes."""
 
-    def __init__(self, run_dir: Path, config: RunConfig, extra: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        config: RunConfig,
+        extra: dict[str, Any],
+        resumed_rows: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """``resumed_rows``: a resumed run's rows up to its checkpoint, whose
+        ``rounds.csv`` holds them already (:mod:`fedrec_flwr.checkpoint`)."""
         self.run_dir = run_dir
         self.config = config
         self.metrics = metric_names(config.protocol)
@@ -78,6 +86,9 @@ class RunRecorder:
         self.extra = extra
         self.mark_incomplete("running, stopped or crashed: summary.json not written yet")
         self.describe()
+        if resumed_rows is not None:
+            self.rows = list(resumed_rows)
+            return
         with open(run_dir / "rounds.csv", "w", newline="") as f:
             csv.writer(f).writerow(self.columns)
 

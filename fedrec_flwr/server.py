@@ -11,12 +11,13 @@ from flwr.app import Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
+from fedrec_flwr.checkpoint import Checkpoints
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import data_dir_read
 from fedrec_flwr.handshake import connect
 from fedrec_flwr.messages import array_record, dense_arrays
 from fedrec_flwr.methods import build_method
-from fedrec_flwr.results import RunRecorder, new_run_dir
+from fedrec_flwr.results import RunRecorder
 from fedrec_flwr.seeding import keyed_rng
 from fedrec_flwr.strategy import FedRecStrategy
 
@@ -38,9 +39,17 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
     started = time.perf_counter()
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
-    run_dir = new_run_dir(config)
+    checkpoints = Checkpoints.open(config, started)  # a new run folder, or the resumed one
+    run_dir = checkpoints.run_dir
     read = config.replace(data_dir=data_dir_read(config))  # the folder read, not ''
-    recorder = RunRecorder(run_dir, read, {})
+    resumed = checkpoints.resumed
+    recorder = RunRecorder(
+        run_dir,
+        read,
+        resumed.extra() if resumed else {},
+        resumed_rows=resumed.rows() if resumed else None,
+    )
+    checkpoints.recorder = recorder
     try:
         federation = connect(grid, config, config.node_wait_timeout, config.round_timeout)
         num_users, num_items = federation.num_users, federation.num_items
@@ -55,6 +64,8 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
             federation.data.fingerprint[:12],
             "the shared split" if sources == ["shared"] else "their own folders",
         )
+        if resumed:
+            resumed.check_data(num_users, num_items, federation.data.fingerprint)
         recorder.describe(
             num_users=num_users,
             num_items=num_items,
@@ -67,6 +78,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
             config, method, num_users, num_items, on_round=recorder.record_round
         )
         strategy.nodes = federation.nodes
+        strategy.checkpoints = checkpoints
         initial = array_record(item_table=table)
         for name, array in dense_arrays(
             {n: v for n, v in method.init_dense().items() if n in method.shared_dense_names()}
@@ -83,7 +95,10 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
         raise
     recorder.extra["num_nodes"] = len(strategy.nodes)
     recorder.extra["stopped_early_round"] = strategy.stopped_early_round
-    summary = recorder.finish(time.perf_counter() - started)
+    if resumed:  # the checkpoint's round (0: none, the run started again)
+        recorder.extra["resumed_from_round"] = checkpoints.restore_round
+    summary = recorder.finish(time.perf_counter() - started + checkpoints.prior_seconds)
+    checkpoints.completed()
     log(
         INFO,
         "best validation round %s: test %s",

@@ -73,3 +73,10 @@ class ServerOptimizer:
     def state_arrays(self) -> dict[str, np.ndarray]:
         """The optimiser state as flat arrays (for checkpoints)."""
         return {f"{n}/{k}": a for n, s in self.state.items() for k, a in s.items()}
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Inverse of :meth:`state_arrays` (a resumed run)."""
+        self.state = {}
+        for key, array in arrays.items():
+            name, _, part = key.rpartition("/")
+            self.state.setdefault(name, {})[part] = np.array(array)

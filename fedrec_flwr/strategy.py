@@ -34,6 +34,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from fedrec_flwr.aggregation import dense_changes, row_changes
+from fedrec_flwr.checkpoint import Checkpoints
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.evaluation import metric_names
 from fedrec_flwr.handshake import FederationError, NodeInfo, connect
@@ -115,6 +116,7 @@ class FedRecStrategy(Strategy):
         self.best_val: tuple[float, int] | None = None  # (validation HR@10, round)
         self.evals_since_best = 0
         self.started = time.perf_counter()
+        self.checkpoints: Checkpoints | None = None  # set by the ServerApp (checkpoint.py)
 
     def connect(self, grid: Grid, timeout: float) -> None:
         """The handshake (:func:`fedrec_flwr.handshake.connect`); the nodes' data must have
@@ -161,6 +163,12 @@ class FedRecStrategy(Strategy):
             )
         return len(node_ids)
 
+    def _config(self, server_round: int) -> ConfigRecord:
+        """The config of a round's messages (and what a node needs to keep its state on disk:
+        :mod:`fedrec_flwr.state_store`)."""
+        extra = self.checkpoints.message_config() if self.checkpoints is not None else {}
+        return ConfigRecord({"server-round": server_round, **extra})
+
     def _payload(self, users: np.ndarray | None, item_ids, rows: np.ndarray) -> ArrayRecord:
         arrays = {} if users is None else {"train_users": users}
         arrays.update(sparse_rows(item_ids, rows, self.method.zero_threshold))
@@ -194,9 +202,7 @@ class FedRecStrategy(Strategy):
                 payload = self._payload(users, None, self.table)
             self.orders[node_id] = TrainOrder(users=users, item_ids=ids)
             self.log.bytes_down += payload.count_bytes()
-            content = RecordDict(
-                {ARRAYS: payload, CONFIG: ConfigRecord({"server-round": server_round})}
-            )
+            content = RecordDict({ARRAYS: payload, CONFIG: self._config(server_round)})
             messages.append(Message(content, dst_node_id=node_id, message_type=MessageType.TRAIN))
         return messages
 
@@ -284,9 +290,7 @@ class FedRecStrategy(Strategy):
             else:
                 payload = self._payload(None, info.eval_items, base[info.eval_items])
             self.log.bytes_down += payload.count_bytes()
-            content = RecordDict(
-                {"arrays": payload, "config": ConfigRecord({"server-round": server_round})}
-            )
+            content = RecordDict({ARRAYS: payload, CONFIG: self._config(server_round)})
             messages.append(
                 Message(content, dst_node_id=node_id, message_type=MessageType.EVALUATE)
             )
@@ -399,7 +403,10 @@ class FedRecStrategy(Strategy):
         result = Result()
         arrays = initial_arrays
         self.started = time.perf_counter()
-        for server_round in range(1, num_rounds + 1):
+        first_round = 1  # a resumed run continues after its checkpoint
+        if self.checkpoints is not None:
+            first_round = self.checkpoints.restore(self, grid, timeout) + 1
+        for server_round in range(first_round, num_rounds + 1):
             train_replies = grid.send_and_receive(
                 self.configure_train(server_round, arrays, ConfigRecord(), grid), timeout=timeout
             )
@@ -423,6 +430,8 @@ class FedRecStrategy(Strategy):
                         self._stop_early(server_round, num_rounds)
                         break
             self._report_round(server_round, num_rounds)
+            if self.checkpoints is not None:
+                self.checkpoints.after_round(self, grid, server_round, timeout)
         return result
 
     def _no_better_validation(self, server_round: int, metrics: MetricRecord) -> bool:
