@@ -15,6 +15,7 @@ This launcher (console script ``fedrec``, or ``python -m fedrec_flwr.launch``):
   every process it started, by PID, and removes its ``FLWR_HOME``::
 
     fedrec conf/pfedrec-ml100k-paper.toml num-server-rounds=10 --nodes 2
+    fedrec --resume results/<run-name>        # continue a stopped run from its checkpoint
 """
 
 from __future__ import annotations
@@ -360,7 +361,7 @@ def run(
     ``timeout`` seconds stops the run and returns ``timeout (<status>)``.
     """
     config = dict(config)
-    for key in ("results-dir", "data-dir"):
+    for key in ("results-dir", "data-dir", "resume"):
         if config.get(key):
             config[key] = str(Path(config[key]).expanduser().resolve())
     config.setdefault("results-dir", str(Path("results").resolve()))
@@ -507,9 +508,23 @@ def _parser() -> argparse.ArgumentParser:
         prog="fedrec",
         description="Run the app through Flower on a private local SuperLink; exit status 0 "
         "only if the run completed; Ctrl-C stops the run and everything it started.",
+        epilog="fedrec deploy-local N [...]: the same on N local SuperNodes, each reading only "
+        "its own data (fedrec deploy-local --help).",
     )
     parser.add_argument("items", nargs="*", help="a preset .toml first (optional), then key=value")
-    parser.add_argument("--nodes", type=int, default=2, help="simulated SuperNodes (default 2)")
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help="simulated SuperNodes (default 2; with --resume, as many as the run had)",
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue a stopped or crashed run from its last checkpoint, with the keys of its "
+        "config.json (key=value may change only those that do not alter the results, e.g. "
+        "round-timeout)",
+    )
     parser.add_argument(
         "--federation",
         nargs="*",
@@ -524,8 +539,34 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _resumed(
+    run_dir: str, overrides: dict[str, Any], nodes: int | None
+) -> tuple[dict[str, Any], int | None]:
+    """``--resume``: the run's own configuration with ``overrides``, checked as the ServerApp
+    will check it (:mod:`fedrec_flwr.resume`), and its number of nodes."""
+    from fedrec_flwr.config import RunConfig
+    from fedrec_flwr.resume import CheckpointError, resume_dir, resume_run_config
+
+    try:
+        config, needed = resume_run_config(run_dir)
+        config.update(overrides)
+        resume_dir(RunConfig.from_mapping({**project_defaults(), **config}))
+    except (CheckpointError, ValueError) as error:
+        raise ConfigError(str(error)) from None
+    if nodes is not None and needed is not None and nodes != needed:
+        raise ConfigError(f"--resume {run_dir}: its checkpoint needs --nodes {needed}")
+    return config, nodes or needed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``fedrec [PRESET.toml] [key=value ...] [--nodes N]``; the exit status of the run."""
+    """``fedrec [PRESET.toml] [key=value ...] [--nodes N]``, or ``fedrec --resume RUN_DIR
+    [key=value ...]``; the exit status of the run. ``fedrec deploy-local N ...`` runs on N
+    local SuperNodes instead (:mod:`fedrec_flwr.deploy`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["deploy-local"]:
+        from fedrec_flwr.deploy import main as deploy_main
+
+        return deploy_main(argv[1:])
     args = _parser().parse_args(argv)
     report = default_superlink_report()
     if args.which_superlink:
@@ -536,9 +577,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     preset = args.items[0] if args.items and args.items[0].endswith(".toml") else None
     overrides = args.items[1:] if preset else args.items
     config = merged_run_config(preset, overrides)
+    nodes = args.nodes
     with _signals_interrupt():
         try:
-            status, _ = run(config, args.nodes, args.federation, say=_say)
+            if args.resume:
+                config, nodes = _resumed(args.resume, config, nodes)
+            status, _ = run(config, nodes or 2, args.federation, say=_say)
         except ConfigError as error:
             _say(f"error: {error}")
             return 2

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedrec_flwr import atomic
+from fedrec_flwr import atomic, launch
 from fedrec_flwr.client import STATE_KEY
 from fedrec_flwr.client import app as client_app
 from fedrec_flwr.config import ConfigError, RunConfig
@@ -274,3 +274,73 @@ def test_state_files_are_replaced_atomically(tmp_path, monkeypatch):
 def test_checkpoint_every_is_checked():
     with pytest.raises(ConfigError, match="checkpoint-every=-1 must be >= 0"):
         RunConfig.from_mapping({"checkpoint-every": -1})
+
+
+def test_fedrec_resume_takes_the_run_configuration_and_its_number_of_nodes(killed, capsys):
+    _, run_dir = killed
+    resumed, nodes = launch._resumed(str(run_dir), {"round-timeout": 50.0}, None)
+    assert nodes == 3 and resumed["resume"] == str(run_dir.resolve())
+    assert resumed["lr"] == 0.1 and resumed["round-timeout"] == 50.0
+    assert launch.main(["--resume", str(run_dir), "lr=0.2"]) == 2  # nothing started
+    assert "lr: 0.1 -> 0.2" in capsys.readouterr().err
+    assert launch.main(["--resume", str(run_dir), "--nodes", "2"]) == 2
+    assert "its checkpoint needs --nodes 3" in capsys.readouterr().err
+
+
+# --- through flwr run ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_fedrec_resume_continues_a_run_stopped_with_ctrl_c(tmp_path):
+    """``fedrec`` (flwr run, Ray, 2 SuperNodes) stopped by SIGINT after round 5, then
+    ``fedrec --resume``: the metrics of an uninterrupted in-process run, bit for bit."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    over = {
+        "synthetic-users": 40,
+        "synthetic-items": 300,
+        "synthetic-mean-degree": 10,
+        "num-server-rounds": 100,  # ~0.4 s each: SIGINT stops it long before the end
+        "checkpoint-every": 2,
+    }
+    run(settings(tmp_path / "full", **over), nodes=2)
+    results = tmp_path / "flwr"
+    script = Path(sys.executable).with_name("fedrec")
+    fedrec = [str(script)] if script.exists() else [sys.executable, "-m", "fedrec_flwr.launch"]
+    items = [f"{k}={json.dumps(v)}" for k, v in settings(results, **over).items()]
+    env = {**os.environ, "FEDREC_CACHE_DIR": str(tmp_path / "cache")}
+    launcher = subprocess.Popen(
+        [*fedrec, *items, "--nodes", "2"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    rounds_csv = results / "run" / "rounds.csv"
+    deadline = time.monotonic() + 480
+    while not (rounds_csv.exists() and len(rounds_csv.read_text().splitlines()) > 5):
+        assert launcher.poll() is None and time.monotonic() < deadline, launcher.stderr.read()
+        time.sleep(0.2)
+    launcher.send_signal(signal.SIGINT)
+    assert launcher.wait(timeout=180) == 128 + signal.SIGINT, launcher.stderr.read()
+    assert (results / "run" / "INCOMPLETE").exists()
+    assert (results / "run" / "checkpoint" / "latest.json").exists()
+
+    resumed = subprocess.run(
+        [*fedrec, "--resume", str(results / "run")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    summary = json.loads((results / "run" / "summary.json").read_text())
+    assert summary["resumed_from_round"] >= 4
+    assert summary["num_nodes"] == 2
+    assert without_seconds(results / "run") == without_seconds(tmp_path / "full" / "run")
