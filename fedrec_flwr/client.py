@@ -7,7 +7,7 @@ import torch
 from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
-from fedrec_flwr import state_store
+from fedrec_flwr import node_timing, state_store
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.device import DataIdentity, DeviceData, run_conflict, shared_identity
 from fedrec_flwr.data.prepared import PreparedData, prepare
@@ -23,7 +23,7 @@ from fedrec_flwr.messages import (
 )
 from fedrec_flwr.node import NodeRuntime, NodeState
 
-app = ClientApp()
+app = ClientApp(mods=node_timing.mods(lambda context: node_runtime(context)))
 STATE_KEY = "node-state"
 _RUNTIMES: dict[tuple, NodeRuntime] = {}
 _DEVICES: dict[str, DeviceData] = {}

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where a dataset is read: a node never needs it
+    import pandas as pd
 
 
 class DataError(ValueError):
@@ -85,6 +88,8 @@ class Interactions:
 
 def _remap(raw: np.ndarray | pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Contiguous codes in sorted order of the raw values, and the sorted raw values."""
+    import pandas as pd
+
     codes, uniques = pd.factorize(np.asarray(raw), sort=True)
     uniques = np.asarray(uniques)
     if np.issubdtype(uniques.dtype, np.integer):
