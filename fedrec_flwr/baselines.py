@@ -74,11 +74,14 @@ GRIDS: dict[str, dict[str, list]] = {
     "itemknn": {"k": [5, 10, 20, 50, 100, 200, 500, 1000]},
     "ease": {"lambda": [1.0, 10.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 3000.0]},
     "bpr": {
-        "learning_rate": [0.005, 0.01, 0.02],
-        "regularization": [0.01, 0.03, 0.1],
-        "iterations": [50, 100, 200],
+        "learning_rate": [0.0025, 0.005, 0.01, 0.02],
+        "regularization": [0.01, 0.03],
+        "iterations": [50, 100, 200, 400],
     },
-    "als": {"regularization": [0.1, 1.0, 10.0, 50.0], "alpha": [0.5, 1.0, 2.0, 5.0, 20.0]},
+    "als": {
+        "regularization": [0.1, 1.0, 10.0, 50.0, 200.0],
+        "alpha": [0.5, 1.0, 2.0, 5.0, 20.0, 50.0],
+    },
 }
 FACTORS = 32  # d of BPR-MF and ALS, as the federated methods' embedding-dim
 ALS_ITERATIONS = 15
@@ -423,10 +426,11 @@ def markdown(config: RunConfig, prepared: PreparedData, rows: list[Row], command
                 for u in range(prepared.num_users)
             ]
         )
-        lines.append(
+        lines += [
+            "",
             f"Paper protocol: 1 held-out item + 99 sampled negatives; the test item is also a "
-            f"train item of {100 * share:.1f} % of the users (repeated rows are kept)."
-        )
+            f"train item of {100 * share:.1f} % of the users (repeated rows are kept).",
+        ]
     lines += [
         "",
         "| row | chosen on validation | val HR@10 | "
