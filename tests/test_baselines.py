@@ -217,3 +217,9 @@ def test_reference_rows_are_written(tmp_path, small_grids):
     assert record["grids"] == {"ease": {"lambda": [10.0, 100.0, 500.0]}}
     text = stem.with_suffix(".md").read_text()
     assert "EASE (centralized)" in text and "train item of" in text
+
+
+def test_a_choice_on_the_edge_of_its_grid_is_flagged(small_grids):
+    row = baselines.Row("ease", "EASE", {"lambda": 500.0}, {"hr@10": 0.1}, {"hr@10": 0.1}, 0.0)
+    assert baselines.on_grid_edge(row) == ["lambda"]
+    assert baselines.on_grid_edge(baselines.Row("ease", "EASE", {"lambda": 100.0}, {}, {}, 0)) == []
