@@ -207,8 +207,13 @@ class Checkpoints:
         ]
         waiting = set(strategy.nodes)
         written, failed = [], []
-        for reply in grid.send_and_receive(messages, timeout=timeout):
-            node_id = reply.metadata.src_node_id
+        replies = grid.send_and_receive(messages, timeout=timeout)
+        # the node a reply answers for (an error the SuperLink writes comes from the SuperLink)
+        answers = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
+        for reply in replies:
+            node_id = answers.get(reply.metadata.reply_to_message_id, reply.metadata.src_node_id)
+            if node_id not in waiting:
+                continue
             waiting.discard(node_id)
             partition = strategy.nodes[node_id].partition_id
             if reply.has_error():
