@@ -109,6 +109,7 @@ class FedRecStrategy(Strategy):
         self.nodes: dict[int, NodeInfo] = {}
         self.orders: dict[int, TrainOrder] = {}  # train messages of the round, by node id
         self.eval_sent: set[int] = set()  # nodes sent an evaluate message this round
+        self.sent: list[Message] = []  # the messages of the phase being aggregated
         self.on_round = on_round
         self.log: RoundLog = RoundLog(round=0)
         self.diverged_round: int | None = None  # see _stop_diverged
@@ -148,6 +149,18 @@ class FedRecStrategy(Strategy):
             where,
             error,
         )
+
+    def sender(self, reply: Message) -> int:
+        """The node a reply answers for: its sender, except for the error replies Flower's
+        SuperLink writes itself (e.g. "node unavailable" for a node that stopped sending
+        heartbeats): those come from the SuperLink, and answer for the node the message was
+        sent to (else the node would count twice: once failed, once missing)."""
+        sender = reply.metadata.src_node_id
+        if reply.has_error() and sender not in self.nodes:
+            for message in self.sent:
+                if message.metadata.message_id == reply.metadata.reply_to_message_id:
+                    return message.metadata.dst_node_id
+        return sender
 
     def _missing(self, server_round: int, kind: str, node_ids: Iterable[int]) -> int:
         """Log the nodes sent a ``kind`` message that never answered; return how many."""
@@ -204,6 +217,7 @@ class FedRecStrategy(Strategy):
             self.log.bytes_down += payload.count_bytes()
             content = RecordDict({ARRAYS: payload, CONFIG: self._config(server_round)})
             messages.append(Message(content, dst_node_id=node_id, message_type=MessageType.TRAIN))
+        self.sent = messages
         return messages
 
     def aggregate_train(
@@ -217,7 +231,7 @@ class FedRecStrategy(Strategy):
         uploads, loss_sum, num_samples = [], 0.0, 0
         orders, self.orders = self.orders, {}
         for reply in replies:
-            node_id = reply.metadata.src_node_id
+            node_id = self.sender(reply)
             order = orders.pop(node_id, None)
             if reply.has_error():
                 self.log.train_failures += 1
@@ -294,6 +308,7 @@ class FedRecStrategy(Strategy):
             messages.append(
                 Message(content, dst_node_id=node_id, message_type=MessageType.EVALUATE)
             )
+        self.sent = messages
         return messages
 
     def aggregate_evaluate(
@@ -306,7 +321,7 @@ class FedRecStrategy(Strategy):
         erank_sum, erank_users = 0.0, 0
         sent, self.eval_sent = self.eval_sent, set()
         for reply in replies:
-            node_id = reply.metadata.src_node_id
+            node_id = self.sender(reply)
             expected = node_id in sent
             sent.discard(node_id)
             if reply.has_error():

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import ssl
 import subprocess
 import threading
@@ -47,6 +49,7 @@ class LocalDeployment:
         self.certificates = write_certificates(self.folder / "tls") if secure else None
         self.link: LocalSuperLink | None = None
         self.supernodes: list[tuple[subprocess.Popen, Path]] = []
+        self._launch: list[tuple[list[str], dict[str, str]]] = []  # command, environment
         self._done = threading.Event()
 
     # ---------------------------------------------------------------- start
@@ -141,8 +144,40 @@ class LocalDeployment:
         (node_dir / "state").mkdir(parents=True, exist_ok=True)
         process = self._spawn(command, env, node_dir / "supernode.log", node_dir)
         self.supernodes.append((process, node_dir))
+        self._launch.append((command, env))
         self.say(f"SuperNode {index} PID {process.pid} reads {device}")
         return process
+
+    def restart_supernode(self, index: int, timeout: float = 180.0) -> subprocess.Popen:
+        """Kill SuperNode ``index`` with SIGKILL (a crash) and start it again as it was started:
+        same data, state folder and, in secure mode, key, hence the same node id. Flower lets
+        a node id in again only once the SuperLink has marked it offline (no heartbeat for up
+        to 60 s): the restart waits for that, and messages sent to it meanwhile fail."""
+        process, node_dir = self.supernodes[index]
+        log = node_dir / "supernode.log"
+        ids = re.findall(r"SuperNode ID: (\d+)", log.read_text(errors="replace"))
+        self.watch()  # its SuperExec and app processes are stopped with the rest
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+        deadline = time.monotonic() + timeout
+        while ids and self._status(ids[-1]) == "online":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"SuperNode {index} still online {timeout} s after its kill")
+            time.sleep(1.0)
+        command, env = self._launch[index]
+        restarted = self._spawn(command, env, log, node_dir)
+        self.supernodes[index] = (restarted, node_dir)
+        self.say(f"SuperNode {index} killed (PID {process.pid}), restarted: PID {restarted.pid}")
+        return restarted
+
+    def _status(self, node_id: str) -> str | None:
+        """A node's status on the SuperLink (``online``, ``offline``, ...)."""
+        listed = json.loads(self.flwr("supernode", "ls", FEDERATION) or "{}")
+        for node in listed.get("nodes", []):
+            if str(node.get("node-id")) == node_id:
+                return node.get("status")
+        return None
 
     def wait_online(self, count: int, timeout: float = 120.0) -> None:
         """Wait until ``count`` SuperNodes are online (a SuperNode that exits stops it)."""

@@ -9,6 +9,7 @@ process the launcher starts (SuperLink, SuperNodes, and the app processes they s
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -19,12 +20,16 @@ import time
 from pathlib import Path
 
 import pytest
+from flwr.app import RecordDict
 
 from fedrec_flwr import processes
+from fedrec_flwr.client import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.export import export_devices
 from fedrec_flwr.launch import COMPLETED, PROJECT, _follow
+from fedrec_flwr.local_grid import LocalGrid
 from fedrec_flwr.secure import write_node_key
+from fedrec_flwr.server import run_federation
 from fedrec_flwr.supernodes import LocalDeployment
 
 SYNTHETIC = {
@@ -198,3 +203,76 @@ def test_secure_mode_refuses_an_unregistered_supernode_and_trains(tmp_path: Path
     assert status == COMPLETED
     assert json.loads((tmp_path / "results" / "secure" / "summary.json").read_text())["rounds"] == 1
     assert left_running(tmp_path / "work") == []
+
+
+def _sent_evaluate_reply(log: Path) -> bool:
+    """Whether the SuperNode's log shows an evaluate reply sent (round 1 is over for it)."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    at = text.find("Sending: evaluate message")
+    return at >= 0 and "Sent successfully" in text[at:]
+
+
+def rounds_without_seconds(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "rounds.csv") as f:
+        return [{k: v for k, v in row.items() if k != "seconds"} for row in csv.DictReader(f)]
+
+
+def in_process(tmp_path: Path, run_config: dict, devices: list[Path], fails=(), restart=0):
+    """The run in-process from the same folders; node 0 fails the (kind, round) messages in
+    ``fails``; with ``restart`` its state is lost before that round's train (no state-dir)."""
+
+    def node(message, context):
+        server_round = int(message.content["config"].get("server-round", 0))
+        if context.node_config["partition-id"] == 0:
+            if (message.metadata.message_type, server_round) in fails:
+                raise RuntimeError("SuperNode killed")
+            if restart and message.metadata.message_type == "train" and server_round == restart:
+                context.state = RecordDict()
+        return client_app(message, context)
+
+    config = {**run_config, "results-dir": str(tmp_path)}
+    paths = [{"data-path": str(device)} for device in devices]
+    run_federation(LocalGrid(node, config, 2, node_configs=paths), RunConfig.from_mapping(config))
+    return rounds_without_seconds(tmp_path / "run")
+
+
+@linux
+@pytest.mark.slow
+def test_a_supernode_killed_between_rounds_keeps_its_private_state(tmp_path: Path) -> None:
+    """SuperNode 0 is killed (SIGKILL) once it has answered round 1, and restarted: its
+    ``context.state`` is gone, its state-dir holds the state (fedrec_flwr/state_store.py).
+    Secure mode: the restarted SuperNode signs with its registered key, so it is the same
+    node to the SuperLink, which lets it in once it has marked it offline; the messages sent
+    to it meanwhile fail if the server polls for their replies in that window (it may not).
+    The run then ends exactly as an in-process run in which node 0 fails those same messages
+    and keeps its state, and not as one where it loses it."""
+    devices = export_devices(RunConfig.from_mapping(SYNTHETIC), 2, tmp_path / "devices")
+    run_config = {**SYNTHETIC, "num-server-rounds": 5, "run-name": "run"}
+    deployed = {**run_config, "results-dir": str(tmp_path / "deployed")}
+    with LocalDeployment(tmp_path / "work", secure=True) as deployment:
+        for device in devices:
+            deployment.add_supernode(device)
+        deployment.wait_online(2)
+        run_id = deployment.submit(deployed, PROJECT)
+        log = tmp_path / "work" / "node-0" / "supernode.log"
+        deadline = time.monotonic() + 600
+        while not _sent_evaluate_reply(log):
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        deployment.restart_supernode(0)
+        status, _ = _follow(deployment.link, run_id, False, 900)
+    assert status == COMPLETED
+    ids = re.findall(r"SuperNode ID: (\d+)", log.read_text())
+    assert len(ids) == 2 and ids[0] == ids[1], log.read_text()  # the same node, restarted
+    assert list((tmp_path / "work" / "node-0" / "state").rglob("partition-0.npz"))
+    kept = rounds_without_seconds(tmp_path / "deployed" / "run")
+    fails = {
+        (kind, int(row["round"]))
+        for row in kept
+        for kind, column in (("train", "train-failures"), ("evaluate", "eval-failures"))
+        if row[column] != "0"
+    }
+    assert not any(r == 5 for _, r in fails), kept  # back by round 5 at the latest
+    assert kept == in_process(tmp_path / "kept", run_config, devices, fails)
+    restart = max([r for kind, r in fails if kind == "train"], default=1) + 1
+    assert kept != in_process(tmp_path / "lost", run_config, devices, fails, restart)

@@ -8,7 +8,7 @@ import csv
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message
 
 from fedrec_flwr.client import app as client_app
 from fedrec_flwr.config import RunConfig
@@ -182,3 +182,19 @@ def test_one_diverged_node_is_left_out_and_the_run_goes_on(tmp_path):
     assert summary["diverged_round"] is None
     assert summary["rounds"] == 3
     assert [r["rejected-replies"] for r in read_rounds(tmp_path)] == ["1"] * 3
+
+
+def test_an_unavailable_node_counts_once_for_the_node_it_answers_for(tmp_path, caplog):
+    """Flower's SuperLink answers for a node that stopped sending heartbeats with an error
+    reply of its own (sender: the SuperLink): one failure, the node's."""
+    strategy, grid = connected(tmp_path, 3)
+    messages = list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid))
+    replies = list(grid.send_and_receive(messages, timeout=600))
+    lost = messages[0]
+    unavailable = Message(Error(code=5, reason="Error: Node Unavailable"), reply_to=lost)
+    unavailable.metadata.__dict__["_src_node_id"] = 1  # the SuperLink
+    kept = [r for r in replies if r.metadata.src_node_id != lost.metadata.dst_node_id]
+    strategy.aggregate_train(1, [*kept, unavailable])
+    assert strategy.log.train_failures == 1
+    assert f"node {lost.metadata.dst_node_id} failed to train" in caplog.text
+    assert "no train reply within the round timeout" not in caplog.text
