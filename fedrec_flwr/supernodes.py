@@ -29,6 +29,7 @@ from fedrec_flwr.secure import NodeKey, write_certificates, write_node_key
 
 FEDERATION = "deploy"
 HOST = "127.0.0.1"
+TASK_POLL_INTERVAL = 0.2  # seconds
 
 
 class LocalDeployment:
@@ -140,6 +141,11 @@ class LocalDeployment:
             **self.env,
             "FLWR_HOME": str(node_dir / "flwr-home"),
             "FEDREC_CACHE_DIR": str(node_dir / "cache"),  # the device's own disk
+            # How often the SuperNode's SuperExec looks for a message to start a ClientApp
+            # process for (Flower's default 1 s: half a second per message on average).
+            "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": os.environ.get(
+                "FLWR_SUPEREXEC_TASK_POLL_INTERVAL", str(TASK_POLL_INTERVAL)
+            ),
         }
         (node_dir / "state").mkdir(parents=True, exist_ok=True)
         process = self._spawn(command, env, node_dir / "supernode.log", node_dir)
