@@ -82,7 +82,15 @@ def deploy_local(
             signum = getattr(interrupt, "signum", signal.SIGINT)
             stopped = _stop_run(deployment.link, run_id) if run_id else "not-started"
             raise RunInterrupted(signum, run_id, stopped) from None
-    return status, run_config.results_path(config["run-name"])
+    return status, _run_folder(run_config.results_path(config["run-name"]))
+
+
+def _run_folder(named: Path) -> Path:
+    """The folder the run wrote: ``named``, or ``named-<k>`` if that name was taken (the
+    ServerApp never reuses a folder): the one written last."""
+    candidates = [named, *named.parent.glob(f"{named.name}-*")]
+    written = [c for c in candidates if (c / "rounds.csv").exists()]
+    return max(written, key=lambda c: (c / "rounds.csv").stat().st_mtime, default=named)
 
 
 def report(run_dir: Path, timings: Path | None = None) -> str:
@@ -166,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             status, run_dir = deploy_local(args.nodes, config, folder, args.secure, args.timeout)
         except ConfigError as error:
             _say(f"error: {error}")
+            if not args.keep:
+                shutil.rmtree(folder, ignore_errors=True)
             return 2
         except RunInterrupted as interrupt:
             what = f"run {interrupt.run_id}: {interrupt.status}" if interrupt.run_id else "no run"
