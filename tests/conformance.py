@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 import torch
-from flwr.app import ArrayRecord, Context, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, RecordDict
 
 from fedrec_flwr.client import STATE_KEY, load_state, save_state
 from fedrec_flwr.client import app as client_app
@@ -416,6 +416,9 @@ class MethodConformance:
                             uploaded.append(values.ravel())
                         else:  # ids and counts are integers; the only floats are those
                             assert values.dtype.kind in "iu", name
+                elif isinstance(record, ConfigRecord):  # the handshake's data identity
+                    assert all(key.startswith("data-") for key in record), sorted(record)
+                    assert all(isinstance(v, (int, str)) for v in record.values())
                 else:
                     assert isinstance(record, MetricRecord)
                     assert all(isinstance(v, (int, float)) for v in record.values())
