@@ -9,36 +9,36 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
 
 def savez(path: Path, arrays: Mapping[str, np.ndarray]) -> int:
     """Write ``arrays`` as the npz file ``path``; the bytes written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    _replace(path, "wb", lambda f: np.savez(f, **arrays))
     return path.stat().st_size
+
+
+def save_npy(path: Path, array: np.ndarray) -> None:
+    """Write ``array`` as the npy file ``path``."""
+    _replace(path, "wb", lambda f: np.save(f, array))
 
 
 def write_text(path: Path, text: str) -> None:
     """Write ``text`` as the file ``path``."""
+    _replace(path, "w", lambda f: f.write(text))
+
+
+def _replace(path: Path, mode: str, write: Callable[[IO], object]) -> None:
+    """Write ``path`` atomically (module docstring) through ``write``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
+        with os.fdopen(fd, mode, **({"newline": ""} if "b" not in mode else {})) as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedrec_flwr import atomic
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.download import dataset_folder, default_cache_dir, required_files
 from fedrec_flwr.data.interactions import DataError, Interactions
@@ -138,7 +139,7 @@ class PreparedData:
         if seed not in self._eval_negatives:
             file = self.path / f"eval_negatives_seed{seed}.npy"
             if not file.exists():
-                _atomic_save(file, self._draw_eval_negatives(seed))
+                atomic.save_npy(file, self._draw_eval_negatives(seed))
             self._eval_negatives[seed] = np.load(file, mmap_mode="r")
         return self._eval_negatives[seed]
 
@@ -255,10 +256,3 @@ def _write_prepared(path: Path, split: LeaveOneOut, meta: dict) -> None:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _atomic_save(file: Path, array: np.ndarray) -> None:
-    fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".npy")
-    os.close(fd)
-    np.save(tmp, array)
-    os.replace(tmp, file)
