@@ -25,3 +25,10 @@ def real_data_dir() -> Path:
     if not folder.is_dir():
         pytest.fail(f"FEDREC_DATA_DIR={value} is not a directory")
     return folder
+
+
+@pytest.fixture
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache folder of the test's own (downloads, prepared splits); modules that run
+    federations use it for every test: ``pytestmark = pytest.mark.usefixtures(...)``."""
+    monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "cache"))

@@ -29,9 +29,7 @@ CLUSTERED = {"dataset": "synthetic", "synthetic_users": 500, "synthetic_items": 
 CLUSTERED["synthetic_mean_degree"] = 20
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def test_strict_popularity_matches_a_direct_loop():

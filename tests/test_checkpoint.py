@@ -56,9 +56,7 @@ class Killed(BaseException):
     """The ServerApp's process dies (not an error reply: nothing catches it)."""
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def settings(folder: Path, **overrides) -> dict:

@@ -13,10 +13,7 @@ from fedrec_flwr.local_grid import LocalGrid
 from fedrec_flwr.partition import users_of_partition
 from fedrec_flwr.server import run_federation
 
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def test_node_fails_is_keyed_and_has_the_configured_rate():

@@ -30,9 +30,7 @@ SMALL = {
 }
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def connected(tmp_path, nodes: int, **overrides) -> tuple[FedRecStrategy, LocalGrid]:

@@ -28,9 +28,11 @@ SMALL = {
 }
 
 
+pytestmark = pytest.mark.usefixtures("private_cache")
+
+
 @pytest.fixture(autouse=True)
-def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "cache"))
+def no_data_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FEDREC_DATA_DIR", raising=False)
 
 
