@@ -196,11 +196,15 @@ def train(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    """Score every user of this node under the run's protocol; reply with metric sums."""
+    """Score this node's users (all, or those of the round's ``eval-users`` sample) under
+    the run's protocol; reply with metric sums."""
     runtime = node_runtime(context)
     server_round, item_ids, item_rows, dense = _received(msg)
     state = load_state(context, runtime, msg, server_round)
-    metrics = runtime.evaluate(state, item_ids, item_rows, dense)
+    config = msg.content[CONFIG]
+    sample = int(config["eval-users"]) if "eval-users" in config else 0
+    users = runtime.eval_positions(server_round, sample)
+    metrics = runtime.evaluate(state, item_ids, item_rows, dense, users)
     arrays: dict[str, np.ndarray] = {}
     if not runtime.trains_in(server_round):  # else its train reply already asked
         _with_request(runtime, server_round, arrays, metrics)

@@ -28,6 +28,7 @@ FEDRAP_SCHEDULES = ("tanh", "constant")
 FEDRAP_REG_ROWS = ("held", "batch")
 FEDRAP_DISTANCES = ("squared", "bounded")
 FAULT_MODES = ("crash", "timeout")
+LDP_MECHANISMS = ("none", "laplace", "gaussian")  # fedrec_flwr/privacy/ldp.py
 DATA_DIR_ENV = "FEDREC_DATA_DIR"
 
 
@@ -86,6 +87,7 @@ class RunConfig:
     plgc_decorrelation: float = 0.0
     plgc_persist: bool = False
     eval_every: int = 1
+    eval_users: int = 0
     early_stopping_patience: int = 0
     device: str = "cpu"
     torch_threads: int = 1
@@ -93,6 +95,12 @@ class RunConfig:
     round_timeout: float = 3600.0
     fault_fraction: float = 0.0
     fault_mode: str = "crash"
+    ldp_mechanism: str = "none"
+    ldp_epsilon: float = 1.0
+    ldp_delta: float = 1e-5
+    ldp_clip: float = 1.0
+    ldp_laplace_lambda: float = 0.0
+    decoy_ratio: float = 0.0
     synthetic_users: int = 1000
     synthetic_items: int = 2000
     synthetic_mean_degree: int = 50
@@ -149,6 +157,12 @@ class RunConfig:
         _positive("num-negatives", self.num_negatives)
         _positive("embedding-dim", self.embedding_dim)
         _positive("eval-every", self.eval_every)
+        if self.eval_users < 0:
+            raise ConfigError(
+                f"eval-users={self.eval_users} must be >= 0: the number of users, drawn per "
+                "round, that intermediate rounds evaluate (0 = all; the last round evaluates "
+                "all users)."
+            )
         if self.early_stopping_patience < 0:
             raise ConfigError(
                 f"early-stopping-patience={self.early_stopping_patience} must be >= 0: the "
@@ -169,6 +183,7 @@ class RunConfig:
                 "node sent a train message fails in a round (0 = no injected faults)."
             )
         _choice("fault-mode", self.fault_mode, FAULT_MODES)
+        self._validate_privacy()
         if not 0.0 < self.fraction_train <= 1.0:
             raise ConfigError(
                 f"fraction-train={self.fraction_train} must be in (0, 1]: it is the share of "
@@ -238,6 +253,37 @@ class RunConfig:
         if not self.results_dir:
             raise ConfigError("results-dir must not be empty (default: 'results').")
         build_method(self, num_items=1)  # the method's own checks (e.g. dual, plgc)
+
+    def _validate_privacy(self) -> None:
+        """The ``ldp-*`` and ``decoy-ratio`` keys (:mod:`fedrec_flwr.privacy`)."""
+        _choice("ldp-mechanism", self.ldp_mechanism, LDP_MECHANISMS)
+        _positive("ldp-epsilon", self.ldp_epsilon)
+        _positive("ldp-clip", self.ldp_clip)
+        if not 0.0 < self.ldp_delta < 1.0:
+            raise ConfigError(
+                f"ldp-delta={self.ldp_delta} must be in (0, 1) (the Gaussian mechanism's "
+                "delta; e.g. 1e-5, below 1 / number of users)."
+            )
+        if self.ldp_laplace_lambda < 0:
+            raise ConfigError(
+                f"ldp-laplace-lambda={self.ldp_laplace_lambda} must be >= 0 (PFedRec Table 4's "
+                "raw Laplace scale, 0 = off)."
+            )
+        if self.ldp_laplace_lambda > 0 and self.ldp_mechanism != "none":
+            raise ConfigError(
+                "ldp-laplace-lambda (raw noise, no clipping) and ldp-mechanism (clipped, "
+                "calibrated to ldp-epsilon) are two alternatives: set one, leave the other off."
+            )
+        if self.decoy_ratio < 0:
+            raise ConfigError(
+                f"decoy-ratio={self.decoy_ratio} must be >= 0: decoy rows per distinct train "
+                "positive (0 = none)."
+            )
+        if self.decoy_ratio > 0 and self.aggregation != "round-mean":
+            raise ConfigError(
+                "decoy-ratio > 0 needs aggregation='round-mean': toucher-mean divides a row's "
+                "change by its number of uploaders, which decoys inflate unseen by the server."
+            )
 
     def ncf_layer_sizes(self) -> tuple[int, ...]:
         """``ncf-layers`` as integers (the MLP tower's output sizes)."""

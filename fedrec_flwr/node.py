@@ -22,8 +22,9 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.evaluation import metrics_from_ranks
 from fedrec_flwr.methods import ROWS, Method, build_method
-from fedrec_flwr.partition import participants, users_of_partition
+from fedrec_flwr.partition import eval_sample, participants, users_of_partition
 from fedrec_flwr.personal import KEY_STRIDE, PersonalRows
+from fedrec_flwr.privacy import uploads
 from fedrec_flwr.protocols import build_protocol, held_items, lookup_rows, user_rows
 from fedrec_flwr.spectrum import effective_rank, erank_users
 from fedrec_flwr.training import (
@@ -163,7 +164,11 @@ class NodeRuntime:
         self._planned = (server_round, planned)
         if not planned:
             return np.empty(0, dtype=np.int64)
-        return np.unique(np.concatenate([items for items, _ in planned.values()]))
+        requested = [
+            uploads.with_decoys(self.prepared, self.config, user, items)
+            for user, (items, _) in planned.items()
+        ]
+        return np.unique(np.concatenate(requested))
 
     def _items_of(self, server_round: int):
         """The (items, labels) of a user in ``server_round``, reusing planned draws."""
@@ -210,6 +215,8 @@ class NodeRuntime:
         )
         params = self._round_params(state, positions, dense or {})
         received = lookup_rows(samples.row_items, item_ids, item_rows)
+        per_user = uploads.per_user_uploads(self.config)
+        sent = received.copy() if per_user else received  # the global rows, for LDP
         for name in self.method.global_row_names():  # the frozen global view
             params[name] = torch.from_numpy(received.copy()).to(self.device)
         if self.method.train_from_personal:  # the local rows persist
@@ -232,14 +239,27 @@ class NodeRuntime:
         if threshold is not None:  # rows at or below the threshold count (and travel) as zero
             tuned[np.abs(tuned).max(axis=1, initial=0.0) <= threshold] = 0.0
 
-        item_ids_up, inverse = np.unique(samples.row_items, return_inverse=True)
-        sums = torch.zeros((len(item_ids_up), tuned.shape[1]), dtype=torch.float64)
-        sums.index_add_(0, torch.from_numpy(inverse), torch.from_numpy(tuned).double())
+        up_items, up_rows = samples.row_items, tuned
+        if per_user:  # each user's upload on its own: LDP, decoys (fedrec_flwr/privacy)
+            up_items, up_rows = uploads.user_uploads(
+                self.prepared,
+                self.config,
+                server_round,
+                samples.users,
+                samples.row_offsets,
+                samples.row_items,
+                tuned,
+                sent,
+                lambda items: lookup_rows(items, item_ids, item_rows),
+            )
+        item_ids_up, inverse = np.unique(up_items, return_inverse=True)
+        sums = torch.zeros((len(item_ids_up), up_rows.shape[1]), dtype=torch.float64)
+        sums.index_add_(0, torch.from_numpy(inverse), torch.from_numpy(up_rows).double())
         counts = np.bincount(inverse, minlength=len(item_ids_up)).astype(np.int64)
         one = len(users) == 1
         # One user: its float32 values as they are; several: exact float64 sums, so the
         # server's aggregate does not depend on how users are packed into nodes.
-        row_sums = tuned if one else sums.numpy()
+        row_sums = up_rows if one else sums.numpy()
         nonzero = np.ones(len(item_ids_up), dtype=bool)
         if threshold is not None:
             nonzero = row_sums.any(axis=1)
@@ -325,13 +345,16 @@ class NodeRuntime:
         item_ids: np.ndarray | None,
         item_rows: np.ndarray,
         dense: dict[str, np.ndarray] | None = None,
+        positions: np.ndarray | None = None,
     ) -> dict[str, float]:
-        """Metric sums over this node's users: ``val-hr@10``, ..., ``test-mrr``, ``num-users``."""
+        """Metric sums over this node's users (those at ``positions``; None = all):
+        ``val-hr@10``, ..., ``test-mrr``, ``num-users``."""
         protocol = self.protocol
         totals = {f"{split}-{name}": 0.0 for split in ("val", "test") for name in protocol.metrics}
         chunk = self.method.eval_chunk
-        for lo in range(0, len(self.users), chunk):
-            positions = np.arange(lo, min(lo + chunk, len(self.users)))
+        evaluated = np.arange(len(self.users)) if positions is None else positions
+        for lo in range(0, len(evaluated), chunk):
+            positions = evaluated[lo : lo + chunk]
             params = self._eval_params(state, positions, dense or {})
             val_ranks, test_ranks = protocol.ranks(
                 self.method,
@@ -351,8 +374,16 @@ class NodeRuntime:
                 if erank is not None:
                     totals["erank-personal-sum"] = totals.get("erank-personal-sum", 0.0) + erank
                     totals["erank-personal-users"] = totals.get("erank-personal-users", 0.0) + 1
-        totals["num-users"] = float(len(self.users))
+        totals["num-users"] = float(len(evaluated))
         return totals
+
+    def eval_positions(self, server_round: int, sample: int) -> np.ndarray | None:
+        """Positions of this node's users in the round's evaluation sample of ``sample``
+        users (``eval-users``; None = all users)."""
+        if sample <= 0 or sample >= self.prepared.num_users:
+            return None
+        chosen = eval_sample(self.config.seed, server_round, self.prepared.num_users, sample)
+        return self.positions_of(chosen[chosen % self.num_partitions == self.partition_id])
 
     @property
     def erank_positions(self) -> np.ndarray:

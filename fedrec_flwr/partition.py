@@ -23,3 +23,13 @@ def participants(seed: int, server_round: int, num_users: int, fraction: float) 
     count = max(1, int(fraction * num_users))
     rng = keyed_rng(seed, "participants", server_round)
     return np.sort(rng.choice(num_users, size=count, replace=False)).astype(np.int64)
+
+
+def eval_sample(seed: int, server_round: int, num_users: int, count: int) -> np.ndarray:
+    """Sorted users evaluated in ``server_round``: all (``count`` 0 or >= ``num_users``), or
+    ``count`` drawn without replacement from a generator keyed by (seed, round), the same on
+    every node whatever the packing (``eval-users``)."""
+    if count <= 0 or count >= num_users:
+        return np.arange(num_users, dtype=np.int64)
+    rng = keyed_rng(seed, "eval-users", server_round)
+    return np.sort(rng.choice(num_users, size=count, replace=False)).astype(np.int64)

@@ -80,6 +80,7 @@ class RunRecorder:
             "train-failures",
             "eval-failures",
             "rejected-replies",
+            "eval-users",
         ]
         self.rows: list[dict[str, Any]] = []
         self.stopped_diverged: int | None = None

@@ -21,6 +21,9 @@ STREAMS = {
     "reconstruct-init": 8,
     "erank-sample": 9,
     "faults": 10,
+    "eval-users": 11,
+    "ldp-noise": 12,
+    "decoys": 13,
 }
 
 

@@ -298,13 +298,15 @@ class FedRecStrategy(Strategy):
         base = self.round_start_table if self.method.eval_table == "round-start" else self.table
         messages = []
         self.eval_sent = set(self.nodes)
+        config = self._config(server_round)
+        config["eval-users"] = 0 if last else self.config.eval_users  # 0: all users
         for node_id, info in self.nodes.items():
             if info.eval_items is None:
                 payload = self._payload(None, None, base)
             else:
                 payload = self._payload(None, info.eval_items, base[info.eval_items])
             self.log.bytes_down += payload.count_bytes()
-            content = RecordDict({ARRAYS: payload, CONFIG: self._config(server_round)})
+            content = RecordDict({ARRAYS: payload, CONFIG: config})
             messages.append(
                 Message(content, dst_node_id=node_id, message_type=MessageType.EVALUATE)
             )
