@@ -90,6 +90,7 @@ class RunConfig:
     eval_users: int = 0
     early_stopping_patience: int = 0
     device: str = "cpu"
+    cuda_deterministic: bool = True
     torch_threads: int = 1
     node_wait_timeout: float = 120.0
     round_timeout: float = 3600.0

@@ -1,0 +1,42 @@
+"""The torch device a node computes on (``device``), checked and made deterministic.
+
+On CUDA, ``cuda-deterministic = true`` (the default) turns on PyTorch's deterministic
+algorithms: ``index_add_`` then sums a row's updates in a fixed order instead of with
+atomics, so a user's result does not depend on the other users packed into the same node,
+as on the CPU. cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG`` set for that; it is set here unless
+the environment sets it already. Turning it off is faster on some GPUs; packed and
+one-by-one runs then agree only within float32 rounding.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from fedrec_flwr.config import ConfigError, RunConfig
+
+CUBLAS_WORKSPACE = ":4096:8"
+
+
+def torch_device(config: RunConfig) -> torch.device:
+    """The device of ``config.device``; a clear error if this machine cannot use it."""
+    device = torch.device(config.device)
+    if device.type != "cuda":
+        return device
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"device='{config.device}' but this PyTorch sees no CUDA GPU "
+            f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}): install "
+            "a CUDA build of torch on a machine with a GPU, or set device='cpu'."
+        )
+    index = device.index or 0
+    if index >= torch.cuda.device_count():
+        raise ConfigError(
+            f"device='{config.device}' but this machine has {torch.cuda.device_count()} "
+            f"GPU(s) (cuda:0 to cuda:{torch.cuda.device_count() - 1})."
+        )
+    if config.cuda_deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+        torch.use_deterministic_algorithms(True)
+    return device
