@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from fedrec_flwr.accelerator import torch_device
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.evaluation import metrics_from_ranks
@@ -114,7 +115,7 @@ class NodeRuntime:
         self.users = users_of_partition(partition_id, num_partitions, prepared.num_users)
         self.method: Method = build_method(config, prepared.num_items)
         self.protocol = build_protocol(config.protocol, prepared, config.seed)
-        self.device = torch.device(config.device)
+        self.device = torch_device(config)
         self.max_samples = max_samples_per_user(prepared, config)
         self._planned: tuple[int, dict] = (0, {})  # (round, user -> (items, labels))
 
@@ -329,13 +330,15 @@ class NodeRuntime:
         protocol: under ``paper`` only rows among the user's candidates are kept)."""
         if self.method.train_from_personal:  # local rows persist: keep every trained row
             return personal.merged(self._row_positions(samples), samples.row_items, tuned)
-        updates = {}
-        for j, position in enumerate(samples.positions):
-            lo, hi = samples.row_offsets[j], samples.row_offsets[j + 1]
-            items, rows = samples.row_items[lo:hi], tuned[lo:hi]
-            keep = self.protocol.keep_personal(int(samples.users[j]), items)
-            updates[int(position)] = (items[keep], rows[keep])
-        return personal.replaced(updates)
+        keep = self.protocol.keep_personal_rows(
+            samples.users, samples.row_offsets, samples.row_items
+        )
+        return personal.replaced(
+            samples.positions,
+            self._row_positions(samples)[keep],
+            samples.row_items[keep],
+            tuned[keep],
+        )
 
     # --------------------------------------------------------------- evaluate
     @torch.no_grad()

@@ -39,18 +39,29 @@ class PersonalRows:
     def counts(self) -> np.ndarray:
         return np.diff(self.indptr)
 
-    def replaced(self, updates: dict[int, tuple[np.ndarray, np.ndarray]]) -> PersonalRows:
-        """A store in which the users at the given positions hold new (items, rows)."""
-        items_parts, rows_parts, counts = [], [], []
-        for position in range(len(self.indptr) - 1):
-            items, rows = updates.get(position) or self.of(position)
-            items_parts.append(items)
-            rows_parts.append(rows)
-            counts.append(len(items))
+    def replaced(
+        self, updated: np.ndarray, row_positions: np.ndarray, items: np.ndarray, rows: np.ndarray
+    ) -> PersonalRows:
+        """A store in which the users at ``updated`` hold exactly the given rows
+        (``row_positions[k]`` owns ``items[k]``, ``rows[k]``; each user's items sorted and
+        contiguous), every other user keeps its own."""
+        num_users = len(self.indptr) - 1
+        owner = np.repeat(np.arange(num_users, dtype=np.int64), self.counts())
+        is_updated = np.zeros(num_users, dtype=bool)
+        is_updated[np.asarray(updated, np.int64)] = True
+        kept = ~is_updated[owner]
+        all_owner = np.concatenate([owner[kept], np.asarray(row_positions, np.int64)])
+        order = np.argsort(all_owner, kind="stable")  # a user's rows stay in their order
+        width = self.rows.shape[1]
+        all_rows = np.concatenate(
+            [self.rows[kept], np.asarray(rows, np.float32).reshape(-1, width)]
+        )
+        all_items = np.concatenate([self.items[kept], np.asarray(items, np.int64)])
+        counts = np.bincount(all_owner, minlength=num_users)
         return PersonalRows(
             indptr=np.r_[0, np.cumsum(counts)].astype(np.int64),
-            items=np.concatenate(items_parts).astype(np.int64),
-            rows=np.concatenate(rows_parts).astype(np.float32).reshape(-1, self.rows.shape[1]),
+            items=all_items[order],
+            rows=all_rows[order],
         )
 
     def keys(self) -> np.ndarray:

@@ -35,6 +35,19 @@ class EvalProtocol:
         """Mask of the tuned rows worth keeping for evaluation (all by default)."""
         return np.ones(len(items), dtype=bool)
 
+    def keep_personal_rows(
+        self, users: np.ndarray, row_offsets: np.ndarray, items: np.ndarray
+    ) -> np.ndarray:
+        """:meth:`keep_personal` of every user's block of ``items`` (user ``j``: rows
+        ``row_offsets[j]:row_offsets[j+1]``) at once."""
+        if type(self).keep_personal is EvalProtocol.keep_personal:
+            return np.ones(len(items), dtype=bool)
+        keep = np.empty(len(items), dtype=bool)
+        for j, user in enumerate(users):
+            lo, hi = row_offsets[j], row_offsets[j + 1]
+            keep[lo:hi] = self.keep_personal(int(user), items[lo:hi])
+        return keep
+
     def ranks(
         self,
         method: Method,
