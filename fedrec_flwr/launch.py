@@ -49,6 +49,9 @@ DEFAULT_CONTROL_PORT = 39093
 COMPLETED = "finished:completed"
 # The environment a run reads; a SuperLink started with other values runs with those.
 RUN_ENVIRONMENT = ("FEDREC_DATA_DIR", "FEDREC_CACHE_DIR", "FLWR_HOME")
+# RAY_ADDRESS=local: Ray starts a new local instance, even when a `ray start --head` on this
+# machine left its address in /tmp/ray/ray_current_cluster (which ray.init() would join).
+LOCAL_RAY = "local"
 
 Say = Callable[[str], None]
 
@@ -229,11 +232,15 @@ def _start_superlink(home: Path, env: dict[str, str], port: int, control: int) -
 
 @contextmanager
 def local_superlink(
-    home: Path | None = None, say: Say = _quiet, startup_timeout: float = 90.0
+    home: Path | None = None,
+    say: Say = _quiet,
+    startup_timeout: float = 90.0,
+    ray: str = LOCAL_RAY,
 ) -> Iterator[LocalSuperLink]:
     """A private local SuperLink, stopped with every process it started on exit.
 
-    A temporary ``FLWR_HOME`` (``home`` None) is removed on exit.
+    A temporary ``FLWR_HOME`` (``home`` None) is removed on exit. Its simulations run on
+    the Ray cluster at ``ray`` (``RAY_ADDRESS``), by default on a new local Ray instance.
     """
     temporary = home is None
     home = Path(home or tempfile.mkdtemp(prefix="fedrec-flwr-home-"))
@@ -248,6 +255,7 @@ def local_superlink(
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
         "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
         "FLWR_LOCAL_CONTROL_API_PORT": str(control),
+        "RAY_ADDRESS": ray,
     }
     link: LocalSuperLink | None = None
     done = threading.Event()
@@ -340,6 +348,46 @@ def _describe_process(pid: int) -> list[str]:
     return lines
 
 
+# --- Ray: a private local instance, or an existing cluster ---------------------------------
+
+# Sizes of a new local instance: Ray refuses them when joining a cluster.
+RAY_INIT_SIZES = ("init-args-num-cpus", "init-args-num-gpus")
+
+
+def resolve_ray_address(
+    address: str | None, federation: Sequence[str] = (), timeout: float = 5.0
+) -> str:
+    """The ``RAY_ADDRESS`` the simulation gets: ``local`` for None, else ``address`` checked.
+
+    Raises :class:`ConfigError` when ``address`` is not ``HOST:PORT``, when no Ray head
+    answers there, or when ``federation`` sizes a local instance (``init-args-num-*``).
+    """
+    if address is None or address == LOCAL_RAY:
+        return LOCAL_RAY
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"--ray-address {address}: give the Ray head's HOST:PORT, the address "
+            "`ray start --head` printed (e.g. 10.0.0.5:6379)"
+        )
+    sizes = [entry for entry in federation if entry.split("=", 1)[0].strip() in RAY_INIT_SIZES]
+    if sizes:
+        raise ConfigError(
+            f"--federation {' '.join(sizes)} sizes a new local Ray instance; on the cluster at "
+            f"{address} the nodes' `ray start --num-cpus/--num-gpus` do: drop it"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as error:
+        raise ConfigError(
+            f"no Ray cluster answers at {address} ({error}). Start its head there with "
+            f"`ray start --head --port={port}` and its workers with `ray start "
+            f"--address={address}`, check it with `ray status --address={address}`, or leave "
+            "out --ray-address (and RAY_ADDRESS) to run on a private local Ray instance."
+        ) from None
+    return address
+
+
 # --- one run -------------------------------------------------------------------------------
 
 
@@ -352,6 +400,7 @@ def run(
     timeout: float | None = None,
     say: Say = _quiet,
     check: bool = True,
+    ray_address: str | None = None,
 ) -> tuple[str, str]:
     """``flwr run`` the app with ``config`` on ``nodes`` SuperNodes; (status, output).
 
@@ -361,6 +410,8 @@ def run(
     ``config``; on KeyboardInterrupt stops the run and raises :class:`RunInterrupted`; past
     ``timeout`` seconds stops the run and returns ``timeout (<status>)``. ``check=False``
     skips the check (another app than this project's, e.g. ``bench/echo_app``).
+    ``ray_address`` (``HOST:PORT``) runs the ClientApps on that Ray cluster, None on a new
+    local Ray instance.
     """
     config = dict(config)
     for key in ("results-dir", "data-dir", "resume"):
@@ -369,7 +420,10 @@ def run(
     config.setdefault("results-dir", str(Path("results").resolve()))
     if check:
         check_run_config(config, project)
-    with local_superlink(say=say) as link:
+    ray = resolve_ray_address(ray_address, federation)
+    if ray != LOCAL_RAY:
+        say(f"Ray: the ClientApps run on the cluster at {ray}")
+    with local_superlink(say=say, ray=ray) as link:
         run_id = None
         try:
             run_id, output = _submit(link, config, nodes, federation, project)
@@ -535,6 +589,13 @@ def _parser() -> argparse.ArgumentParser:
         help="extra --federation-config entries, e.g. client-resources-num-cpus=1",
     )
     parser.add_argument(
+        "--ray-address",
+        metavar="HOST:PORT",
+        default=os.environ.get("RAY_ADDRESS") or None,
+        help="run the ClientApps on the Ray cluster whose head is at HOST:PORT (`ray start "
+        "--head`; default $RAY_ADDRESS, else a new local Ray instance)",
+    )
+    parser.add_argument(
         "--which-superlink",
         action="store_true",
         help="name the SuperLink on Flower's default port (the one `flwr run .` uses) and exit",
@@ -585,7 +646,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             if args.resume:
                 config, nodes = _resumed(args.resume, config, nodes)
-            status, _ = run(config, nodes or 2, args.federation, say=_say)
+            status, _ = run(
+                config, nodes or 2, args.federation, say=_say, ray_address=args.ray_address
+            )
         except ConfigError as error:
             _say(f"error: {error}")
             return 2
