@@ -24,6 +24,7 @@ STREAMS = {
     "eval-users": 11,
     "ldp-noise": 12,
     "decoys": 13,
+    "audit": 14,
 }
 
 
