@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from fedrec_flwr import processes
-from fedrec_flwr.launch import LOCAL_RAY, ConfigError, resolve_ray_address
+from fedrec_flwr.launch import LOCAL_RAY, ConfigError, local_superlink, resolve_ray_address
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
@@ -287,6 +287,13 @@ def test_the_entry_point_refuses_an_unreachable_cluster_before_starting_anything
     assert done.returncode == 2, done.stderr
     assert f"no Ray cluster answers at 127.0.0.1:{port}" in done.stderr
     assert "SuperLink PID" not in done.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads Linux /proc")
+def test_the_private_superlink_gets_the_ray_address_in_its_environment() -> None:
+    for ray, expected in ((LOCAL_RAY, "local"), ("10.0.0.5:6379", "10.0.0.5:6379")):
+        with local_superlink(ray=ray) as link:
+            assert processes.environment(link.process.pid)["RAY_ADDRESS"] == expected
 
 
 # --- a run on the cluster --------------------------------------------------------------------
