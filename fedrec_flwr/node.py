@@ -94,6 +94,19 @@ class TrainResult:
     zero_counts: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
 
+SUM_CHUNK = 1 << 16  # rows converted to float64 at a time by float64_row_sums
+
+
+def float64_row_sums(inverse: np.ndarray, rows: np.ndarray, num_out: int) -> torch.Tensor:
+    """``out[inverse[k]] += rows[k]`` in float64, in row order, a chunk at a time (the same
+    sums as one ``index_add_`` without a float64 copy of the whole flat table)."""
+    sums = torch.zeros((num_out, rows.shape[1]), dtype=torch.float64)
+    index, source = torch.from_numpy(inverse), torch.from_numpy(rows)
+    for lo in range(0, len(rows), SUM_CHUNK):
+        sums.index_add_(0, index[lo : lo + SUM_CHUNK], source[lo : lo + SUM_CHUNK].double())
+    return sums
+
+
 class NodeRuntime:
     """The users of partition ``partition_id`` of ``num_partitions`` and their method."""
 
@@ -254,8 +267,7 @@ class NodeRuntime:
                 lambda items: lookup_rows(items, item_ids, item_rows),
             )
         item_ids_up, inverse = np.unique(up_items, return_inverse=True)
-        sums = torch.zeros((len(item_ids_up), up_rows.shape[1]), dtype=torch.float64)
-        sums.index_add_(0, torch.from_numpy(inverse), torch.from_numpy(up_rows).double())
+        sums = float64_row_sums(inverse, up_rows, len(item_ids_up))
         counts = np.bincount(inverse, minlength=len(item_ids_up)).astype(np.int64)
         one = len(users) == 1
         # One user: its float32 values as they are; several: exact float64 sums, so the
@@ -333,12 +345,10 @@ class NodeRuntime:
         keep = self.protocol.keep_personal_rows(
             samples.users, samples.row_offsets, samples.row_items
         )
-        return personal.replaced(
-            samples.positions,
-            self._row_positions(samples)[keep],
-            samples.row_items[keep],
-            tuned[keep],
-        )
+        positions, items = self._row_positions(samples), samples.row_items
+        if not keep.all():
+            positions, items, tuned = positions[keep], items[keep], tuned[keep]
+        return personal.replaced(samples.positions, positions, items, tuned)
 
     # --------------------------------------------------------------- evaluate
     @torch.no_grad()

@@ -43,26 +43,33 @@ class PersonalRows:
         self, updated: np.ndarray, row_positions: np.ndarray, items: np.ndarray, rows: np.ndarray
     ) -> PersonalRows:
         """A store in which the users at ``updated`` hold exactly the given rows
-        (``row_positions[k]`` owns ``items[k]``, ``rows[k]``; each user's items sorted and
-        contiguous), every other user keeps its own."""
+        (``row_positions[k]`` owns ``items[k]``, ``rows[k]``; the rows of a user contiguous,
+        its items sorted, users in ascending position), every other user keeps its own."""
         num_users = len(self.indptr) - 1
-        owner = np.repeat(np.arange(num_users, dtype=np.int64), self.counts())
+        row_positions = np.asarray(row_positions, np.int64)
+        rows = np.asarray(rows, np.float32).reshape(-1, self.rows.shape[1])
+        items = np.asarray(items, np.int64)
+        if np.any(np.diff(row_positions) < 0):  # group the users in ascending position
+            order = np.argsort(row_positions, kind="stable")
+            row_positions, items, rows = row_positions[order], items[order], rows[order]
         is_updated = np.zeros(num_users, dtype=bool)
         is_updated[np.asarray(updated, np.int64)] = True
-        kept = ~is_updated[owner]
-        all_owner = np.concatenate([owner[kept], np.asarray(row_positions, np.int64)])
-        order = np.argsort(all_owner, kind="stable")  # a user's rows stay in their order
-        width = self.rows.shape[1]
-        all_rows = np.concatenate(
-            [self.rows[kept], np.asarray(rows, np.float32).reshape(-1, width)]
-        )
-        all_items = np.concatenate([self.items[kept], np.asarray(items, np.int64)])
-        counts = np.bincount(all_owner, minlength=num_users)
-        return PersonalRows(
-            indptr=np.r_[0, np.cumsum(counts)].astype(np.int64),
-            items=all_items[order],
-            rows=all_rows[order],
-        )
+        old_counts = np.where(is_updated, 0, self.counts())
+        counts = old_counts + np.bincount(row_positions, minlength=num_users)
+        indptr = np.r_[0, np.cumsum(counts)].astype(np.int64)
+        if not old_counts.any():  # every user with rows was updated: the new rows are all
+            return PersonalRows(indptr=indptr, items=items, rows=rows)
+        # Destination of each row: its user's new start plus its rank within the user.
+        owner = np.repeat(np.arange(num_users, dtype=np.int64), self.counts())
+        kept = np.flatnonzero(~is_updated[owner])
+        old_dest = indptr[owner[kept]] + (kept - self.indptr[owner[kept]])
+        first = np.searchsorted(row_positions, row_positions, side="left")
+        new_dest = indptr[row_positions] + (np.arange(len(row_positions)) - first)
+        out_items = np.empty(int(indptr[-1]), dtype=np.int64)
+        out_rows = np.empty((int(indptr[-1]), self.rows.shape[1]), dtype=np.float32)
+        out_items[old_dest], out_rows[old_dest] = self.items[kept], self.rows[kept]
+        out_items[new_dest], out_rows[new_dest] = items, rows
+        return PersonalRows(indptr=indptr, items=out_items, rows=out_rows)
 
     def keys(self) -> np.ndarray:
         """``position * KEY_STRIDE + item`` of every stored row, in storage order (sorted)."""
