@@ -214,8 +214,8 @@ def lookup_rows(
     items: np.ndarray, item_ids: np.ndarray | None, item_rows: np.ndarray
 ) -> np.ndarray:
     """Rows of ``items`` from a full table (``item_ids`` None) or a sparse (ids, rows) pair."""
-    if item_ids is None:
-        return np.array(item_rows[items], dtype=np.float32)
+    if item_ids is None:  # fancy indexing copies already: asarray adds no second copy
+        return np.asarray(item_rows[items], dtype=np.float32)
     where = np.searchsorted(item_ids, items)
     where[where == len(item_ids)] = 0
     if len(items) and (len(item_ids) == 0 or np.any(item_ids[where] != items)):
@@ -225,4 +225,4 @@ def lookup_rows(
             f"missing (e.g. item {missing[:5].tolist()}): the node's row request and its "
             "training disagree; this is a bug, please report it."
         )
-    return np.array(item_rows[where], dtype=np.float32)
+    return np.asarray(item_rows[where], dtype=np.float32)

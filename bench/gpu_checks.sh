@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# GPU checks, as one script for a lent GPU machine (16 cores, one NVIDIA GPU, PyTorch with
+# CUDA, no internet, no Ray): the CUDA tests, then the scale harness with CPU and GPU cases
+# side by side in one run. Run from the repository root:
+#
+#   OUT=/tmp/gpu bash bench/gpu_checks.sh [quick]
+#
+# Optional folders: .whl/ (wheels of flwr and what it needs that the machine lacks,
+# installed into /tmp/site) and .data/ (ml-100k/u.data, lastfm-2k/user_taggedartists.dat).
+# Writes pytest-cuda.log, scale-*.json and a tarball of bench/results/scale to $OUT.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 FLWR_TELEMETRY_ENABLED=0
+OUT=${OUT:-/tmp/gpu-checks}
+mkdir -p "$OUT"
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
+fi
+export PYTHONPATH="$PWD:${PYTHONPATH:-}"
+export FEDREC_CACHE_DIR=/tmp/fedrec-cache FEDREC_DATA_DIR="$PWD/.data"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import torch, flwr; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'flwr', flwr.__version__)" || exit 1
+nproc
+
+timeout 300 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider -x 2>&1 | tee "$OUT/pytest-cuda.log" | tail -15
+
+RESULTS=bench/results/scale
+ML1M="dataset=synthetic,users=6040,items=3706,degree=165,mode=inprocess"
+BIG="dataset=synthetic,users=100000,items=20000,degree=50,mode=inprocess,fraction-train=0.1,eval-users=1000"
+ML100K="preset=pfedrec-ml100k-strict,mode=inprocess"
+if [ "${1:-}" = quick ]; then
+    python3 bench/scale.py --rounds 3 --no-floor --case "$ML1M,device=cuda" 2>&1 | tail -3
+else
+    # CPU and GPU cases run at the same time on different cores (the GPU case's process
+    # drives the GPU from one core); each case's process runs with torch-threads 1.
+    python3 bench/scale.py --rounds 4 --no-floor --data-dir .data \
+        --case "$ML100K" --case "$ML1M" --case "$BIG" > "$OUT/scale-cpu.log" 2>&1 &
+    cpu=$!
+    python3 bench/scale.py --rounds 4 --no-floor --data-dir .data \
+        --case "$ML100K,device=cuda" --case "$ML1M,device=cuda" \
+        --case "$ML1M,device=cuda,cuda-deterministic=false" --case "$BIG,device=cuda" \
+        > "$OUT/scale-gpu.log" 2>&1
+    wait $cpu
+    tail -4 "$OUT/scale-cpu.log" "$OUT/scale-gpu.log"
+fi
+cat "$RESULTS/table.md" 2>/dev/null
+tar czf "$OUT/scale-results.tgz" "$RESULTS" 2>/dev/null
