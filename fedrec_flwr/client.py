@@ -22,6 +22,7 @@ from fedrec_flwr.messages import (
     reply,
 )
 from fedrec_flwr.node import NodeRuntime, NodeState
+from fedrec_flwr.npy import to_numpy
 
 app = ClientApp(mods=node_timing.mods(lambda context: node_runtime(context)))
 STATE_KEY = "node-state"
@@ -87,7 +88,7 @@ def load_state(
     ``max_round`` at most), else fresh."""
     if STATE_KEY in context.state:
         record = context.state[STATE_KEY]
-        return NodeState.from_arrays({name: array.numpy() for name, array in record.items()})
+        return NodeState.from_arrays({name: to_numpy(array) for name, array in record.items()})
     state = None if msg is None else state_store.recover(context, runtime, msg, max_round)
     if state is None:
         return runtime.initial_state()
@@ -167,7 +168,7 @@ def train(msg: Message, context: Context) -> Message:
     runtime = node_runtime(context)
     inject_fault(runtime.config, int(msg.content[CONFIG]["server-round"]), runtime.partition_id)
     server_round, item_ids, item_rows, dense = _received(msg)
-    users = msg.content[ARRAYS]["train-users"].numpy()
+    users = to_numpy(msg.content[ARRAYS]["train-users"])
     result, state = runtime.train(
         load_state(context, runtime, msg, server_round - 1),
         server_round,

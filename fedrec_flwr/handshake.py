@@ -25,6 +25,7 @@ from flwr.serverapp import Grid
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.device import DataIdentity, conflict, run_conflict
 from fedrec_flwr.messages import ARRAYS, CONFIG, METRICS
+from fedrec_flwr.npy import to_numpy
 
 
 class FederationError(RuntimeError):
@@ -48,7 +49,7 @@ class NodeInfo:
         arrays, metrics = reply.content[ARRAYS], reply.content[METRICS]
         if "next-items" in arrays:
             self.request_round = int(metrics["next-round"])
-            self.request_items = arrays["next-items"].numpy()
+            self.request_items = to_numpy(arrays["next-items"])
 
 
 @dataclass
@@ -137,6 +138,17 @@ def _where(data: DataIdentity) -> str:
     return "the shared split" if data.source == "shared" else data.source
 
 
+def _holders(nodes: dict[int, NodeInfo], users: np.ndarray) -> list[NodeInfo]:
+    """The registered nodes that hold any of ``users``, in registration order (one pass
+    over all registered users: a node-by-node check is quadratic in the nodes)."""
+    if not nodes or not len(users):
+        return []
+    infos = list(nodes.values())
+    held = np.concatenate([info.users for info in infos])
+    owner = np.repeat(np.arange(len(infos)), [len(info.users) for info in infos])
+    return [infos[i] for i in np.unique(owner[np.isin(held, users)])]
+
+
 def _register(
     nodes: dict[int, NodeInfo], reply: Message, expected: int | None, config: RunConfig
 ) -> int:
@@ -164,13 +176,13 @@ def _register(
         )
     if any(info.partition_id == partition for info in nodes.values()):
         raise FederationError(f"two nodes claim partition-id={partition}.")
-    users = arrays["users"].numpy()
+    users = to_numpy(arrays["users"])
     if len(users) and (users.min() < 0 or users.max() >= data.num_users):
         raise FederationError(
             f"partition {partition} holds users outside 0..{data.num_users - 1}: its data "
             "is not from the same export."
         )
-    for info in nodes.values():
+    for info in _holders(nodes, users):
         shared = np.intersect1d(info.users, users)
         if len(shared):
             raise FederationError(

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
+from fedrec_flwr.npy import to_array, to_numpy
+
 ARRAYS, METRICS, CONFIG = "arrays", "metrics", "config"
 DENSE_PREFIX = "dense."
 
@@ -45,20 +47,18 @@ UPLOAD_KEYS = frozenset(
 
 def array_record(**arrays: np.ndarray) -> ArrayRecord:
     """An ArrayRecord of named numpy arrays (``_`` in a name becomes ``-``)."""
-    return ArrayRecord(
-        {name.replace("_", "-"): Array(np.ascontiguousarray(a)) for name, a in arrays.items()}
-    )
+    return ArrayRecord({name.replace("_", "-"): to_array(a) for name, a in arrays.items()})
 
 
 def dense_arrays(dense: dict[str, np.ndarray]) -> dict[str, Array]:
     """Shared-dense parameters (or their sums) under their wire names."""
-    return {DENSE_PREFIX + name: Array(np.ascontiguousarray(a)) for name, a in dense.items()}
+    return {DENSE_PREFIX + name: to_array(a) for name, a in dense.items()}
 
 
 def read_dense(record: ArrayRecord) -> dict[str, np.ndarray]:
     """The ``dense.<name>`` arrays of a record, by parameter name."""
     return {
-        key[len(DENSE_PREFIX) :]: array.numpy()
+        key[len(DENSE_PREFIX) :]: to_numpy(array)
         for key, array in record.items()
         if key.startswith(DENSE_PREFIX)
     }
@@ -86,11 +86,11 @@ def sparse_rows(
 def read_rows(record: ArrayRecord) -> tuple[np.ndarray | None, np.ndarray]:
     """(item ids or None for the full table, item rows) of a record written by
     :func:`sparse_rows`; zero rows come back as zeros."""
-    item_ids = record["item-ids"].numpy() if "item-ids" in record else None
-    rows = record["item-rows"].numpy()
+    item_ids = to_numpy(record["item-ids"]) if "item-ids" in record else None
+    rows = to_numpy(record["item-rows"])
     if "zero-ids" not in record:
         return item_ids, rows
-    zero_ids = record["zero-ids"].numpy()
+    zero_ids = to_numpy(record["zero-ids"])
     if item_ids is None:  # the full table
         full = np.zeros((len(rows) + len(zero_ids), rows.shape[1]), dtype=rows.dtype)
         nonzero = np.ones(len(full), dtype=bool)
@@ -119,7 +119,7 @@ def read_reply(msg: Message) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     arrays = {}
     for key, array in records[ARRAYS].items():
         try:
-            arrays[key] = array.numpy()
+            arrays[key] = to_numpy(array)
         except Exception as error:  # bytes that do not decode to an array
             raise ValueError(f"array '{key}' cannot be read: {error}") from error
     return arrays, dict(records[METRICS])

@@ -131,6 +131,7 @@ class NodeRuntime:
         self.device = torch_device(config)
         self.max_samples = max_samples_per_user(prepared, config)
         self._planned: tuple[int, dict] = (0, {})  # (round, user -> (items, labels))
+        self._selected: tuple[int, np.ndarray] = (-1, self.users[:0])
 
     # ------------------------------------------------------------------ state
     def initial_state(self) -> NodeState:
@@ -170,7 +171,7 @@ class NodeRuntime:
 
         The draws are kept for that round's training (when this process runs it).
         """
-        selected = np.intersect1d(self.users, self.participants(server_round))
+        selected = self.selected(server_round)
         planned = {
             int(u): user_round_items(self.prepared, self.config, int(u), server_round)
             for u in selected
@@ -199,12 +200,24 @@ class NodeRuntime:
 
     def trains_in(self, server_round: int) -> bool:
         """Does any user of this node train in ``server_round``?"""
-        return bool(np.isin(self.users, self.participants(server_round)).any())
+        return len(self.selected(server_round)) > 0
 
     def participants(self, server_round: int) -> np.ndarray:
         return participants(
             self.config.seed, server_round, self.prepared.num_users, self.config.fraction_train
         )
+
+    def selected(self, server_round: int) -> np.ndarray:
+        """This node's users that train in ``server_round`` (sorted; the latest round's are
+        kept: a message asks for them two or three times)."""
+        if self._selected[0] != server_round:
+            chosen = self.participants(server_round)  # sorted, distinct
+            users = self.users[:0]
+            if len(chosen):
+                where = np.minimum(np.searchsorted(chosen, self.users), len(chosen) - 1)
+                users = self.users[chosen[where] == self.users]
+            self._selected = (server_round, users)
+        return self._selected[1]
 
     # ------------------------------------------------------------------ train
     def train(

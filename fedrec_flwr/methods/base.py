@@ -31,6 +31,7 @@ Hooks: ``begin_round`` (before training), ``begin_local_update`` and ``end_local
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar
@@ -196,7 +197,7 @@ class Method(ABC):
         return {}
 
     def dense_names(self) -> tuple[str, ...]:
-        return tuple(self.init_dense())
+        return self._names("dense", lambda: tuple(self.init_dense()))
 
     def roles(self) -> dict[str, Role]:
         """Role of every parameter: private ones, ``rows``, shared-dense ones."""
@@ -207,10 +208,21 @@ class Method(ABC):
         return roles
 
     def private_names(self) -> tuple[str, ...]:
-        return tuple(self.init_private(np.empty(0, dtype=np.int64)))
+        return self._names("private", lambda: tuple(self.init_private(np.empty(0, np.int64))))
+
+    def _names(self, kind: str, names: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
+        """``names()`` once per method object: the names do not change, computing them
+        initialises parameters (keyed draws), and the roles ask for them on every message."""
+        cache = self.__dict__.setdefault("_names_cache", {})
+        if kind not in cache:
+            cache[kind] = names()
+        return cache[kind]
 
     def shared_dense_names(self) -> tuple[str, ...]:
-        return tuple(n for n, r in self.roles().items() if r is Role.SHARED_DENSE)
+        return self._names("shared-dense", lambda: self._with_role(Role.SHARED_DENSE))
+
+    def _with_role(self, *roles: Role) -> tuple[str, ...]:
+        return tuple(n for n, r in self.roles().items() if r in roles)
 
     def row_names(self) -> tuple[str, ...]:
         """Parameters that are flat row tables aligned with the item rows (``ROWS`` first)."""
@@ -218,11 +230,11 @@ class Method(ABC):
 
     def private_row_names(self) -> tuple[str, ...]:
         """Per-user rows kept on the device across rounds (role ``private-rows``)."""
-        return tuple(n for n, r in self.roles().items() if r is Role.PRIVATE_ROWS)
+        return self._names("private-rows", lambda: self._with_role(Role.PRIVATE_ROWS))
 
     def global_row_names(self) -> tuple[str, ...]:
         """Frozen copies of the received global rows (role ``global-rows``)."""
-        return tuple(n for n, r in self.roles().items() if r is Role.GLOBAL_ROWS)
+        return self._names("global-rows", lambda: self._with_role(Role.GLOBAL_ROWS))
 
     #: Does a user start a round's item rows from its personal copies (where it has them)
     #: instead of the global rows? (PLGC: the local rows persist.)
@@ -237,7 +249,7 @@ class Method(ABC):
     def kept_private_names(self) -> tuple[str, ...]:
         """Per-user parameters kept in the node state: private ones, and under dual
         personalisation the dense ones."""
-        return tuple(n for n, r in self.roles().items() if r is Role.PRIVATE)
+        return self._names("kept-private", lambda: self._with_role(Role.PRIVATE))
 
     def learning_rate(self, name: str) -> float:
         """Learning rate of a parameter: ``item-lr`` for rows, ``dense-lr`` for the method's
