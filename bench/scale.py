@@ -122,14 +122,29 @@ def run_case(text: str, args: argparse.Namespace, work: Path) -> dict:
     }
     rec["name"] = harness.get("name") or record.case_name(rec)
     if not args.no_floor:
-        rec.update(run_floor(spec, rec, figures, merged.get("eval-every", 1) == 1, work))
+        sizes = ours["sizes"] or (None if args.no_probe else probe(spec, rec, work))
+        if sizes:
+            payload = record.probed_payload(sizes)
+        else:
+            evaluates = merged.get("eval-every", 1) == 1
+            payload = record.floor_payload(figures, rec["nodes"], rec["users"] or 0, evaluates)
+        rec.update(run_floor(spec, rec, payload, figures["rounds"], work))
     return rec
 
 
-def run_floor(spec: dict, rec: dict, figures: dict, evaluates: bool, work: Path) -> dict:
-    """Flower's floor for the case: the echo app, same mode, nodes and payload."""
-    payload = record.floor_payload(figures, rec["nodes"], rec["users"] or 0, evaluates)
-    echo = {"num-server-rounds": figures["rounds"], "nodes": rec["nodes"], **payload}
+def probe(spec: dict, rec: dict, work: Path) -> dict:
+    """Our message sizes by kind, from the same case run in-process for 3 rounds (a flwr
+    run cannot be watched from here); the floor's echo then mirrors them."""
+    config = {**spec["config"], "results-dir": str(work / "probe"), "num-server-rounds": 3}
+    probe_spec = {**spec, "what": "probe", "config": config, "nodes": rec["nodes"]}
+    print(f"scale: {rec['name']}: probing our message sizes in-process (3 rounds)", flush=True)
+    result, _ = measure(probe_spec, work, "probe")
+    return result["sizes"]
+
+
+def run_floor(spec: dict, rec: dict, payload: dict, rounds: int, work: Path) -> dict:
+    """Flower's floor for the case: the echo app, same mode and nodes, ``payload``."""
+    echo = {"num-server-rounds": rounds, "nodes": rec["nodes"], **payload}
     echo["node-wait-timeout"] = 600.0
     floor_spec = {**spec, "what": "floor", "echo": echo}
     floor_spec["config"] = {"results-dir": str(work / "floor")}
@@ -158,6 +173,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--data-dir", default=None, help="folder of the datasets")
     parser.add_argument("--no-floor", action="store_true", help="skip the echo floor")
+    parser.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="flwr modes: size the floor's messages from our totals per round, split evenly,"
+        " instead of probing each kind's sizes in-process",
+    )
     parser.add_argument("--out", default=str(OUT))
     parser.add_argument("--keep", action="store_true", help="keep the runs' temporary folders")
     args = parser.parse_args()

@@ -68,16 +68,31 @@ def test_run_figures_skip_the_first_round(tmp_path: Path) -> None:
 
 
 def test_floor_payload_faithful_and_packed() -> None:
-    figures = {"train_users_per_round": 94, "bytes_down": 4 * 1000 * 1037, "bytes_up": 4 * 1037}
+    figures = {"train_users_per_round": 94, "bytes_down": 4 * 1037 * 1000, "bytes_up": 4 * 1037}
     faithful = record.floor_payload(figures, nodes=943, users=943, evaluates=True)
     assert faithful == {
         "train-messages": 94,
-        "evaluate": True,
-        "down-floats": 1000,
-        "up-floats": 1,
+        "evaluate-messages": 943,
+        "train-down-floats": 1000,
+        "train-up-floats": 1,
+        "evaluate-down-floats": 1000,
+        "evaluate-up-floats": 1,
     }
     packed = record.floor_payload(figures, nodes=2, users=943, evaluates=False)
-    assert packed["train-messages"] == 2 and packed["down-floats"] == 1000 * 1037 // 2
+    assert packed["train-messages"] == 2 and packed["evaluate-messages"] == 0
+    assert packed["train-down-floats"] == 1037 * 1000 // 2
+
+
+def test_probed_payload_each_kind_its_median() -> None:
+    sizes = {"train": [(400, 80), (800, 40), (1200, 120)], "evaluate": [(4000, 0)] * 2}
+    assert record.probed_payload(sizes) == {
+        "train-messages": 3,
+        "train-down-floats": 200,
+        "train-up-floats": 20,
+        "evaluate-messages": 2,
+        "evaluate-down-floats": 1000,
+        "evaluate-up-floats": 0,
+    }
 
 
 def _record(**changes) -> dict:
@@ -174,9 +189,11 @@ def test_echo_floor_in_process(tmp_path: Path) -> None:
         "num-server-rounds": 3,
         "nodes": 3,
         "train-messages": 2,
-        "evaluate": True,
-        "down-floats": 10,
-        "up-floats": 5,
+        "evaluate-messages": 3,
+        "train-down-floats": 10,
+        "train-up-floats": 5,
+        "evaluate-down-floats": 20,
+        "evaluate-up-floats": 5,
         "node-wait-timeout": 5.0,
         "results-dir": str(tmp_path),
     }

@@ -1,8 +1,9 @@
-"""Flower's floor: a ServerApp that sends, per round, one train message to ``train-messages``
-nodes and (``evaluate``) one evaluate message to every node, each with ``down-floats``
-float32 values, and a ClientApp that answers each with ``up-floats`` values and does nothing
-else (no data, no torch, no state). The server writes the cumulative seconds at the end of
-each round to ``<results-dir>/echo-rounds.json``."""
+"""Flower's floor: a ServerApp that sends, per round, one train message to each of
+``train-messages`` nodes and one evaluate message to each of ``evaluate-messages`` nodes,
+with ``<kind>-down-floats`` float32 values, and a ClientApp that answers each with
+``<kind>-up-floats`` values and does nothing else (no data, no torch, no state). The server
+writes the cumulative seconds at the end of each round to ``<results-dir>/echo-rounds.json``.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def _content(floats: int, **config: int) -> RecordDict:
 
 
 def _echo(msg: Message, context: Context) -> Message:
-    up = int(msg.content["config"]["up-floats"])
+    up = int(msg.content["config"]["up-floats"])  # what the server asks this reply to carry
     return Message(_content(up), reply_to=msg)
 
 
@@ -51,9 +52,12 @@ def _wait_for_nodes(grid: Grid, nodes: int, timeout: float) -> list[int]:
 
 
 def _exchange(grid: Grid, ids: list[int], kind: str, config, server_round: int) -> None:
+    if not ids:
+        return
+    down, up = int(config[f"{kind}-down-floats"]), int(config[f"{kind}-up-floats"])
     messages = [
         Message(
-            _content(int(config["down-floats"]), **{"up-floats": int(config["up-floats"])}),
+            _content(down, **{"up-floats": up}),
             dst_node_id=node,
             message_type=kind,
         )
@@ -74,8 +78,7 @@ def main(grid: Grid, context: Context) -> None:
     elapsed = []
     for server_round in range(1, int(config["num-server-rounds"]) + 1):
         _exchange(grid, ids[: int(config["train-messages"])], "train", config, server_round)
-        if config["evaluate"]:
-            _exchange(grid, ids, "evaluate", config, server_round)
+        _exchange(grid, ids[: int(config["evaluate-messages"])], "evaluate", config, server_round)
         elapsed.append(time.perf_counter() - started)
     out = Path(str(config["results-dir"]))
     out.mkdir(parents=True, exist_ok=True)

@@ -133,19 +133,40 @@ def rounded(value: Any, digits: int = 4) -> Any:
 def floor_payload(
     figures: Mapping[str, Any], nodes: int, users: int, evaluates: bool
 ) -> dict[str, int]:
-    """The echo's per-round messages: one train message to as many nodes as ours trained
-    (at most ``nodes``), one evaluate message to every node if ours evaluated, each carrying
-    an equal share of our float32 values down and up per round."""
+    """The echo's per-round messages from our totals per round (no probe): one train
+    message to as many nodes as ours trained (at most ``nodes``), one evaluate message to
+    every node if ours evaluated, each carrying an equal share of our float32 values down
+    and up. :func:`probed_payload` is closer: it has each kind's own sizes."""
     train = max(1, min(nodes, round(figures["train_users_per_round"] or nodes)))
     if users and nodes < users:  # packed: every node with a participant gets a message
         train = nodes
-    messages = train + (nodes if evaluates else 0)
+    evaluate = nodes if evaluates else 0
+    down = int(figures["bytes_down"] or 0) // 4 // (train + evaluate)
+    up = int(figures["bytes_up"] or 0) // 4 // (train + evaluate)
     return {
         "train-messages": train,
-        "evaluate": evaluates,
-        "down-floats": int(figures["bytes_down"] or 0) // 4 // messages,
-        "up-floats": int(figures["bytes_up"] or 0) // 4 // messages,
+        "evaluate-messages": evaluate,
+        "train-down-floats": down,
+        "train-up-floats": up,
+        "evaluate-down-floats": down,
+        "evaluate-up-floats": up,
     }
+
+
+def probed_payload(sizes: Mapping[str, Sequence[tuple[int, int]]]) -> dict[str, int]:
+    """The echo's per-round messages from our messages of one round, by kind: ``sizes[kind]``
+    holds (bytes down, bytes up) of each message; each echo message of a kind carries that
+    kind's median as float32 values. (Ray moves an argument or result over 100 kB through
+    its object store, a few ms more per message: per-kind sizes keep the floor honest.)"""
+    payload: dict[str, int] = {}
+    for kind in ("train", "evaluate"):
+        pairs = list(sizes.get(kind, []))
+        payload[f"{kind}-messages"] = len(pairs)
+        for i, way in enumerate(("down", "up")):
+            payload[f"{kind}-{way}-floats"] = (
+                int(statistics.median(p[i] for p in pairs)) // 4 if pairs else 0
+            )
+    return payload
 
 
 def case_name(record: Mapping[str, Any]) -> str:

@@ -46,8 +46,32 @@ def num_users(config: dict[str, Any]) -> int:
     return prepare(RunConfig.from_mapping(config)).num_users
 
 
+def sized_grid(client_app, config: dict[str, Any], nodes: int, server_round: int):
+    """A LocalGrid that notes (bytes down, bytes up) of each message of ``server_round``, by
+    kind, in its ``sizes`` (arrays only, as the strategy counts them)."""
+    from fedrec_flwr.local_grid import LocalGrid
+
+    grid = LocalGrid(client_app, config, nodes)
+    grid.sizes = {}
+
+    def noted(message, context):
+        reply = client_app(message, context)
+        content = message.content
+        if "config" in content and content["config"].get("server-round") == server_round:
+            down = content["arrays"].count_bytes() if "arrays" in content else 0
+            up = 0
+            if not reply.has_error() and "arrays" in reply.content:
+                up = reply.content["arrays"].count_bytes()
+            grid.sizes.setdefault(message.metadata.message_type, []).append((down, up))
+        return reply
+
+    grid.client_app = noted
+    return grid
+
+
 def run_ours(spec: dict[str, Any]) -> dict[str, Any]:
-    """Our app on ``spec['nodes']`` nodes; the run folder and the nodes used."""
+    """Our app on ``spec['nodes']`` nodes; the run folder, the nodes used and (in-process)
+    the sizes of round 2's messages (round 1 when there is one round)."""
     config, nodes = spec["config"], spec["nodes"]
     if spec["mode"] == "faithful":
         users = num_users(config)
@@ -55,20 +79,24 @@ def run_ours(spec: dict[str, Any]) -> dict[str, Any]:
             raise SystemExit(f"faithful mode is one user per node: nodes={nodes}, users={users}")
         nodes = users
     nodes = nodes or 1
-    if spec["mode"] == "inprocess":
+    sizes = None
+    if spec["mode"] == "inprocess" or spec["what"] == "probe":
         from fedrec_flwr.client import app as client_app
         from fedrec_flwr.config import RunConfig
-        from fedrec_flwr.local_grid import LocalGrid
         from fedrec_flwr.server import run_federation
 
-        run_federation(LocalGrid(client_app, config, nodes), RunConfig.from_mapping(config))
+        rounds = int(config["num-server-rounds"])
+        grid = sized_grid(client_app, config, nodes, 2 if rounds > 1 else 1)
+        run_federation(grid, RunConfig.from_mapping(config))
+        sizes = grid.sizes
     else:
         from fedrec_flwr.launch import run
 
         status, output = run(config, nodes=nodes, federation=federation(spec), stream=False)
         if status != "finished:completed":
             raise SystemExit(f"flwr run ended {status}:\n{output[-3000:]}")
-    return {"run_dir": str(Path(config["results-dir"]) / config["run-name"]), "nodes": nodes}
+    run_dir = Path(config["results-dir"]) / config["run-name"]
+    return {"run_dir": str(run_dir), "nodes": nodes, "sizes": sizes}
 
 
 def load_echo():
@@ -111,9 +139,10 @@ def run_floor(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(spec_path: str, out_path: str) -> None:
-    """Run the spec (``what``: ``ours`` or ``floor``); write what it gave as JSON."""
+    """Run the spec (``what``: ``ours``, ``probe``: ours in-process only to note its message
+    sizes, or ``floor``); write what it gave as JSON."""
     spec = json.loads(Path(spec_path).read_text())
-    result = run_ours(spec) if spec["what"] == "ours" else run_floor(spec)
+    result = run_floor(spec) if spec["what"] == "floor" else run_ours(spec)
     result.update(machine())
     result["rusage_peak_bytes"] = rusage_peak_bytes()
     result["ray_imported"] = "ray" in sys.modules
