@@ -20,18 +20,23 @@ from fedrec_flwr.privacy.audit_run import ATTACKS, audited_run, preset
 from fedrec_flwr.privacy.report import markdown, parse_sets
 
 #: The audited configurations (run-config keys on top of the method's preset); ``--ldp``
-#: and ``--decoys`` override the keys of the protected ones.
-CONFIGS = {
-    "none": {},
-    "ldp": {"ldp-mechanism": "gaussian", "ldp-epsilon": 1.5, "ldp-clip": 10.0},
-    "decoys": {"decoy-ratio": 4.0},
-    "both": {
-        "ldp-mechanism": "gaussian",
-        "ldp-epsilon": 1.5,
-        "ldp-clip": 10.0,
-        "decoy-ratio": 4.0,
-    },
-}
+#: and ``--decoys`` override the keys of the protected ones. LDP: Gaussian, epsilon 4 per
+#: row, the clip at about the median norm of a user's row change without protection (PFedRec
+#: 15, FedMF 3: its item rows move less).
+LDP = {"ldp-mechanism": "gaussian", "ldp-epsilon": 4.0, "ldp-delta": 1e-5}
+CLIP = {"pfedrec": 15.0, "fedmf": 3.0}
+DECOYS = {"decoy-ratio": 16.0}
+CONFIGS = {"none": {}, "ldp": LDP, "decoys": DECOYS, "both": {**LDP, **DECOYS}}
+
+
+def config_keys(name: str, method: str, ldp: dict, decoys: dict) -> dict:
+    """The keys of configuration ``name`` for ``method`` (with the overrides)."""
+    keys = dict(CONFIGS[name])
+    if "ldp-mechanism" in keys:
+        keys.update({"ldp-clip": CLIP.get(method, 1.0), **ldp})
+    if "decoy-ratio" in keys:
+        keys.update(decoys)
+    return keys
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -50,18 +55,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (processes)")
     parser.add_argument("--ldp", nargs="*", default=[], help="key=value for ldp and both")
     parser.add_argument("--decoys", nargs="*", default=[], help="key=value for decoys, both")
+    parser.add_argument("--name", default="", help="suffix of the configurations' names")
     parser.add_argument("--out", default="bench/results/privacy")
     parser.add_argument("--tag", default="audit-ml100k")
     args = parser.parse_args(argv)
 
-    configs = {name: dict(CONFIGS[name]) for name in args.configs}
-    for name in configs:
-        if name in ("ldp", "both"):
-            configs[name].update(parse_sets(args.ldp))
-        if name in ("decoys", "both"):
-            configs[name].update(parse_sets(args.decoys))
+    ldp, decoys = parse_sets(args.ldp), parse_sets(args.decoys)
+    configs = {
+        method: {name: config_keys(name, method, ldp, decoys) for name in args.configs}
+        for method in args.methods
+    }
     if args.lambdas is not None:
-        configs = {f"lambda={lam:g}": {"ldp-laplace-lambda": lam} for lam in args.lambdas}
+        lambdas = {f"lambda={lam:g}": {"ldp-laplace-lambda": lam} for lam in args.lambdas}
+        configs = dict.fromkeys(args.methods, lambdas)
+    if args.name:
+        configs = {m: {f"{n}-{args.name}": k for n, k in c.items()} for m, c in configs.items()}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{args.tag}.json"
@@ -71,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         (method, name, keys, seed)
         for seed in args.seeds
         for method in args.methods
-        for name, keys in configs.items()
+        for name, keys in configs[method].items()
     ]
 
     settings = {

@@ -101,6 +101,7 @@ class RunConfig:
     ldp_delta: float = 1e-5
     ldp_clip: float = 1.0
     ldp_laplace_lambda: float = 0.0
+    ldp_denoise: bool = False
     decoy_ratio: float = 0.0
     synthetic_users: int = 1000
     synthetic_items: int = 2000
@@ -274,6 +275,11 @@ class RunConfig:
             raise ConfigError(
                 "ldp-laplace-lambda (raw noise, no clipping) and ldp-mechanism (clipped, "
                 "calibrated to ldp-epsilon) are two alternatives: set one, leave the other off."
+            )
+        if self.ldp_denoise and self.ldp_mechanism == "none" and self.ldp_laplace_lambda == 0:
+            raise ConfigError(
+                "ldp-denoise shrinks the LDP noise out of the aggregate: it needs ldp-mechanism "
+                "or ldp-laplace-lambda set (or set ldp-denoise = false)."
             )
         if self.decoy_ratio < 0:
             raise ConfigError(

@@ -49,6 +49,7 @@ from fedrec_flwr.messages import (
 )
 from fedrec_flwr.methods import Method
 from fedrec_flwr.partition import participants
+from fedrec_flwr.privacy.denoise import denoised
 from fedrec_flwr.server_optim import ServerOptimizer
 from fedrec_flwr.spectrum import effective_rank
 from fedrec_flwr.validation import (
@@ -267,6 +268,8 @@ class FedRecStrategy(Strategy):
             )
             return None, None
         touched, delta = row_changes(self.table, uploads, self.config.aggregation)
+        if self.config.ldp_denoise:  # post-processing of the LDP noise: privacy/denoise.py
+            delta = denoised(touched, delta, uploads, self.config, self.num_items)
         self.table = self.optimizer.update_rows(self.table, touched, delta)
         threshold = self.method.zero_threshold
         if threshold is not None:  # rows at or below the threshold are zero (and not sent)

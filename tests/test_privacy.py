@@ -171,3 +171,25 @@ def test_an_observer_sees_each_user_upload_and_changes_nothing():
 def test_bad_privacy_settings_fail_early_saying_what_to_do(keys, words):
     with pytest.raises(ConfigError, match=words):
         RunConfig.from_mapping(keys)
+
+
+def test_denoise_knows_the_noise_variance_and_shrinks_noise_only_rows():
+    from fedrec_flwr.privacy.denoise import denoised, noise_variance
+
+    gauss = RunConfig.from_mapping({"ldp-mechanism": "gaussian", "ldp-clip": 1.0})
+    assert noise_variance(gauss, 32) == pytest.approx(9.689610**2, rel=1e-6)
+    laplace = RunConfig.from_mapping({"ldp-mechanism": "laplace", "ldp-epsilon": 0.5})
+    assert noise_variance(laplace, 4) == pytest.approx(2 * (2 * 2 / 0.5) ** 2)  # b = 8
+    assert noise_variance(RunConfig.from_mapping({"ldp-laplace-lambda": 0.5}), 4) == 0.5
+    config = RunConfig.from_mapping({"ldp-laplace-lambda": 0.5, "ldp-denoise": True})
+    # 100 users, row 0 uploaded by 100 of them: noise variance per coordinate
+    # 100 * 0.5 / 100^2 = 0.005, d = 2: expected noise energy 0.01
+    upload = RowUpload(np.array([0, 1]), np.zeros((2, 2)), np.array([100, 100]), 100)
+    change = np.array([[0.1, 0.0], [3.0, 4.0]])  # energies 0.01 and 25
+    shrunk = denoised(np.array([0, 1]), change, [upload], config, 2)
+    np.testing.assert_allclose(shrunk[0], 0.0, atol=1e-12)  # all noise: no step
+    np.testing.assert_allclose(shrunk[1], change[1] * (1 - 0.01 / 25))
+    off = RunConfig.from_mapping({})
+    assert denoised(np.array([0, 1]), change, [upload], off, 2) is change
+    with pytest.raises(ConfigError, match="ldp-denoise"):
+        RunConfig.from_mapping({"ldp-denoise": True})

@@ -33,6 +33,7 @@ SYNTHETIC = {
         {"method": "fedmf", "protocol": "paper", "init-std": 0.1, "lr": 2.0, "item-lr": 1.0},
         {"method": "pfedrec", "ldp-mechanism": "gaussian", "ldp-clip": 5.0, "decoy-ratio": 1.0},
         {"method": "pfedrec", "protocol": "paper", "ldp-laplace-lambda": 0.3},
+        {"method": "fedmf", "ldp-mechanism": "laplace", "ldp-clip": 0.5, "ldp-denoise": True},
     ],
 )
 def test_the_plain_loop_reproduces_the_flower_run(tmp_path, keys):

@@ -16,6 +16,7 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.node import NodeRuntime
 from fedrec_flwr.partition import participants
+from fedrec_flwr.privacy.denoise import denoised
 from fedrec_flwr.seeding import keyed_rng
 from fedrec_flwr.server_optim import ServerOptimizer
 
@@ -53,6 +54,8 @@ def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
         )
         start = table
         touched, delta = row_changes(table, [upload], config.aggregation)
+        if config.ldp_denoise:
+            delta = denoised(touched, delta, [upload], config, prepared.num_items)
         table = optimizer.update_rows(table, touched, delta)
         if method.zero_threshold is not None:
             table[np.abs(table).max(axis=1, initial=0.0) <= method.zero_threshold] = 0.0

@@ -54,8 +54,10 @@ def markdown(records: list[dict], attacks: tuple[str, ...], command: str) -> str
         lines.append("| " + " | ".join(row) + " |")
     first = records[0]
     note = (
-        f"\n{first['dataset']}, {first['rounds']} rounds, {first['nodes']} nodes in-process; "
-        f"test HR@10 at the best validation round; attacks on {first['users']} sampled users' "
+        f"\n{first['dataset']}, {first['rounds']} rounds, "
+        + (f"{first['nodes']} nodes in-process (Flower)" if first["nodes"] else "plain loop")
+        + "; test HR@10 at the best validation round; "
+        f"attacks on {first['users']} sampled users' "
         f"uploads (one user per upload) in rounds {first['audit_rounds']}, mean over users and "
         "rounds, then mean ± std over seeds. AUC 0.5 and 'random F1' are a random guess.\n\n"
         f"Command: `{command}`\n"
