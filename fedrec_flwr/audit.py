@@ -58,7 +58,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", default="", help="suffix of the configurations' names")
     parser.add_argument("--out", default="bench/results/privacy")
     parser.add_argument("--tag", default="audit-ml100k")
+    parser.add_argument("--merge", nargs="+", help="only merge these result files into --tag")
     args = parser.parse_args(argv)
+    if args.merge:  # one table from several runs' files (e.g. the table and its sweeps)
+        merged = [r for f in args.merge for r in json.loads(Path(f).read_text())["runs"]]
+        commands = [json.loads(Path(f).read_text())["command"] for f in args.merge]
+        out = Path(args.out)
+        (out / f"{args.tag}.md").write_text(markdown(merged, ATTACKS, "`, `".join(commands)))
+        return
 
     ldp, decoys = parse_sets(args.ldp), parse_sets(args.decoys)
     configs = {

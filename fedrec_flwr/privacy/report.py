@@ -35,16 +35,19 @@ def markdown(records: list[dict], attacks: tuple[str, ...], command: str) -> str
     for record in records:
         key = (record["protocol"], record["method"], record["config"])
         groups.setdefault(key, []).append(record)
-    head = ["protocol", "method", "config", "keys", "seeds", "test HR@10 (%)", "vs none"]
+    head = ["protocol", "method", "config", "keys", "seeds", "test HR@10 (%)", "vs none*"]
     head += [f"{a} AUC" for a in attacks] + [f"{a} F1" for a in attacks] + ["random F1"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (protocol, method, config), runs in groups.items():
         hr = [r["test"]["hr@10"] for r in runs]
         base = groups.get((protocol, method, "none"), groups.get((protocol, method, "lambda=0")))
         change = "-"
-        if base and config not in ("none", "lambda=0"):
-            ref = statistics.mean(r["test"]["hr@10"] for r in base)
-            change = f"{100 * (statistics.mean(hr) - ref) / ref:+.1f} %"
+        if base and config not in ("none", "lambda=0"):  # against the same seeds
+            ref = {r["seed"]: r["test"]["hr@10"] for r in base}
+            pairs = [(r["test"]["hr@10"], ref[r["seed"]]) for r in runs if r["seed"] in ref]
+            if pairs:
+                mine, theirs = (statistics.mean(p) for p in zip(*pairs, strict=True))
+                change = f"{100 * (mine - theirs) / theirs:+.1f} %"
         keys = ", ".join(f"{k}={v}" for k, v in runs[0]["keys"].items()) or "-"
         row = [protocol, method, config, keys, ",".join(str(r["seed"]) for r in runs)]
         row += [cell(hr, 100), change]
@@ -59,7 +62,8 @@ def markdown(records: list[dict], attacks: tuple[str, ...], command: str) -> str
         + "; test HR@10 at the best validation round; "
         f"attacks on {first['users']} sampled users' "
         f"uploads (one user per upload) in rounds {first['audit_rounds']}, mean over users and "
-        "rounds, then mean ± std over seeds. AUC 0.5 and 'random F1' are a random guess.\n\n"
+        "rounds, then mean ± std over seeds. AUC 0.5 and 'random F1' are a random guess. "
+        "*: relative change of the mean test HR@10 against no protection on the same seeds.\n\n"
         f"Command: `{command}`\n"
     )
     return "\n".join(lines) + "\n" + note
