@@ -3,7 +3,7 @@
 # CUDA, no internet, no Ray): the CUDA tests, then the scale harness with CPU and GPU cases
 # side by side in one run. Run from the repository root:
 #
-#   OUT=/tmp/gpu bash bench/gpu_checks.sh [quick]
+#   OUT=/tmp/gpu bash bench/gpu_checks.sh [quick | lean]
 #
 # Optional folders: .whl/ (wheels of flwr and what it needs that the machine lacks,
 # installed into /tmp/site) and .data/ (ml-100k/u.data, lastfm-2k/user_taggedartists.dat).
@@ -31,6 +31,14 @@ BIG="dataset=synthetic,users=100000,items=20000,degree=50,mode=inprocess,fractio
 ML100K="preset=pfedrec-ml100k-strict,mode=inprocess"
 if [ "${1:-}" = quick ]; then
     python3 bench/scale.py --rounds 3 --no-floor --case "$ML1M,device=cuda" 2>&1 | tail -3
+elif [ "${1:-}" = lean ]; then  # the fewest cases that compare CPU and GPU
+    python3 bench/scale.py --rounds 4 --no-floor --data-dir .data \
+        --case "$ML1M" > "$OUT/scale-cpu.log" 2>&1 &
+    cpu=$!
+    python3 bench/scale.py --rounds 4 --no-floor --data-dir .data \
+        --case "$ML1M,device=cuda" --case "$BIG,device=cuda" > "$OUT/scale-gpu.log" 2>&1
+    wait $cpu
+    tail -4 "$OUT/scale-cpu.log" "$OUT/scale-gpu.log"
 else
     # CPU and GPU cases run at the same time on different cores (the GPU case's process
     # drives the GPU from one core); each case's process runs with torch-threads 1.

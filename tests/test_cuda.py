@@ -1,7 +1,7 @@
 """The CUDA path (``device = "cuda"``): runs when PyTorch sees a GPU, skipped otherwise.
 
-Packed (all users in one node) and one-by-one (one user per node) runs must agree on CUDA as
-they do on the CPU (with ``cuda-deterministic``, the default); CUDA and CPU runs of the same
+Packed (all users in one node) and one-by-one (one user per node) runs agree on CUDA within
+float32 rounding (stated below; bit-identical only on the CPU); CUDA and CPU runs of the same
 seed agree within float32 rounding; every method and plug-in runs on the GPU.
 ``FEDREC_TEST_DEVICE=cpu`` runs the same tests on the CPU (to check the tests themselves).
 """
@@ -65,13 +65,24 @@ def figures(rows: list[dict[str, str]]) -> dict[str, list[float]]:
     return {n: [float(r[n]) for r in rows] for n in names}
 
 
+#: Packed against one-by-one on CUDA. CUDA's reduction kernels pick their strategy by shape,
+#: so a user's float32 arithmetic is not exactly the same in a batch of 30 users as alone
+#: (on an H200: train loss relative difference 4.1e-9 after 2 rounds of PFedRec, paper
+#: protocol); the CPU path is bit-identical. Ranking metrics may differ by a tie broken the
+#: other way: at most one user's hit per metric.
+LOSS_TOLERANCE = 1e-6
+
+
 @pytest.mark.parametrize("method", ["pfedrec", "fedmf"])
 @pytest.mark.parametrize("protocol", ["paper", "strict"])
-def test_packed_equals_one_by_one_on_cuda(tmp_path, method, protocol):
+def test_packed_equals_one_by_one_on_cuda_within_rounding(tmp_path, method, protocol):
+    users = SMALL["synthetic-users"]
     packed = figures(rounds(tmp_path / "1", 1, method=method, protocol=protocol, device=DEVICE))
-    alone = figures(rounds(tmp_path / "30", 30, method=method, protocol=protocol, device=DEVICE))
+    alone = figures(rounds(tmp_path / "30", users, method=method, protocol=protocol, device=DEVICE))
+    assert alone["train-loss"] == pytest.approx(packed["train-loss"], rel=LOSS_TOLERANCE)
     for name, values in packed.items():
-        assert alone[name] == pytest.approx(values, rel=1e-9, abs=1e-12), name
+        if name != "train-loss":
+            assert alone[name] == pytest.approx(values, abs=1.0 / users + 1e-9), name
     assert packed["val-hr@10"][-1] > 0
 
 
