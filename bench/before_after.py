@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedrec_flwr.launch import PROJECT, merged_run_config
+from fedrec_flwr.results import TIMING_COLUMNS
 
 CASES = [
     f"{method}-ml100k-{protocol}"
@@ -131,7 +132,7 @@ def run_once(
         rows = list(csv.DictReader(f))
     elapsed = [float(r["seconds"]) for r in rows]
     per_round = [b - a for a, b in itertools.pairwise(elapsed)]  # rounds 2..R
-    results = [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+    results = [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rows]
     return statistics.median(per_round), total, results
 
 

@@ -95,7 +95,9 @@ def run_case(text: str, args: argparse.Namespace, work: Path) -> dict:
         "gpus": harness.get("gpus", 0),
     }
     print(f"scale: {text}: running {args.rounds} rounds ({mode})", flush=True)
+    load_before = os.getloadavg()[0]
     ours, peak = measure(spec, work, "ours")
+    load = round((load_before + os.getloadavg()[0]) / 2, 2)  # the machine's load meanwhile
     run_dir = Path(ours["run_dir"])
     described = json.loads((run_dir / "config.json").read_text())
     figures = record.run_figures(record.round_rows(run_dir))
@@ -113,6 +115,7 @@ def run_case(text: str, args: argparse.Namespace, work: Path) -> dict:
         "eval_users": merged.get("eval-users") or None,
         "mode": mode,
         **figures,
+        "load_average": load,
         "peak_rss_mb": round(peak.mb, 1),
         "rss_backend": peak.backend,
         "ray_imported": ours["ray_imported"],

@@ -49,6 +49,10 @@ def new_run_dir(config: RunConfig) -> Path:
     return path
 
 
+#: rounds.csv columns that time a round (wall, CPU): they differ from run to run.
+TIMING_COLUMNS = ("seconds", "cpu-seconds")
+
+
 class RunRecorder:
     """Writes one run's results as it goes."""
 
@@ -81,6 +85,7 @@ class RunRecorder:
             "eval-failures",
             "rejected-replies",
             "eval-users",
+            "cpu-seconds",
         ]
         self.rows: list[dict[str, Any]] = []
         self.stopped_diverged: int | None = None

@@ -118,6 +118,7 @@ class FedRecStrategy(Strategy):
         self.best_val: tuple[float, int] | None = None  # (validation HR@10, round)
         self.evals_since_best = 0
         self.started = time.perf_counter()
+        self.started_cpu = time.process_time()  # this process's CPU (in-process: the nodes' too)
         self.checkpoints: Checkpoints | None = None  # set by the ServerApp (checkpoint.py)
 
     def connect(self, grid: Grid, timeout: float) -> None:
@@ -423,6 +424,7 @@ class FedRecStrategy(Strategy):
         result = Result()
         arrays = initial_arrays
         self.started = time.perf_counter()
+        self.started_cpu = time.process_time()  # this process's CPU (in-process: the nodes' too)
         first_round = 1  # a resumed run continues after its checkpoint
         if self.checkpoints is not None:
             first_round = self.checkpoints.restore(self, grid, timeout) + 1
@@ -502,6 +504,7 @@ class FedRecStrategy(Strategy):
         figures: dict[str, float] = {
             "round": server_round,
             "seconds": round(time.perf_counter() - self.started, 3),
+            "cpu-seconds": round(time.process_time() - self.started_cpu, 3),
             **self.log.metrics,
             "bytes-down": self.log.bytes_down,
             "bytes-up": self.log.bytes_up,

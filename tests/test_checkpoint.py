@@ -19,6 +19,7 @@ from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.local_grid import LocalGrid
 from fedrec_flwr.node import NodeRuntime
+from fedrec_flwr.results import TIMING_COLUMNS
 from fedrec_flwr.resume import CheckpointError
 from fedrec_flwr.server import run_federation
 from fedrec_flwr.state_store import NodeStateStore, StateMismatchError
@@ -105,10 +106,11 @@ def restarts_in(server_round: int, partition: int = 1):
 
 
 def without_seconds(run_dir: Path) -> list[str]:
-    """rounds.csv as bytes, less its ``seconds`` column."""
+    """rounds.csv as bytes, less its timing columns (``seconds``, ``cpu-seconds``)."""
     lines = (run_dir / "rounds.csv").read_bytes().split(b"\r\n")
-    column = lines[0].split(b",").index(b"seconds")
-    return [b",".join(f for i, f in enumerate(line.split(b",")) if i != column) for line in lines]
+    header = lines[0].split(b",")
+    skip = {header.index(name.encode()) for name in TIMING_COLUMNS}
+    return [b",".join(f for i, f in enumerate(line.split(b",")) if i not in skip) for line in lines]
 
 
 def summary_of(run_dir: Path) -> dict:

@@ -28,6 +28,7 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.export import export_devices
 from fedrec_flwr.launch import COMPLETED, PROJECT, _follow
 from fedrec_flwr.local_grid import LocalGrid
+from fedrec_flwr.results import TIMING_COLUMNS
 from fedrec_flwr.secure import write_node_key
 from fedrec_flwr.server import run_federation
 from fedrec_flwr.supernodes import LocalDeployment
@@ -229,7 +230,9 @@ def _sent_evaluate_reply(log: Path) -> bool:
 
 def rounds_without_seconds(run_dir: Path) -> list[dict[str, str]]:
     with open(run_dir / "rounds.csv") as f:
-        return [{k: v for k, v in row.items() if k != "seconds"} for row in csv.DictReader(f)]
+        return [
+            {k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in csv.DictReader(f)
+        ]
 
 
 def in_process(tmp_path: Path, run_config: dict, devices: list[Path], fails=(), restart=0):

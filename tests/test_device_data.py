@@ -19,6 +19,7 @@ from fedrec_flwr.data.export import main as export_main
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.local_grid import LocalGrid
 from fedrec_flwr.messages import ARRAYS, array_record
+from fedrec_flwr.results import TIMING_COLUMNS
 from fedrec_flwr.server import run_federation
 from fedrec_flwr.strategy import FederationError
 
@@ -57,7 +58,9 @@ def federate(tmp_path: Path, nodes: int, folders=None, client=client_app, **over
 def rounds(tmp_path: Path) -> list[dict[str, str]]:
     (run_dir,) = (tmp_path / "results").iterdir()
     with open(run_dir / "rounds.csv") as f:
-        return [{k: v for k, v in row.items() if k != "seconds"} for row in csv.DictReader(f)]
+        return [
+            {k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in csv.DictReader(f)
+        ]
 
 
 def test_each_folder_holds_only_its_users_rows(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.local_grid import LocalGrid
 from fedrec_flwr.messages import array_record, dense_arrays
 from fedrec_flwr.methods import build_method
+from fedrec_flwr.results import TIMING_COLUMNS
 from fedrec_flwr.server import initial_item_table, run_federation
 from fedrec_flwr.strategy import FedRecStrategy
 
@@ -58,7 +59,7 @@ def read_rounds(tmp_path) -> list[dict[str, str]]:
 
 
 def without_seconds(rows):
-    return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+    return [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rows]
 
 
 def train_round(strategy, grid, server_round=1):

@@ -37,6 +37,8 @@ FIELDS = (
     "seconds_per_round_median",
     "seconds_per_round_min",
     "seconds_per_round_max",
+    "cpu_seconds_per_round_median",
+    "load_average",
     "clients_per_second",
     "train_users_per_round",
     "peak_rss_mb",
@@ -112,7 +114,12 @@ def run_figures(rows: Sequence[Mapping[str, str]]) -> dict[str, Any]:
     kept = after_first(list(rows))
     users = median([float(r["train-users"] or 0) for r in kept])
     middle = median(seconds)
+    cpu = [r.get("cpu-seconds") for r in rows]
+    cpu_seconds = after_first(durations([float(c) for c in cpu])) if all(cpu) else []
     figures = {
+        # CPU time of the server's process per round (in-process: the nodes' too): on a
+        # loaded machine it stays near the quiet wall time when the wall time does not.
+        "cpu_seconds_per_round_median": median(cpu_seconds),
         "rounds": len(rows),
         "seconds_per_round_median": middle,
         "seconds_per_round_min": min(seconds) if seconds else None,
@@ -217,6 +224,8 @@ TABLE_COLUMNS = (
     ("s/round (median)", "seconds_per_round_median", 3),
     ("min", "seconds_per_round_min", 3),
     ("max", "seconds_per_round_max", 3),
+    ("CPU s/round", "cpu_seconds_per_round_median", 3),
+    ("load", "load_average", 1),
     ("clients/s", "clients_per_second", 0),
     ("peak RSS MB", "peak_rss_mb", 0),
     ("MB down/round", "mb_down", 2),
