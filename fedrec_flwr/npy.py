@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import io
 import re
+import threading
 
 import numpy as np
 from flwr.app import Array
@@ -22,6 +23,11 @@ HEADER = re.compile(
     rb"\{'descr': '([<>|=][a-zA-Z]\d+)', 'fortran_order': False, 'shape': \(([\d, ]*)\), \}"
 )
 SIMPLE_KINDS = frozenset("biuf")
+#: arrays of at least this many bytes are interned (see :func:`_interned`)
+INTERN_BYTES = 16 * 1024
+INTERN_SLOTS = 8
+_recent: dict[tuple[int, int], bytes] = {}
+_recent_lock = threading.Lock()
 
 
 def to_array(array: np.ndarray) -> Array:
@@ -34,8 +40,27 @@ def to_array(array: np.ndarray) -> Array:
         dtype=str(array.dtype),
         shape=shape,
         stype="numpy.ndarray",
-        data=_header(array.dtype, shape) + array.tobytes(),
+        data=_interned(_header(array.dtype, shape) + array.tobytes()),
     )
+
+
+def _interned(data: bytes) -> bytes:
+    """``data``, or an equal bytes object encoded just before (one of the last few large
+    ones). Equal arrays then share their bytes: a faithful node's tuned rows go in its reply
+    and in its private state, and Ray pickles the two once (under its 100 kB limit for
+    passing a result inline); the server's full table goes once into every evaluate message.
+    Bytes are immutable, so sharing changes nothing but memory and copies."""
+    if len(data) < INTERN_BYTES:
+        return data
+    key = (len(data), hash(data))
+    with _recent_lock:
+        found = _recent.get(key)
+        if found is not None and found == data:
+            return found
+        _recent[key] = data
+        while len(_recent) > INTERN_SLOTS:
+            del _recent[next(iter(_recent))]
+    return data
 
 
 @functools.lru_cache(maxsize=4096)

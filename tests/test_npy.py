@@ -40,3 +40,14 @@ def test_fortran_order_falls_back_to_flower() -> None:
     value = np.asfortranarray(RNG.normal(size=(3, 4)))
     flowers = Array(value)  # np.save writes fortran_order: True
     assert np.array_equal(to_numpy(flowers), value)
+
+
+def test_equal_large_arrays_share_their_bytes() -> None:
+    rows = RNG.normal(size=(300, 32)).astype(np.float32)
+    first, second = to_array(rows), to_array(rows.copy())
+    assert first.data is second.data  # pickled once when both travel together
+    other = to_array(rows + 1)
+    assert other.data is not first.data and other.data != first.data
+    small = np.arange(10, dtype=np.int64)
+    assert to_array(small).data is not to_array(small.copy()).data
+    assert np.array_equal(to_numpy(second), rows)
