@@ -94,6 +94,11 @@ def run_case(text: str, args: argparse.Namespace, work: Path) -> dict:
         "workers": harness.get("workers", 1),
         "gpus": harness.get("gpus", 0),
     }
+    payload, floors = None, []
+    if args.bracket and not args.no_floor:  # a floor before ours, one after
+        probed = probe(spec, text, work)
+        payload = record.probed_payload(probed["sizes"])
+        floors.append(run_floor(spec, text, probed["nodes"], payload, args.rounds, work))
     print(f"scale: {text}: running {args.rounds} rounds ({mode})", flush=True)
     load_before = os.getloadavg()[0]
     ours, peak = measure(spec, work, "ours")
@@ -125,43 +130,41 @@ def run_case(text: str, args: argparse.Namespace, work: Path) -> dict:
     }
     rec["name"] = harness.get("name") or record.case_name(rec)
     if not args.no_floor:
-        sizes = ours["sizes"] or (None if args.no_probe else probe(spec, rec, work))
-        if sizes:
-            payload = record.probed_payload(sizes)
-        else:
-            evaluates = merged.get("eval-every", 1) == 1
-            payload = record.floor_payload(figures, rec["nodes"], rec["users"] or 0, evaluates)
-        rec.update(run_floor(spec, rec, payload, figures["rounds"], work))
+        if payload is None:
+            sizes = ours["sizes"] or (None if args.no_probe else probe(spec, text, work)["sizes"])
+            if sizes:
+                payload = record.probed_payload(sizes)
+            else:
+                evaluates = merged.get("eval-every", 1) == 1
+                users = rec["users"] or 0
+                payload = record.floor_payload(figures, rec["nodes"], users, evaluates)
+        floors.append(run_floor(spec, text, rec["nodes"], payload, figures["rounds"], work))
+        rec.update(record.floor_fields(floors, rec["seconds_per_round_median"], payload))
     return rec
 
 
-def probe(spec: dict, rec: dict, work: Path) -> dict:
-    """Our message sizes by kind, from the same case run in-process for 3 rounds (a flwr
-    run cannot be watched from here); the floor's echo then mirrors them."""
+def probe(spec: dict, text: str, work: Path) -> dict:
+    """Our message sizes by kind and nodes, from the same case run in-process for 3 rounds
+    (a flwr run cannot be watched from here); the floor's echo then mirrors them."""
     config = {**spec["config"], "results-dir": str(work / "probe"), "num-server-rounds": 3}
-    probe_spec = {**spec, "what": "probe", "config": config, "nodes": rec["nodes"]}
-    print(f"scale: {rec['name']}: probing our message sizes in-process (3 rounds)", flush=True)
+    probe_spec = {**spec, "what": "probe", "config": config}
+    print(f"scale: {text}: probing our message sizes in-process (3 rounds)", flush=True)
     result, _ = measure(probe_spec, work, "probe")
-    return result["sizes"]
+    return result
 
 
-def run_floor(spec: dict, rec: dict, payload: dict, rounds: int, work: Path) -> dict:
-    """Flower's floor for the case: the echo app, same mode and nodes, ``payload``."""
-    echo = {"num-server-rounds": rounds, "nodes": rec["nodes"], **payload}
-    echo["node-wait-timeout"] = 600.0
+def run_floor(
+    spec: dict, text: str, nodes: int, payload: dict, rounds: int, work: Path
+) -> tuple[float | None, float]:
+    """Flower's floor for the case: the echo app, same mode and nodes, ``payload``; its
+    median seconds per round (after the first) and peak RSS in MB."""
+    echo = {"num-server-rounds": rounds, "nodes": nodes, **payload, "node-wait-timeout": 600.0}
     floor_spec = {**spec, "what": "floor", "echo": echo}
-    floor_spec["config"] = {"results-dir": str(work / "floor")}
-    print(f"scale: {rec['name']}: floor (echo app, {payload})", flush=True)
+    floor_spec["config"] = {"results-dir": str(work / f"floor-{uuid.uuid4().hex[:8]}")}
+    print(f"scale: {text}: floor (echo app, {payload})", flush=True)
     result, peak = measure(floor_spec, work, "floor")
     seconds = record.after_first(record.durations(result["elapsed"]))
-    median = record.median(seconds)
-    ours = rec["seconds_per_round_median"]
-    return {
-        "floor_seconds_per_round_median": record.rounded(median),
-        "floor_peak_rss_mb": round(peak.mb, 1),
-        "floor_payload": payload,
-        "cost_ratio": record.rounded(ours / median if ours and median else None, 2),
-    }
+    return record.median(seconds), round(peak.mb, 1)
 
 
 def project_defaults() -> dict[str, Any]:
@@ -184,6 +187,12 @@ def main() -> None:
     )
     parser.add_argument("--out", default=str(OUT))
     parser.add_argument("--keep", action="store_true", help="keep the runs' temporary folders")
+    parser.add_argument(
+        "--bracket",
+        action="store_true",
+        help="run the floor before and after the case and compare with their mean (a busy "
+        "machine's drift between the runs then cancels to first order)",
+    )
     args = parser.parse_args()
     for text in args.case:
         work = Path(tempfile.mkdtemp(prefix="fedrec-scale-"))

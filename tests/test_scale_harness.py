@@ -212,3 +212,14 @@ def test_in_process_path_imports_no_ray() -> None:
     )
     project = Path(__file__).resolve().parents[1]
     assert subprocess.run([sys.executable, "-c", code], cwd=project).returncode == 0
+
+
+def test_floor_fields_one_or_bracketing_floors() -> None:
+    payload = {"train-messages": 3}
+    one = record.floor_fields([(2.0, 100.0)], 3.0, payload)
+    assert one["floor_seconds_per_round_median"] == 2.0 and one["cost_ratio"] == 1.5
+    assert "floor_runs_seconds_per_round_median" not in one
+    two = record.floor_fields([(2.0, 100.0), (4.0, 120.0)], 3.0, payload)
+    assert two["floor_seconds_per_round_median"] == 3.0 and two["cost_ratio"] == 1.0
+    assert two["floor_runs_seconds_per_round_median"] == [2.0, 4.0]
+    assert two["floor_peak_rss_mb"] == 120.0 and two["floor_payload"] == payload

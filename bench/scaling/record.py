@@ -176,6 +176,24 @@ def probed_payload(sizes: Mapping[str, Sequence[tuple[int, int]]]) -> dict[str, 
     return payload
 
 
+def floor_fields(
+    floors: Sequence[tuple[float | None, float]], ours: float | None, payload: Mapping
+) -> dict[str, Any]:
+    """The record's floor fields from one or two (bracketing) floor runs, each (median
+    seconds per round, peak RSS MB): the floor is their mean, ``cost_ratio`` ours over it."""
+    medians = [m for m, _ in floors if m]
+    floor = statistics.fmean(medians) if medians else None
+    fields: dict[str, Any] = {
+        "floor_seconds_per_round_median": rounded(floor),
+        "floor_peak_rss_mb": max(mb for _, mb in floors),
+        "floor_payload": dict(payload),
+        "cost_ratio": rounded(ours / floor if ours and floor else None, 2),
+    }
+    if len(floors) > 1:
+        fields["floor_runs_seconds_per_round_median"] = [rounded(m) for m, _ in floors]
+    return fields
+
+
 def case_name(record: Mapping[str, Any]) -> str:
     """``<method>-<dataset>-<users>x<items>-<mode>-n<nodes>-w<workers>-<device>[-f<frac>]``."""
     name = (
