@@ -195,9 +195,11 @@ def floor_fields(
 
 
 def case_name(record: Mapping[str, Any]) -> str:
-    """``<method>-<dataset>-<users>x<items>-<mode>-n<nodes>-w<workers>-<device>[-f<frac>]``."""
+    """``<method>-<dataset>-<protocol>-<users>x<items>-<mode>-n<nodes>-w<workers>-<device>``
+    ``[-f<frac>][-e<eval users>]``."""
+    protocol = f"-{record['protocol']}" if record.get("protocol") else ""
     name = (
-        f"{record['method']}-{record['dataset']}-{record['users']}x{record['items']}-"
+        f"{record['method']}-{record['dataset']}{protocol}-{record['users']}x{record['items']}-"
         f"{record['mode']}-n{record['nodes']}-w{record['ray_workers']}-{record['device']}"
     )
     if record.get("fraction_train") not in (None, 1.0, 1):
