@@ -36,6 +36,7 @@ def markdown(records: list[dict], attacks: tuple[str, ...], command: str) -> str
         key = (record["protocol"], record["method"], record["config"])
         groups.setdefault(key, []).append(record)
     head = ["protocol", "method", "config", "keys", "seeds", "test HR@10 (%)", "vs none*"]
+    head += ["test NDCG@10 (%)"]
     head += [f"{a} AUC" for a in attacks] + [f"{a} F1" for a in attacks] + ["random F1"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (protocol, method, config), runs in groups.items():
@@ -50,7 +51,7 @@ def markdown(records: list[dict], attacks: tuple[str, ...], command: str) -> str
                 change = f"{100 * (mine - theirs) / theirs:+.1f} %"
         keys = ", ".join(f"{k}={v}" for k, v in runs[0]["keys"].items()) or "-"
         row = [protocol, method, config, keys, ",".join(str(r["seed"]) for r in runs)]
-        row += [cell(hr, 100), change]
+        row += [cell(hr, 100), change, cell([r["test"]["ndcg@10"] for r in runs], 100)]
         row += [cell([r["attacks"][a]["auc"] for r in runs], digits=3) for a in attacks]
         row += [cell([r["attacks"][a]["f1"] for r in runs], digits=3) for a in attacks]
         row += [cell([r["attacks"]["random-f1"] for r in runs], digits=3)]
