@@ -1,0 +1,182 @@
+"""The evaluation half of the server strategy, and how a run's rounds are reported and
+stopped: a mixin of :class:`fedrec_flwr.strategy.FedRecStrategy`, which holds the state it
+reads (``config``, ``nodes``, ``table``, ``log``, ...).
+
+- ``evaluate`` (every node, every ``eval-every`` rounds and after the last): the global rows
+  its users' evaluation reads, and ``eval-users`` (0 on the last round: every user). Reply:
+  metric sums over its evaluated users, checked (:mod:`fedrec_flwr.validation`) before use.
+- After each round, its figures go to ``on_round`` (``rounds.csv``); a run stops early when
+  validation HR@10 stops improving (``early-stopping-patience``) and when every update of a
+  round diverged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from logging import ERROR, INFO, WARNING
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+
+from fedrec_flwr.evaluation import metric_names
+from fedrec_flwr.messages import ARRAYS, CONFIG, read_reply
+from fedrec_flwr.spectrum import effective_rank
+from fedrec_flwr.validation import ReplyError, check_eval_reply
+
+
+class EvaluationRounds:
+    """``configure_evaluate``/``aggregate_evaluate`` and the round's report and stop rules."""
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Send every node the global rows its users' evaluation reads."""
+        last = server_round == self.config.num_server_rounds
+        if server_round % self.config.eval_every and not last:
+            return []
+        base = self.round_start_table if self.method.eval_table == "round-start" else self.table
+        messages = []
+        self.eval_sent = set(self.nodes)
+        config = self._config(server_round)
+        config["eval-users"] = 0 if last else self.config.eval_users  # 0: all users
+        for node_id, info in self.nodes.items():
+            if info.eval_items is None:
+                payload = self._payload(None, None, base)
+            else:
+                payload = self._payload(None, info.eval_items, base[info.eval_items])
+            self.log.bytes_down += payload.count_bytes()
+            content = RecordDict({ARRAYS: payload, CONFIG: config})
+            messages.append(
+                Message(content, dst_node_id=node_id, message_type=MessageType.EVALUATE)
+            )
+        self.sent = messages
+        return messages
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        """Mean of each metric over the evaluated users of the valid replies."""
+        names = [f"{s}-{m}" for s in ("val", "test") for m in metric_names(self.config.protocol)]
+        sums = dict.fromkeys(names, 0.0)
+        users = 0
+        erank_sum, erank_users = 0.0, 0
+        sent, self.eval_sent = self.eval_sent, set()
+        for reply in replies:
+            node_id = self.sender(reply)
+            expected = node_id in sent
+            sent.discard(node_id)
+            if reply.has_error():
+                self.log.eval_failures += 1
+                log(
+                    WARNING,
+                    "round %d: node %d failed to evaluate, its users are left out: %s",
+                    server_round,
+                    node_id,
+                    reply.error.reason,
+                )
+                continue
+            try:
+                arrays, metrics = read_reply(reply)
+                self.log.bytes_up += reply.content[ARRAYS].count_bytes()
+                if not expected:
+                    raise ReplyError("the node was not sent an evaluate message this round")
+                node_users = len(self.nodes[node_id].users)
+                check_eval_reply(arrays, metrics, self.schema(), names, node_users)
+            except ValueError as error:
+                self._reject(server_round, "evaluate", node_id, error)
+                continue
+            users += int(metrics["num-users"])
+            if "erank-personal-users" in metrics:
+                erank_sum += float(metrics["erank-personal-sum"])
+                erank_users += int(metrics["erank-personal-users"])
+            for name in names:
+                sums[name] += float(metrics[name])
+            self.nodes[node_id].remember_request(reply)
+        self.log.eval_failures += self._missing(server_round, "evaluate", sent)
+        if users == 0:
+            return None
+        means = {name: value / users for name, value in sums.items()}
+        means["eval-users"] = users
+        means["erank-global"] = effective_rank(self.table)
+        if erank_users:
+            means["erank-personal"] = erank_sum / erank_users
+        self.log.metrics.update(means)
+        return MetricRecord(means)
+
+    def _no_better_validation(self, server_round: int, metrics: MetricRecord) -> bool:
+        """Track the best validation HR@10; True when ``early-stopping-patience`` (> 0)
+        evaluated rounds in a row have not beaten it (strictly, as the best round is the
+        earliest on ties; a NaN never improves)."""
+        value = float(metrics["val-hr@10"])
+        if value == value and (self.best_val is None or value > self.best_val[0]):
+            self.best_val = (value, server_round)
+            self.evals_since_best = 0
+        else:
+            self.evals_since_best += 1
+        patience = self.config.early_stopping_patience
+        return patience > 0 and self.evals_since_best >= patience
+
+    def _stop_early(self, server_round: int, num_rounds: int) -> None:
+        """Validation HR@10 stopped improving: this round is reported, then the run stops
+        (its test metrics stay those of the best validation round)."""
+        self.stopped_early_round = server_round
+        self._report_round(server_round, num_rounds)
+        best, best_round = self.best_val or (float("nan"), 0)
+        log(
+            INFO,
+            "round %d: validation HR@10 has not improved for %d evaluated rounds (best %.4f "
+            "at round %d): early stop (early-stopping-patience), %d of %d rounds run",
+            server_round,
+            self.evals_since_best,
+            best,
+            best_round,
+            server_round,
+            num_rounds,
+        )
+
+    def _stop_diverged(self, server_round: int, num_rounds: int) -> None:
+        """Every update of the round held NaN or inf: training diverged; stop the run (the
+        rounds before stand, and the summary names this round)."""
+        self.diverged_round = server_round
+        log(
+            ERROR,
+            "round %d: training diverged (every update of the round holds NaN or inf; see the "
+            "warnings above): the run stops here and its results are those of the rounds "
+            "before. Lower the learning rates (lr, item-lr, dense-lr) and run again.",
+            server_round,
+        )
+        self._report_round(server_round, num_rounds)
+
+    def _report_round(self, server_round: int, num_rounds: int) -> None:
+        figures: dict[str, float] = {
+            "round": server_round,
+            "seconds": round(time.perf_counter() - self.started, 3),
+            "cpu-seconds": round(time.process_time() - self.started_cpu, 3),
+            **self.log.metrics,
+            "bytes-down": self.log.bytes_down,
+            "bytes-up": self.log.bytes_up,
+            "touched-items-total": int(self.touched_ever.sum()),
+            "train-failures": self.log.train_failures,
+            "eval-failures": self.log.eval_failures,
+            "diverged-round": self.diverged_round,
+            "rejected-replies": self.log.rejected_replies,
+        }
+        shown = " ".join(
+            f"{k} {figures[k]:.4f}"
+            for k in ("train-loss", "val-hr@10", "val-ndcg@10", "test-hr@10", "test-ndcg@10")
+            if k in figures
+        )
+        log(
+            INFO,
+            "[round %d/%d] %.1fs | %s | down %.2f MB up %.2f MB",
+            server_round,
+            num_rounds,
+            figures["seconds"],
+            shown,
+            self.log.bytes_down / 1e6,
+            self.log.bytes_up / 1e6,
+        )
+        if self.on_round is not None:
+            self.on_round(figures)
