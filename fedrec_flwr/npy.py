@@ -23,9 +23,9 @@ HEADER = re.compile(
     rb"\{'descr': '([<>|=][a-zA-Z]\d+)', 'fortran_order': False, 'shape': \(([\d, ]*)\), \}"
 )
 SIMPLE_KINDS = frozenset("biuf")
-#: arrays of at least this many bytes are interned (see :func:`_interned`)
-INTERN_BYTES = 16 * 1024
-INTERN_SLOTS = 8
+#: arrays of this many bytes are interned (see :func:`_interned`): a user's rows, a table
+INTERN_BYTES = (16 * 1024, 4 * 1024 * 1024)
+INTERN_SLOTS = 8  # so at most 32 MiB are held
 _recent: dict[tuple[int, int], bytes] = {}
 _recent_lock = threading.Lock()
 
@@ -49,8 +49,9 @@ def _interned(data: bytes) -> bytes:
     ones). Equal arrays then share their bytes: a faithful node's tuned rows go in its reply
     and in its private state, and Ray pickles the two once (under its 100 kB limit for
     passing a result inline); the server's full table goes once into every evaluate message.
-    Bytes are immutable, so sharing changes nothing but memory and copies."""
-    if len(data) < INTERN_BYTES:
+    Bytes are immutable, so sharing changes nothing but memory and copies. Larger arrays
+    (a packed node's state) are not held: memory, not copies, is their cost."""
+    if not INTERN_BYTES[0] <= len(data) <= INTERN_BYTES[1]:
         return data
     key = (len(data), hash(data))
     with _recent_lock:

@@ -50,4 +50,6 @@ def test_equal_large_arrays_share_their_bytes() -> None:
     assert other.data is not first.data and other.data != first.data
     small = np.arange(10, dtype=np.int64)
     assert to_array(small).data is not to_array(small.copy()).data
+    large = np.zeros(2 * 1024 * 1024, dtype=np.float32)  # 8 MiB: never held
+    assert to_array(large).data is not to_array(large.copy()).data
     assert np.array_equal(to_numpy(second), rows)
