@@ -15,6 +15,7 @@ import argparse
 import cProfile
 import pickle
 import pstats
+import shutil
 import statistics
 import tempfile
 import time
@@ -73,10 +74,11 @@ def main() -> None:
     parser.add_argument("--sort", default="cumulative", help="pstats order (tottime, ...)")
     args = parser.parse_args()
     config = tomllib.loads((PROJECT / "conf" / f"{args.preset}.toml").read_text())
+    results = tempfile.mkdtemp(prefix="fedrec-faithful-profile-")
     config.update(
         {
             "data-dir": str(Path(args.data_dir).resolve()),
-            "results-dir": tempfile.mkdtemp(prefix="fedrec-faithful-profile-"),
+            "results-dir": results,
             "num-server-rounds": args.rounds,
             "checkpoint-every": 0,
         }
@@ -84,7 +86,10 @@ def main() -> None:
     profiler = cProfile.Profile() if args.profile else None
     grid = PickledGrid(client_app, config, args.nodes, profiler=profiler)
     started = time.perf_counter()
-    run_federation(grid, RunConfig.from_mapping(config))
+    try:
+        run_federation(grid, RunConfig.from_mapping(config))
+    finally:
+        shutil.rmtree(results, ignore_errors=True)
     print(f"\n{args.nodes} nodes, {args.rounds} rounds: {time.perf_counter() - started:.1f} s")
     print("| message | count | context bytes | message bytes | pickle ms | handler ms |")
     print("|---|---|---|---|---|---|")
