@@ -2,7 +2,7 @@
 
 Runs the first ``--rounds`` rounds of each preset in-process (LocalGrid, ``--nodes`` nodes as
 the committed runs' SuperNodes, seed ``--seed``, results in a temporary folder) and compares
-every column of its ``rounds.csv`` except ``seconds`` (metrics, train loss, bytes, touched
+every column of its ``rounds.csv`` but the timings (metrics, train loss, bytes, touched
 counts) with the same rows of ``bench/results/runs/<preset>-seed<seed>/rounds.csv``. It runs
 one round more than it compares: a run's last round uploads no request for a next round, so
 its ``bytes-up`` is not that of the same round in the committed (longer) run. Prints
@@ -209,7 +209,7 @@ def main() -> int:
     table = "\n".join(lines) + (
         f"\n\nFirst {args.rounds} rounds of each preset, seed {args.seed}, in-process with "
         f"{args.nodes} nodes, against `bench/results/runs/<preset>-seed{args.seed}/rounds.csv`; "
-        "every column but `seconds` compared (each run ran one round more, so that its last "
+        "every column but the timings compared (each run ran one round more, so that its last "
         f"compared round also uploads a next-round request); tolerance {args.tol:g}. "
         f"Code: {git_state()}.\n\n"
         f"```\npython {shlex.join(['bench/regression.py', *sys.argv[1:]])}\n```\n"
