@@ -27,7 +27,14 @@ from pathlib import Path
 import pytest
 
 from fedrec_flwr import processes
-from fedrec_flwr.launch import LOCAL_RAY, ConfigError, local_superlink, resolve_ray_address
+from fedrec_flwr.launch import (
+    LOCAL_RAY,
+    ConfigError,
+    _free_port,
+    _tool,
+    local_superlink,
+    resolve_ray_address,
+)
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
@@ -59,17 +66,6 @@ actors = [
 jobs = [{"id": j["JobID"], "driver_pid": j["DriverPid"]} for j in state.jobs()]
 print(json.dumps({"nodes": nodes, "actors": actors, "jobs": jobs}))
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _tool(name: str) -> str:
-    found = Path(sys.executable).with_name(name)
-    return str(found) if found.exists() else (shutil.which(name) or name)
 
 
 def _fedrec() -> list[str]:
