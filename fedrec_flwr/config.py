@@ -28,6 +28,7 @@ FEDRAP_SCHEDULES = ("tanh", "constant")
 FEDRAP_REG_ROWS = ("held", "batch")
 FEDRAP_DISTANCES = ("squared", "bounded")
 FAULT_MODES = ("crash", "timeout")
+KEEP_PERSONAL_ROWS = ("tuned", "positives")
 LDP_MECHANISMS = ("none", "laplace", "gaussian")  # fedrec_flwr/privacy/ldp.py
 DATA_DIR_ENV = "FEDREC_DATA_DIR"
 
@@ -86,6 +87,7 @@ class RunConfig:
     plgc_alpha: str = "ntk"
     plgc_decorrelation: float = 0.0
     plgc_persist: bool = False
+    keep_personal_rows: str = "tuned"
     eval_every: int = 1
     eval_users: int = 0
     early_stopping_patience: int = 0
@@ -254,7 +256,28 @@ class RunConfig:
                 )
         if not self.results_dir:
             raise ConfigError("results-dir must not be empty (default: 'results').")
-        build_method(self, num_items=1)  # the method's own checks (e.g. dual, plgc)
+        method = build_method(self, num_items=1)  # the method's own checks (dual, plgc)
+        self._validate_keep_personal_rows(method)
+
+    def _validate_keep_personal_rows(self, method) -> None:
+        """``keep-personal-rows``: only for a method that keeps personal rows, and not with
+        ``plgc-persist`` (whose local rows are trained from, not only evaluated with)."""
+        _choice("keep-personal-rows", self.keep_personal_rows, KEEP_PERSONAL_ROWS)
+        if self.keep_personal_rows == "tuned":
+            return
+        if not method.personal_rows:
+            raise ConfigError(
+                f"keep-personal-rows='{self.keep_personal_rows}' applies to a method that "
+                f"keeps personal item rows (pfedrec, personalization='dual', plgc); method "
+                f"'{self.method}' keeps none: leave keep-personal-rows = 'tuned'."
+            )
+        if method.train_from_personal:
+            raise ConfigError(
+                "keep-personal-rows='positives' and plgc-persist = true do not combine: "
+                "persistent local rows are trained from in later rounds, not only evaluated "
+                "with. Set one of them back (keep-personal-rows = 'tuned' or plgc-persist = "
+                "false)."
+            )
 
     def _validate_privacy(self) -> None:
         """The ``ldp-*`` and ``decoy-ratio`` keys (:mod:`fedrec_flwr.privacy`)."""

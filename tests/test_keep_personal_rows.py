@@ -1,0 +1,68 @@
+"""``keep-personal-rows``: which tuned rows a user keeps and evaluates with (issue 10,
+finding 1: under ``strict`` a held-out item drawn as a round negative is otherwise scored
+from a row the item step pushed down)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedrec_flwr.config import ConfigError, RunConfig
+from fedrec_flwr.data.prepared import prepare
+from fedrec_flwr.node import NodeRuntime
+from fedrec_flwr.server import initial_item_table
+
+SMALL = {
+    "dataset": "synthetic",
+    "synthetic-users": 24,
+    "synthetic-items": 300,
+    "synthetic-mean-degree": 10,
+    "batch-size": 32,
+    "item-lr": 0.5,
+}
+
+
+def trained_rows(keep: str, **extra):
+    """Train one round on a node of 3: the runtime, the personal items each of its users
+    keeps, the node's state and the table it trained from."""
+    config = RunConfig.from_mapping({**SMALL, "keep-personal-rows": keep, **extra})
+    prepared = prepare(config)
+    runtime = NodeRuntime(config, prepared, 1, 3)
+    table = initial_item_table(config, prepared.num_items, runtime.method.row_dim)
+    _, state = runtime.train(runtime.initial_state(), 1, runtime.users, None, table, {})
+    kept = {int(u): state.personal.of(j)[0] for j, u in enumerate(runtime.users)}
+    return runtime, kept, state, table
+
+
+@pytest.mark.parametrize("extra", [{}, {"method": "fedmf", "personalization": "dual"}])
+def test_positives_keeps_exactly_the_train_positives_tuned_keeps_negatives_too(extra):
+    runtime, tuned, _, _ = trained_rows("tuned", **extra)
+    _, positives, _, _ = trained_rows("positives", **extra)
+    prepared = runtime.prepared
+    some_negatives = 0
+    for user, items in positives.items():
+        train = np.unique(prepared.train_positives(user))
+        assert np.array_equal(items, train), user
+        assert np.isin(train, tuned[user]).all()
+        some_negatives += len(np.setdiff1d(tuned[user], train))
+    assert some_negatives > 0  # "tuned" keeps the rows of sampled negatives as well
+
+
+def test_positives_gives_other_metrics_than_tuned_on_the_same_rows():
+    results = {}
+    for keep in ("tuned", "positives"):
+        runtime, _, state, table = trained_rows(keep)
+        results[keep] = runtime.evaluate(state, None, table, {})
+    assert results["tuned"] != results["positives"]
+
+
+def test_keep_personal_rows_is_refused_where_it_cannot_apply():
+    with pytest.raises(ConfigError, match="keeps none"):
+        RunConfig.from_mapping({**SMALL, "method": "fedmf", "keep-personal-rows": "positives"})
+    with pytest.raises(ConfigError, match="plgc-persist"):
+        RunConfig.from_mapping(
+            {**SMALL, "plgc": True, "plgc-persist": True, "keep-personal-rows": "positives"}
+        )
+    with pytest.raises(ConfigError, match="keep-personal-rows"):
+        RunConfig.from_mapping({**SMALL, "keep-personal-rows": "all"})
+    RunConfig.from_mapping({**SMALL, "plgc": True, "keep-personal-rows": "positives"})
