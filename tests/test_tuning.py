@@ -1,0 +1,60 @@
+"""The Optuna tuner (``python -m fedrec_flwr.tuning``): search spaces, preset writing, and a
+tiny study that resumes instead of starting over."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from fedrec_flwr import tuning
+from fedrec_flwr.config import RunConfig
+
+PRESETS = sorted((Path(__file__).resolve().parents[1] / "conf").glob("*-strict.toml"))
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
+def test_every_strict_preset_has_a_space_whose_keys_are_run_config_keys(preset):
+    config = tomllib.loads(preset.read_text())
+    space = tuning.space_for(config)
+    assert space and set(space) <= set(RunConfig.key_names())
+    personal = config["method"] == "pfedrec" or config.get("personalization") == "dual"
+    assert ("keep-personal-rows" in space) == (
+        (personal or config.get("plgc", False)) and not config.get("plgc-persist", False)
+    )
+    assert ("plgc-alpha" in space) == config.get("plgc", False)
+
+
+def test_write_preset_sets_and_adds_keys_and_keeps_comments(tmp_path):
+    preset = tmp_path / "p.toml"
+    preset.write_text('# why\nmethod = "pfedrec"\nlr = 0.1\n')
+    tuning.write_preset(preset, {"lr": 0.25, "keep-personal-rows": "positives"}, "tuned: x")
+    text = preset.read_text()
+    assert text.startswith("# tuned: x\n# why\n")
+    values = tomllib.loads(text)
+    assert values == {"method": "pfedrec", "lr": 0.25, "keep-personal-rows": "positives"}
+
+
+def test_a_study_reports_every_trial_and_resumes(tmp_path, private_cache):
+    pytest.importorskip("optuna")
+    preset = tmp_path / "syn.toml"
+    preset.write_text(
+        'method = "fedmf"\ndataset = "synthetic"\nsynthetic-users = 30\n'
+        "synthetic-items = 200\nsynthetic-mean-degree = 8\n"
+    )
+    out = tmp_path / "out"
+    args = [str(preset), "--data-dir", str(tmp_path), "--rounds", "2", "--out", str(out)]
+    tuning.main([*args, "--trials", "2"])
+    first = json.loads((out / "syn.json").read_text())
+    assert len(first["trials"]) == 2
+    assert set(first["trials"][0]["params"]) == set(tuning.SPACES["fedmf"])
+    assert first["best"]["val_hr@10"] == max(t["val_hr@10"] for t in first["trials"])
+    tuning.main([*args, "--trials", "3"])  # one more trial, the first two kept
+    second = json.loads((out / "syn.json").read_text())
+    assert sorted(t["number"] for t in second["trials"]) == [0, 1, 2]
+    for before in first["trials"]:
+        after = next(t for t in second["trials"] if t["number"] == before["number"])
+        assert after["params"] == before["params"] and after["val_hr@10"] == before["val_hr@10"]
+    assert "| trial |" in (out / "syn.md").read_text()
