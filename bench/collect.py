@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 from collections import defaultdict
@@ -17,27 +16,14 @@ from pathlib import Path
 
 from reproduce import PAPER
 
+from fedrec_flwr.experiments.cells import scrub_paths
+
 PROJECT = Path(__file__).resolve().parents[1]
 NAME = re.compile(
     r"^(?P<family>.+)-(?P<short>ml100k|lastfm2k)-(?P<protocol>paper|strict)-seed(\d+)$"
 )
 DATASET = {"ml100k": "ml-100k", "lastfm2k": "lastfm-2k"}
 METRICS = ("hr@10", "ndcg@10", "recall@20", "ndcg@20", "mrr")
-
-
-def scrub_paths(runs: Path) -> None:
-    """Store each run's ``data-dir`` and ``results-dir`` relative to the project, so that
-    committed results carry no path of the machine that made them."""
-    for config_file in sorted(runs.glob("*/config.json")):
-        config = json.loads(config_file.read_text())
-        changed = False
-        for key in ("data-dir", "results-dir"):
-            value = config.get(key, "")
-            if isinstance(value, str) and Path(value).is_absolute():
-                config[key] = os.path.relpath(value, PROJECT)
-                changed = True
-        if changed:
-            config_file.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def cell(values: list[float]) -> str:

@@ -1,5 +1,8 @@
 """Reproduction table: presets x datasets x protocols x seeds through ``flwr run``.
 
+The tables of issue 10 have their own command, ``python -m fedrec_flwr.experiments <table>``
+(README, Experiments); this script is the free-form grid (any presets, ``--set`` ablations).
+
 Each cell is one run of a preset ``conf/<preset>-<dataset>-<protocol>.toml`` (``--methods``
 takes preset prefixes: ``pfedrec``, ``fedmf-dual``, ``pfedrec-sam``...): by default through
 ``flwr run`` (private SuperLink, ``--nodes`` SuperNodes); with ``--inprocess`` through the same
@@ -24,8 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
@@ -33,62 +34,18 @@ from pathlib import Path
 
 from fedrec_flwr.baselines import popularity
 from fedrec_flwr.config import RunConfig
+from fedrec_flwr.experiments.cells import SHORT, run_federated
+from fedrec_flwr.experiments.command import parse_override
+from fedrec_flwr.experiments.tables import PAPER
 from fedrec_flwr.launch import PROJECT, merged_run_config, run
 
-PAPER = {  # PFedRec paper, Table 2 (HR@10 / NDCG@10 in %, mean of 5 runs)
-    ("pfedrec", "ml-100k"): (71.62, 43.44),
-    ("pfedrec", "lastfm-2k"): (82.38, 73.19),
-    ("fedmf", "ml-100k"): (65.15, 39.38),
-    ("fedmf", "lastfm-2k"): (81.64, 69.36),
-    ("fedncf", "ml-100k"): (60.62, 33.25),
-    ("fedncf", "lastfm-2k"): (81.55, 61.03),
-    ("fedrecon", "ml-100k"): (64.45, 37.78),
-    ("fedrecon", "lastfm-2k"): (82.06, 67.58),
-    # Table 3, "w/ DualPer"
-    ("fedncf-dual", "ml-100k"): (68.82, 39.33),
-    ("fedncf-dual", "lastfm-2k"): (82.31, 71.64),
-    ("fedrecon-dual", "ml-100k"): (70.20, 41.83),
-    ("fedrecon-dual", "lastfm-2k"): (83.51, 74.83),
-    # FedRecGEL: its reference code on our Last.fm-2K file (README, Methods), round on test
-    ("fedrecgel", "lastfm-2k"): (66.4, 45.0),
-}
-RUNNER = """
-import json, sys
-from fedrec_flwr.client import app
-from fedrec_flwr.config import RunConfig
-from fedrec_flwr.local_grid import LocalGrid
-from fedrec_flwr.server import run_federation
-rc, nodes = json.loads(sys.argv[1]), int(sys.argv[2])
-run_federation(LocalGrid(app, rc, num_nodes=nodes), RunConfig.from_mapping(rc))
-"""
+__all__ = ["PAPER", "main"]  # bench/collect.py reads PAPER from here
 
 
 def run_inprocess(preset: Path, overrides: dict, nodes: int) -> str:
     """One run on the in-process grid, in a fresh process; returns a status like flwr's."""
     run_config = {**tomllib.loads(preset.read_text()), **overrides}
-    done = subprocess.run(
-        [sys.executable, "-c", RUNNER, json.dumps(run_config), str(nodes)],
-        capture_output=True,
-        text=True,
-        cwd=PROJECT,
-    )
-    if done.returncode:
-        return "failed: " + done.stderr[-1500:]
-    return "finished:completed"
-
-
-SHORT = {"ml-100k": "ml100k", "lastfm-2k": "lastfm2k"}
-
-
-def parse_override(pair: str) -> tuple[str, object]:
-    """``key=value`` with the value read as TOML (``0.5``, ``true``, ``"ntk"``), else a string."""
-    key, sep, value = pair.partition("=")
-    if not sep or not key:
-        raise SystemExit(f"--set takes key=value pairs; got '{pair}'")
-    try:
-        return key, tomllib.loads(f"v = {value}")["v"]
-    except tomllib.TOMLDecodeError:
-        return key, value
+    return run_federated(run_config, nodes, use_flwr=False)
 
 
 def cell(values: list[float]) -> str:

@@ -1,0 +1,134 @@
+"""``python -m fedrec_flwr.experiments <table>``: run a table's missing cells, write its
+``<out>/<table>.md`` and ``<out>/<table>.png``.
+
+Every federated cell runs the project's ServerApp and ClientApp: on the in-process grid in a
+fresh process (default; ``--jobs`` at a time) or through ``flwr run`` (``--flwr``).
+Finished cells are never recomputed; unfinished ones run again (``cells``). ``--rounds`` and
+``--set`` change every federated cell without changing its name: for smoke tests in a
+scratch ``--out``, not for results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from fedrec_flwr.experiments import cells as runner
+from fedrec_flwr.experiments import figure, report
+from fedrec_flwr.experiments.tables import TABLES, rows
+
+
+def parse_override(pair: str) -> tuple[str, object]:
+    """``key=value`` with the value read as TOML (``0.5``, ``true``, ``"ntk"``), else a string."""
+    key, sep, value = pair.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--set takes key=value pairs; got '{pair}'")
+    try:
+        return key, tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key, value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m fedrec_flwr.experiments", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("table", choices=sorted(TABLES))
+    parser.add_argument("--data-dir", default="", help="folder of the dataset files")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--jobs", type=int, default=1, help="federated cells at a time")
+    parser.add_argument("--out", default="results", help="<out>/runs/ and <out>/<table>.md")
+    parser.add_argument("--nodes", type=int, default=2, help="nodes (SuperNodes) per run")
+    parser.add_argument("--rounds", type=int, default=None, help="override (smoke tests)")
+    parser.add_argument("--datasets", nargs="+", default=None, help="default: the table's")
+    parser.add_argument("--flwr", action="store_true", help="through flwr run (Ray)")
+    parser.add_argument(
+        "--set", nargs="+", default=[], metavar="KEY=VALUE", help="override (smoke tests)"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="list the cells and which are done; run nothing"
+    )
+    return parser
+
+
+def _command(argv: list[str]) -> str:
+    """The command as typed, an absolute ``--data-dir`` shown as DIR."""
+    shown, hide = [], False
+    for arg in argv:
+        shown.append("DIR" if hide and Path(arg).is_absolute() else arg)
+        hide = arg == "--data-dir"
+    return shlex.join(["python", "-m", "fedrec_flwr.experiments", *shown])
+
+
+def run_cell(cell: runner.Cell, args, runs: Path, extra: dict) -> str:
+    """Run one missing or unfinished cell; its status."""
+    folder = runs / cell.name
+    if folder.exists():
+        print(f"{cell.name}: unfinished, moved to {runner.set_aside(folder).name}", flush=True)
+    started = time.time()
+    if cell.row.kind == "reference":
+        try:
+            runner.run_reference(cell, runs, args.data_dir, args.rounds, extra)
+            state = "finished:completed"
+        except Exception as error:  # reported; the other cells go on
+            state = f"failed: {type(error).__name__}: {error}"
+    else:
+        config = runner.run_config(cell, runs, args.data_dir, args.rounds, extra)
+        state = runner.run_federated(config, args.nodes, args.flwr)
+        runner.scrub_paths(runs, only=(cell.name,))
+    print(f"{cell.name}: {state} in {time.time() - started:.0f} s", flush=True)
+    return state
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    table = TABLES[args.table]
+    extra = dict(parse_override(pair) for pair in args.set)
+    out = Path(args.out)
+    runs = out / "runs"
+    specs = rows(table, tuple(args.datasets) if args.datasets else None)
+    results = []
+    todo: list[runner.Cell] = []
+    for spec in specs:
+        cells = spec.cells(args.seeds)
+        states = [runner.status(cell, runs, args.data_dir) for cell in cells]
+        todo += [c for c, s in zip(cells, states, strict=True) if s in ("todo", "incomplete")]
+        results.append((spec, cells, states))
+    if args.dry_run:
+        for _spec, cells, states in results:
+            for cell, state in zip(cells, states, strict=True):
+                print(f"{state:10s} {cell.name}")
+        total = sum(len(c) for _, c, _ in results)
+        print(f"{table.name}: {total} cells, {len(todo)} to run, output {out}/{table.name}.md")
+        return 0
+
+    runs.mkdir(parents=True, exist_ok=True)
+    failed = []
+    for cell in [c for c in todo if c.row.kind == "reference"]:  # in this process, one by one
+        if run_cell(cell, args, runs, extra) != "finished:completed":
+            failed.append(cell.name)
+    federated = [c for c in todo if c.row.kind == "federated"]
+    with ThreadPoolExecutor(max(1, 1 if args.flwr else args.jobs)) as pool:
+        states = list(pool.map(lambda c: run_cell(c, args, runs, extra), federated))
+    failed += [c.name for c, s in zip(federated, states, strict=True) if s != "finished:completed"]
+
+    finished = [
+        report.RowResult(spec, cells, [runner.status(c, runs, args.data_dir) for c in cells], runs)
+        for spec, cells, _ in results
+    ]
+    datasets = list(dict.fromkeys(spec.dataset for spec in specs))
+    notes = report.dataset_notes(datasets, args.data_dir, extra)
+    text = report.markdown(table, finished, _command(argv), notes)
+    (out / f"{table.name}.md").write_text(text)
+    figure.plot(finished, out / f"{table.name}.png", table.title)
+    print(text)
+    print(f"{len(todo) - len(failed)} cells run, {len(failed)} failed; wrote {out}/{table.name}.md")
+    for name in failed:
+        print(f"failed: {name}", file=sys.stderr)
+    return 1 if failed else 0

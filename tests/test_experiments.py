@@ -1,0 +1,126 @@
+"""``python -m fedrec_flwr.experiments``: table declarations, dry run, resume, a tiny table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fedrec_flwr.baselines import ROWS
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.experiments import cells as runner
+from fedrec_flwr.experiments.command import main
+from fedrec_flwr.experiments.tables import PAPER, TABLES, Table, federated, reference, rows
+
+pytestmark = pytest.mark.usefixtures("private_cache")
+
+SYNTHETIC = ["synthetic-users=30", "synthetic-items=400", "synthetic-mean-degree=12"]
+TINY = Table(
+    "tiny",
+    "tiny test table",
+    lambda datasets: (
+        [federated(m, d, "strict") for d in datasets for m in ("pfedrec", "fedmf")]
+        + [reference("popularity", d, "strict") for d in datasets]
+    ),
+    ("synthetic",),
+    paired=True,
+)
+
+
+@pytest.mark.parametrize("name", sorted(TABLES))
+def test_every_row_resolves(name: str) -> None:
+    specs = rows(TABLES[name])
+    assert specs
+    for spec in specs:
+        if spec.kind == "reference":
+            assert spec.preset in ROWS
+            continue
+        path = runner.preset_path(spec)
+        assert path.exists(), spec
+        config = runner.run_config(
+            runner.Cell(spec, 0), Path("runs"), "data", None, {"num-server-rounds": 1}
+        )
+        RunConfig.from_mapping(config)  # every override is a valid run-config key
+    names = [c.name for s in specs for c in s.cells([0, 1, 2])]
+    assert len(names) == len(set(names)), "two cells share a run folder"
+
+
+def test_paper_values_beside_paper_rows() -> None:
+    table2 = rows(TABLES["pfedrec-table2"])
+    assert all(s.protocol == "paper" and s.paper for s in table2)
+    dual = {(s.key, s.dataset): s.paper for s in rows(TABLES["pfedrec-table3"])}
+    assert dual[("fedmf-dual", "ml-100k")] == PAPER[("pfedrec", "ml-100k")]
+    table4 = rows(TABLES["pfedrec-table4"], ("ml-100k",))
+    lap = [s for s in table4 if s.protocol == "paper" and s.tag == "lap0.5"]
+    assert lap[0].paper == (70.88, 43.21)
+    assert dict(lap[0].overrides) == {"ldp-laplace-lambda": 0.5}
+    strict = {s.key for s in rows(TABLES["strict"], ("ml-100k",))}
+    assert {"pfedrec", "fedrap-plgc", "fedncf-dual", "itemknn", "local-pfedrec"} <= strict
+
+
+def test_dry_run_lists_cells_and_runs_nothing(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(runner, "run_federated", _forbidden)
+    done = tmp_path / "runs" / "pfedrec-ml100k-paper-seed0"
+    done.mkdir(parents=True)
+    (done / "summary.json").write_text("{}")
+    argv = ["pfedrec-table2", "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path)]
+    assert main([*argv, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "done       pfedrec-ml100k-paper-seed0" in out
+    assert "no data    fedmf-ml1m-paper-seed2" in out
+    assert "pfedrec-table2: 48 cells, 0 to run" in out
+    assert not (tmp_path / "pfedrec-table2.md").exists()
+
+
+def _forbidden(*args, **kwargs):
+    raise AssertionError("a finished or dataless cell was run")
+
+
+def _tiny(tmp_path: Path, monkeypatch, *extra: str) -> int:
+    monkeypatch.setitem(TABLES, "tiny", TINY)
+    argv = ["tiny", "--rounds", "2", "--seeds", "0", "--out", str(tmp_path), "--set", *SYNTHETIC]
+    return main([*argv, *extra])
+
+
+def test_tiny_table_end_to_end_then_nothing_recomputed(tmp_path, monkeypatch) -> None:
+    started = []
+    real = runner.run_federated
+    monkeypatch.setattr(runner, "run_federated", lambda *a: started.append(a) or real(*a))
+    assert _tiny(tmp_path, monkeypatch) == 0
+    assert len(started) == 2
+    text = (tmp_path / "tiny.md").read_text()
+    assert "python -m fedrec_flwr.experiments tiny --rounds 2" in text
+    assert "| synthetic | strict | pfedrec | 1 |" in text
+    assert "popularity (centralized)" in text
+    assert "strict evaluates 30 users" in text
+    assert (tmp_path / "tiny.png").stat().st_size > 0
+    runs = tmp_path / "runs"
+    config = json.loads((runs / "pfedrec-synthetic-strict-seed0" / "config.json").read_text())
+    assert config["num-server-rounds"] == 2 and not Path(config["results-dir"]).is_absolute()
+    stamps = {p: p.stat().st_mtime_ns for p in runs.rglob("*")}
+
+    monkeypatch.setattr(runner, "run_federated", _forbidden)
+    monkeypatch.setattr(runner, "run_reference", _forbidden)
+    assert _tiny(tmp_path, monkeypatch) == 0
+    assert {p: p.stat().st_mtime_ns for p in runs.rglob("*")} == stamps
+
+
+def test_incomplete_cell_runs_again(tmp_path, monkeypatch) -> None:
+    runs = tmp_path / "runs"
+    crashed = runs / "fedmf-synthetic-strict-seed0"
+    crashed.mkdir(parents=True)
+    (crashed / "INCOMPLETE").write_text("This run has not finished: failed: crash.\n")
+    for name in ("pfedrec-synthetic-strict-seed0", "popularity-synthetic-strict-seed0"):
+        (runs / name).mkdir()
+        (runs / name / "summary.json").write_text(
+            json.dumps({"test": {"hr@10": 0.1, "ndcg@10": 0.05}, "best_round": 1})
+        )
+    started = []
+    real = runner.run_federated
+    monkeypatch.setattr(runner, "run_federated", lambda *a: started.append(a[0]) or real(*a))
+    assert _tiny(tmp_path, monkeypatch) == 0
+    assert [c["run-name"] for c in started] == ["fedmf-synthetic-strict-seed0"]
+    assert (crashed / "summary.json").exists() and not (crashed / "INCOMPLETE").exists()
+    aside = [p.name for p in runs.iterdir() if ".incomplete-" in p.name]
+    assert len(aside) == 1 and (runs / aside[0] / "INCOMPLETE").exists()
