@@ -20,6 +20,8 @@ from pathlib import Path
 
 from fedrec_flwr.experiments import cells as runner
 from fedrec_flwr.experiments import figure, report
+from fedrec_flwr.experiments.sampled import sampled_vs_full
+from fedrec_flwr.experiments.sampled import section as sampled_section
 from fedrec_flwr.experiments.tables import TABLES, rows
 
 
@@ -124,7 +126,16 @@ def main(argv: list[str] | None = None) -> int:
     ]
     datasets = list(dict.fromkeys(spec.dataset for spec in specs))
     notes = report.dataset_notes(datasets, args.data_dir, extra)
-    text = report.markdown(table, finished, _command(argv), notes)
+    sections = []
+    if table.pivot:  # leakage: the same models scored both ways
+        seed = args.seeds[0]
+        sampled = {
+            d: sampled_vs_full(runs, d, seed, args.data_dir, extra)
+            for d in datasets
+            if runner.data_present(d, args.data_dir)
+        }
+        sections.append(sampled_section(sampled, report.NAMES))
+    text = report.markdown(table, finished, _command(argv), notes, tuple(sections))
     (out / f"{table.name}.md").write_text(text)
     figure.plot(finished, out / f"{table.name}.png", table.title)
     print(text)

@@ -232,11 +232,19 @@ def dataset_notes(datasets: list[str], data_dir: str | Path, extra: dict) -> lis
     return notes
 
 
-def markdown(table: Table, results: list[RowResult], command: str, notes: list[str]) -> str:
+def markdown(
+    table: Table,
+    results: list[RowResult],
+    command: str,
+    notes: list[str],
+    sections: tuple[list[str], ...] = (),
+) -> str:
     lines = [f"# {table.title}", "", "```bash", command, "```", ""]
     lines += main_table(results)
     if table.pivot:
         lines += ["", *pivot(results)]
+    for section in sections:
+        lines += ["", *section]
     if table.paired:
         lines += ["", *paired(results)]
     lines += [

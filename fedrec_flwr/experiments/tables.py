@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from fedrec_flwr.baselines import CENTRAL, LOCAL
 from fedrec_flwr.experiments.cells import CONF, PRESET_FALLBACK, SHORT, RowSpec
+from fedrec_flwr.experiments.sampled import MODELS as SAMPLED_MODELS
 
 #: PFedRec paper (Zhang et al., IJCAI 2023), HR@10 / NDCG@10 in %, mean of 5 runs.
 PAPER: dict[tuple[str, str], tuple[float, float]] = {
@@ -139,6 +140,7 @@ def _leakage(datasets):
         for protocol in ("paper", "strict"):
             rows += [federated(m, d, protocol) for m in LEAKAGE_METHODS]
             rows += [reference(name, d, protocol) for name in LOCAL]
+            rows += [reference(name, d, protocol) for name in SAMPLED_MODELS]
     return rows
 
 
