@@ -11,6 +11,7 @@ from fedrec_flwr.baselines import ROWS
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.experiments import cells as runner
 from fedrec_flwr.experiments.command import main
+from fedrec_flwr.experiments.sampled import sampled_vs_full
 from fedrec_flwr.experiments.tables import PAPER, TABLES, Table, federated, reference, rows
 
 pytestmark = pytest.mark.usefixtures("private_cache")
@@ -104,6 +105,13 @@ def test_tiny_table_end_to_end_then_nothing_recomputed(tmp_path, monkeypatch) ->
     monkeypatch.setattr(runner, "run_reference", _forbidden)
     assert _tiny(tmp_path, monkeypatch) == 0
     assert {p: p.stat().st_mtime_ns for p in runs.rglob("*")} == stamps
+
+    # leakage: the popularity model scored by full ranking reproduces its strict cell
+    extra = dict(pair.split("=") for pair in SYNTHETIC)
+    both = sampled_vs_full(runs, "synthetic", 0, "", {k: int(v) for k, v in extra.items()})
+    cell = json.loads((runs / "popularity-synthetic-strict-seed0" / "summary.json").read_text())
+    assert both["popularity"]["full"]["hr@10"] == pytest.approx(cell["test"]["hr@10"])
+    assert both["popularity"]["sampled"]["hr@10"] >= both["popularity"]["full"]["hr@10"]
 
 
 def test_incomplete_cell_runs_again(tmp_path, monkeypatch) -> None:

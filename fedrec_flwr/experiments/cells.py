@@ -160,11 +160,18 @@ def run_federated(config: dict[str, Any], nodes: int, use_flwr: bool) -> str:
     return "finished:completed"
 
 
-def run_reference(cell: Cell, runs: Path, data_dir: str | Path, rounds: int | None, extra: dict):
+def run_reference(
+    cell: Cell,
+    runs: Path,
+    data_dir: str | Path,
+    rounds: int | None,
+    extra: dict,
+    stored_only: bool = False,
+) -> bool:
     """A reference row of :mod:`fedrec_flwr.baselines` as a cell: ``summary.json`` written
     last. Taken from ``<out>/baselines-<dataset>-<protocol>.json`` when that file holds the
     row at this seed, else computed (tuned on validation, as ``python -m
-    fedrec_flwr.baselines`` does)."""
+    fedrec_flwr.baselines`` does; not with ``stored_only``). Whether the cell was written."""
     from fedrec_flwr import baselines
     from fedrec_flwr.config import RunConfig
     from fedrec_flwr.data.prepared import prepare
@@ -187,6 +194,8 @@ def run_reference(cell: Cell, runs: Path, data_dir: str | Path, rounds: int | No
         if record.get("seed") == cell.seed:
             found = next((r for r in record["rows"] if r["name"] == row.preset), None)
             source = stored.name
+    if found is None and stored_only:
+        return False
     if found is None:
         if row.preset in baselines.NEEDS_IMPLICIT and not baselines.implicit_available():
             raise RuntimeError(f"{row.preset} needs the implicit library (.[baselines])")
@@ -211,6 +220,7 @@ def run_reference(cell: Cell, runs: Path, data_dir: str | Path, rounds: int | No
     }
     (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (folder / INCOMPLETE).unlink()
+    return True
 
 
 def scrub_paths(runs: Path, project: Path = PROJECT, only: tuple[str, ...] = ()) -> None:

@@ -35,12 +35,17 @@ def _scorer(name: str, chosen: dict, prepared):
     return lambda users: scores[users]
 
 
-def sampled_vs_full(runs: Path, dataset: str, seed: int, data_dir, extra: dict) -> dict | None:
+def sampled_vs_full(
+    runs: Path, dataset: str, seed: int, data_dir, extra: dict, compute: bool = True
+) -> dict | None:
     """{model: {"full": test metrics, "sampled": test metrics}} of the reference models the
-    strict table has chosen (their cells must be done); None if none is."""
+    strict table has chosen (their cells must be done); None if none is (or if it is not
+    cached and ``compute`` is false)."""
     folder = runs / f"sampled100-{SHORT[dataset]}-strict-seed{seed}"
     if (folder / "summary.json").exists():
         return json.loads((folder / "summary.json").read_text())
+    if not compute:
+        return None
     from fedrec_flwr.baselines import evaluate_scores
     from fedrec_flwr.config import RunConfig
     from fedrec_flwr.data.prepared import prepare
