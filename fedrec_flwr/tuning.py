@@ -104,6 +104,21 @@ def space_for(preset: dict[str, Any]) -> dict[str, Dim]:
     return space
 
 
+def preset_point(preset: dict[str, Any], space: dict[str, Dim]) -> dict[str, Any] | None:
+    """The preset's own values of the tuned keys (defaults where it sets none), if they lie
+    in the space: the study's first trial, so tuning cannot end below the preset."""
+    from fedrec_flwr.config import RunConfig
+
+    defaults = RunConfig().to_mapping()
+    point = {key: preset.get(key, defaults[key]) for key in space}
+    for key, dim in space.items():
+        value = point[key]
+        inside = value in dim.choices if dim.choices else dim.low <= value <= dim.high
+        if not inside:
+            return None
+    return point
+
+
 def run_trial(run_config: dict[str, Any]) -> dict[str, Any]:
     """One run in a fresh process; its summary, or ``{"error": ...}``."""
     done = subprocess.run(
@@ -184,7 +199,9 @@ def report(study, space: dict[str, Dim], fixed: dict, command: str) -> tuple[str
             for k in keys
         ]
         lines.append(
-            f"| {t.number} | " + " | ".join(cells) + f" | {100 * t.value:.2f} | "
+            f"| {t.number}{' (preset)' if t.user_attrs.get('preset') else ''} | "
+            + " | ".join(cells)
+            + f" | {100 * t.value:.2f} | "
             f"{100 * test.get('hr@10', float('nan')):.2f} | "
             f"{100 * test.get('ndcg@10', float('nan')):.2f} | {t.user_attrs.get('best_round')} |"
         )
@@ -240,6 +257,8 @@ def main(argv: list[str] | None = None) -> None:
             seed=args.seed, n_startup_trials=max(4, args.trials // 3), constant_liar=True
         ),
     )
+    if not study.trials and (point := preset_point(preset, space)) is not None:
+        study.enqueue_trial(point, user_attrs={"preset": True})
     done = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
     command = (
         f"python -m fedrec_flwr.tuning conf/{args.preset.name} --data-dir DIR --trials "

@@ -51,6 +51,14 @@ def test_a_study_reports_every_trial_and_resumes(tmp_path, private_cache):
     assert len(first["trials"]) == 2
     assert set(first["trials"][0]["params"]) == set(tuning.SPACES["fedmf"])
     assert first["best"]["val_hr@10"] == max(t["val_hr@10"] for t in first["trials"])
+    preset_trial = next(t for t in first["trials"] if t["number"] == 0)  # the preset first
+    assert preset_trial["preset"] is True
+    assert preset_trial["params"] == {
+        "lr": 0.1,
+        "item-lr": 8.0,
+        "init-std": 1.0,
+        "num-negatives": 4,
+    }
     tuning.main([*args, "--trials", "3"])  # one more trial, the first two kept
     second = json.loads((out / "syn.json").read_text())
     assert sorted(t["number"] for t in second["trials"]) == [0, 1, 2]
