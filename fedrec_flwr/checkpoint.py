@@ -8,8 +8,9 @@ Every ``checkpoint-every`` rounds (not after the last), once the round is in ``r
    into ``<state-dir>/<run-key>/round-<r>/`` on a device with a ``state-dir``;
 2. once every node has answered, the server writes ``round-<r>/server.npz``: the global item
    table, the shared-dense parameters, the server optimiser's state, the rows ever touched,
-   each partition's pending row request, the best-validation record, and the results so far
-   (the rows of ``rounds.csv`` and its text);
+   each partition's pending row request, the best-validation record (and the per-user
+   metrics of that round, for ``per-user.csv``), and the results so far (the rows of
+   ``rounds.csv`` and its text);
 3. then ``<run-dir>/checkpoint/latest.json`` names round ``r``: the commit. Older round
    folders are removed; a node keeps its files of the round last committed until the next.
 
@@ -123,6 +124,8 @@ class Checkpoints:
         )
         strategy.touched_ever = arrays["touched-ever"]
         strategy.best_val = tuple(meta["best-val"]) if meta["best-val"] else None
+        if "best-user-ids" in arrays:
+            strategy.best_per_user = (arrays["best-user-ids"], arrays["best-user-metrics"])
         strategy.evals_since_best = meta["evals-since-best"]
         strategy.started = time.perf_counter() - meta["round-seconds"]
         for partition, info in partitions.items():
@@ -233,6 +236,8 @@ def server_arrays(strategy: FedRecStrategy) -> dict[str, np.ndarray]:
     for info in strategy.nodes.values():
         if info.request_items is not None:
             arrays[f"request/{info.partition_id}"] = info.request_items
+    if strategy.best_per_user is not None:
+        arrays["best-user-ids"], arrays["best-user-metrics"] = strategy.best_per_user
     return arrays
 
 

@@ -15,6 +15,7 @@ from fedrec_flwr.faults import inject_fault
 from fedrec_flwr.messages import (
     ARRAYS,
     CONFIG,
+    PER_USER,
     array_record,
     dense_arrays,
     read_dense,
@@ -198,18 +199,22 @@ def train(msg: Message, context: Context) -> Message:
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     """Score this node's users (all, or those of the round's ``eval-users`` sample) under
-    the run's protocol; reply with metric sums."""
+    the run's protocol; reply with metric sums, and each evaluated user's metrics in the
+    ``per-user`` record."""
     runtime = node_runtime(context)
     server_round, item_ids, item_rows, dense = _received(msg)
     state = load_state(context, runtime, msg, server_round)
     config = msg.content[CONFIG]
     sample = int(config["eval-users"]) if "eval-users" in config else 0
     users = runtime.eval_positions(server_round, sample)
-    metrics = runtime.evaluate(state, item_ids, item_rows, dense, users)
+    metrics, user_ids, user_metrics = runtime.evaluate_users(
+        state, item_ids, item_rows, dense, users
+    )
     arrays: dict[str, np.ndarray] = {}
     if not runtime.trains_in(server_round):  # else its train reply already asked
         _with_request(runtime, server_round, arrays, metrics)
-    return _reply(msg, arrays, metrics)
+    per_user = array_record(user_ids=user_ids, user_metrics=user_metrics)
+    return _reply(msg, arrays, metrics, records={PER_USER: per_user})
 
 
 @app.query("checkpoint")

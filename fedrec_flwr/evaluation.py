@@ -53,3 +53,19 @@ def metrics_from_ranks(ranks: np.ndarray, protocol: str) -> dict[str, float]:
         "mrr": (1.0 / (ranks + 1.0)).sum(),
     }
     return {name: float(values[name]) for name in metric_names(protocol)}
+
+
+def per_user_metrics(ranks: np.ndarray, protocol: str) -> np.ndarray:
+    """Each user's value of each metric (float64 [users, metrics], ``metric_names`` order):
+    the terms :func:`metrics_from_ranks` sums."""
+    ranks = np.asarray(ranks, dtype=np.float64)
+    gain = 1.0 / np.log2(ranks + 2.0)
+    values = {
+        "hr@10": (ranks < 10).astype(np.float64),
+        "ndcg@10": np.where(ranks < 10, gain, 0.0),
+        "recall@20": (ranks < 20).astype(np.float64),
+        "ndcg@20": np.where(ranks < 20, gain, 0.0),
+        "mrr": 1.0 / (ranks + 1.0),
+    }
+    names = metric_names(protocol)
+    return np.stack([values[name] for name in names], axis=1).reshape(len(ranks), len(names))

@@ -10,6 +10,12 @@ Every array travels in the ``arrays`` ArrayRecord of a message (kebab-case keys,
   zero), ``dense.<name>`` (sums over the node's users) and ``next-items`` (train);
   ``next-items`` (evaluate).
 
+An evaluate reply also carries a ``per-user`` ArrayRecord, the evaluation report of the
+node's evaluated users: ``user-ids`` (int64 [a], their global ids) and ``user-metrics``
+(float64 [a, metrics]: the ``val-*`` then the ``test-*`` metrics of each). It is a
+measurement the server keeps for ``per-user.csv``, not part of the recommender's protocol:
+``bytes-up`` counts only the ``arrays`` record.
+
 Scalars travel in ``metrics`` (MetricRecord) and ``config`` (ConfigRecord: ``server-round``,
 and what a node needs to keep its state on disk: ``run-key``, ``session``, ``restore-round``,
 ``checkpoint-dir``, see :mod:`fedrec_flwr.state_store`; in the handshake reply, the ``data-*``
@@ -28,6 +34,7 @@ from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 from fedrec_flwr.npy import to_array, to_numpy
 
 ARRAYS, METRICS, CONFIG = "arrays", "metrics", "config"
+PER_USER = "per-user"  # evaluate replies: per-user metrics of the evaluated users
 DENSE_PREFIX = "dense."
 
 #: Arrays a node may upload besides ``dense.<name>`` of the method's shared-dense parameters.
@@ -41,6 +48,8 @@ UPLOAD_KEYS = frozenset(
         "row-counts",
         "zero-ids",
         "zero-counts",
+        "user-ids",  # evaluate replies' per-user record
+        "user-metrics",
     }
 )
 

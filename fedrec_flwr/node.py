@@ -21,7 +21,7 @@ import torch
 from fedrec_flwr.accelerator import torch_device
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
-from fedrec_flwr.evaluation import metrics_from_ranks
+from fedrec_flwr.evaluation import metrics_from_ranks, per_user_metrics
 from fedrec_flwr.methods import ROWS, Method, build_method
 from fedrec_flwr.partition import eval_sample, participants, users_of_partition
 from fedrec_flwr.personal import KEY_STRIDE, PersonalRows
@@ -390,8 +390,23 @@ class NodeRuntime:
     ) -> dict[str, float]:
         """Metric sums over this node's users (those at ``positions``; None = all):
         ``val-hr@10``, ..., ``test-mrr``, ``num-users``."""
+        return self.evaluate_users(state, item_ids, item_rows, dense, positions)[0]
+
+    @torch.no_grad()
+    def evaluate_users(
+        self,
+        state: NodeState,
+        item_ids: np.ndarray | None,
+        item_rows: np.ndarray,
+        dense: dict[str, np.ndarray] | None = None,
+        positions: np.ndarray | None = None,
+    ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+        """:meth:`evaluate`'s sums, the evaluated users' global ids (int64 [a]) and their
+        per-user values (float64 [a, 2 * metrics]: the ``val-*`` metrics, then the ``test-*``
+        ones, whose column sums are the sums)."""
         protocol = self.protocol
         totals = {f"{split}-{name}": 0.0 for split in ("val", "test") for name in protocol.metrics}
+        per_user = []
         chunk = self.method.eval_chunk
         evaluated = np.arange(len(self.users)) if positions is None else positions
         for lo in range(0, len(evaluated), chunk):
@@ -410,13 +425,24 @@ class NodeRuntime:
             for split, ranks in (("val", val_ranks), ("test", test_ranks)):
                 for name, value in metrics_from_ranks(ranks, protocol.name).items():
                     totals[f"{split}-{name}"] += value
+            per_user.append(
+                np.concatenate(
+                    [
+                        per_user_metrics(val_ranks, protocol.name),
+                        per_user_metrics(test_ranks, protocol.name),
+                    ],
+                    axis=1,
+                )
+            )
             for j in np.flatnonzero(np.isin(positions, self.erank_positions)):
                 erank = self._personal_erank(state, params, positions, j, item_ids, item_rows)
                 if erank is not None:
                     totals["erank-personal-sum"] = totals.get("erank-personal-sum", 0.0) + erank
                     totals["erank-personal-users"] = totals.get("erank-personal-users", 0.0) + 1
         totals["num-users"] = float(len(evaluated))
-        return totals
+        width = 2 * len(protocol.metrics)
+        values = np.concatenate(per_user) if per_user else np.empty((0, width), np.float64)
+        return totals, np.asarray(self.users[evaluated], dtype=np.int64), values
 
     def eval_positions(self, server_round: int, sample: int) -> np.ndarray | None:
         """Positions of this node's users in the round's evaluation sample of ``sample``

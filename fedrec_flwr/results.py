@@ -1,10 +1,12 @@
-"""Run results on disk: ``config.json``, ``rounds.csv``, ``summary.json``, ``curves.png``.
+"""Run results on disk: ``config.json``, ``rounds.csv``, ``summary.json``, ``curves.png``,
+``per-user.csv``.
 
 ``rounds.csv`` grows by one flushed row per round, so an interrupted run keeps every round it
 finished. An ``INCOMPLETE`` file marks a run that has not finished (running, stopped or
 crashed): written first, removed once ``summary.json`` is written. The test metrics reported
 are those of the round with the best validation HR@10 (earliest round on ties): the model is
-selected on validation only.
+selected on validation only. ``per-user.csv`` holds each user's metrics at that round (one
+row per user evaluated there, sorted by user): its column means are ``summary.json``'s.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.evaluation import metric_names
 
 SELECTION_METRIC = "val-hr@10"
+PER_USER_FILE = "per-user.csv"
 INCOMPLETE = "INCOMPLETE"
 LOG = logging.getLogger("flwr")  # Flower's logger: what it logs reaches `flwr log`
 
@@ -116,11 +119,34 @@ class RunRecorder:
             csv.writer(f).writerow([row[c] for c in self.columns])
 
     def best_round(self) -> dict[str, Any] | None:
-        """The evaluated round with the highest validation HR@10 (earliest on ties)."""
+        """The evaluated round with the highest validation HR@10 (earliest on ties; a NaN
+        is never best unless every value is NaN): the strategy's rule for ``best_val``, whose
+        per-user metrics ``per-user.csv`` holds."""
         evaluated = [row for row in self.rows if row[SELECTION_METRIC] != ""]
         if not evaluated:
             return None
-        return max(evaluated, key=lambda row: (row[SELECTION_METRIC], -row["round"]))
+        numbers = [row for row in evaluated if not math.isnan(float(row[SELECTION_METRIC]))]
+        return max(numbers or evaluated, key=lambda row: (row[SELECTION_METRIC], -row["round"]))
+
+    def write_per_user(self, best_round: int, users: Any, values: Any) -> None:
+        """Write ``per-user.csv``: ``user,<val-...>,<test-...>``, one row per user evaluated
+        at ``best_round`` (which must be :meth:`best_round`'s), sorted by user; values as
+        Python's shortest exact float text."""
+        best = self.best_round()
+        if best is None or best["round"] != best_round:
+            raise ValueError(
+                f"per-user metrics of round {best_round}, but the best validation round is "
+                f"{best['round'] if best else None}"
+            )
+        names = [f"{split}-{m}" for split in ("val", "test") for m in self.metrics]
+        if len(values) != len(users) or any(len(row) != len(names) for row in values):
+            raise ValueError(f"per-user metrics must be [{len(users)}, {len(names)}]")
+        order = sorted(range(len(users)), key=lambda i: int(users[i]))
+        with open(self.run_dir / PER_USER_FILE, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["user", *names])
+            for i in order:
+                writer.writerow([int(users[i]), *(repr(float(v)) for v in values[i])])
 
     def diverged_round(self) -> int | None:
         """The round the run stopped at because every update held NaN or inf, or the first

@@ -97,6 +97,11 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
     recorder.extra["stopped_early_round"] = strategy.stopped_early_round
     if resumed:  # the checkpoint's round (0: none, the run started again)
         recorder.extra["resumed_from_round"] = checkpoints.restore_round
+    if strategy.best_val is not None and strategy.best_per_user is not None:
+        try:  # per-user.csv: the per-user metrics of the best validation round
+            recorder.write_per_user(strategy.best_val[1], *strategy.best_per_user)
+        except ValueError as error:  # a bug: the summary is still written
+            log(ERROR, "per-user.csv not written: %s", error)
     summary = recorder.finish(time.perf_counter() - started + checkpoints.prior_seconds)
     checkpoints.completed()
     log(

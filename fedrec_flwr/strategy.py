@@ -114,6 +114,9 @@ class FedRecStrategy(EvaluationRounds, Strategy):
         self.diverged_round: int | None = None  # see _stop_diverged
         self.stopped_early_round: int | None = None  # see _no_better_validation
         self.best_val: tuple[float, int] | None = None  # (validation HR@10, round)
+        # (user ids, metrics [users, val-* then test-*]) of the last evaluation / of best_val
+        self.eval_per_user: tuple[np.ndarray, np.ndarray] | None = None
+        self.best_per_user: tuple[np.ndarray, np.ndarray] | None = None
         self.evals_since_best = 0
         self.started = time.perf_counter()
         self.started_cpu = time.process_time()  # this process's CPU (in-process: the nodes' too)

@@ -4,7 +4,10 @@ reads (``config``, ``nodes``, ``table``, ``log``, ...).
 
 - ``evaluate`` (every node, every ``eval-every`` rounds and after the last): the global rows
   its users' evaluation reads, and ``eval-users`` (0 on the last round: every user). Reply:
-  metric sums over its evaluated users, checked (:mod:`fedrec_flwr.validation`) before use.
+  metric sums over its evaluated users, and each evaluated user's metrics (the ``per-user``
+  record, not counted in ``bytes-up``), checked (:mod:`fedrec_flwr.validation`) before use.
+  The per-user metrics of the best validation round are kept (``best_per_user``) for
+  ``per-user.csv``.
 - After each round, its figures go to ``on_round`` (``rounds.csv``); a run stops early when
   validation HR@10 stops improving (``early-stopping-patience``) and when every update of a
   round diverged.
@@ -16,12 +19,14 @@ import time
 from collections.abc import Iterable
 from logging import ERROR, INFO, WARNING
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from fedrec_flwr.evaluation import metric_names
-from fedrec_flwr.messages import ARRAYS, CONFIG, read_reply
+from fedrec_flwr.messages import ARRAYS, CONFIG, PER_USER, read_reply
+from fedrec_flwr.npy import to_numpy
 from fedrec_flwr.spectrum import effective_rank
 from fedrec_flwr.validation import ReplyError, check_eval_reply
 
@@ -57,10 +62,13 @@ class EvaluationRounds:
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
-        """Mean of each metric over the evaluated users of the valid replies."""
+        """Mean of each metric over the evaluated users of the valid replies (and, in
+        ``eval_per_user``, the users' ids and metrics, sorted by user)."""
         names = [f"{s}-{m}" for s in ("val", "test") for m in metric_names(self.config.protocol)]
         sums = dict.fromkeys(names, 0.0)
         users = 0
+        user_ids, user_metrics = [], []
+        self.eval_per_user = None
         erank_sum, erank_users = 0.0, 0
         sent, self.eval_sent = self.eval_sent, set()
         for reply in replies:
@@ -82,8 +90,9 @@ class EvaluationRounds:
                 self.log.bytes_up += reply.content[ARRAYS].count_bytes()
                 if not expected:
                     raise ReplyError("the node was not sent an evaluate message this round")
-                node_users = len(self.nodes[node_id].users)
-                check_eval_reply(arrays, metrics, self.schema(), names, node_users)
+                per_user = _per_user_arrays(reply)
+                node_users = self.nodes[node_id].users
+                check_eval_reply(arrays, metrics, self.schema(), names, node_users, per_user)
             except ValueError as error:
                 self._reject(server_round, "evaluate", node_id, error)
                 continue
@@ -93,10 +102,15 @@ class EvaluationRounds:
                 erank_users += int(metrics["erank-personal-users"])
             for name in names:
                 sums[name] += float(metrics[name])
+            user_ids.append(per_user["user-ids"])
+            user_metrics.append(np.asarray(per_user["user-metrics"], dtype=np.float64))
             self.nodes[node_id].remember_request(reply)
         self.log.eval_failures += self._missing(server_round, "evaluate", sent)
         if users == 0:
             return None
+        ids = np.concatenate(user_ids)
+        order = np.argsort(ids, kind="stable")
+        self.eval_per_user = (ids[order], np.concatenate(user_metrics)[order])
         means = {name: value / users for name, value in sums.items()}
         means["eval-users"] = users
         means["erank-global"] = effective_rank(self.table)
@@ -112,6 +126,7 @@ class EvaluationRounds:
         value = float(metrics["val-hr@10"])
         if value == value and (self.best_val is None or value > self.best_val[0]):
             self.best_val = (value, server_round)
+            self.best_per_user = self.eval_per_user
             self.evals_since_best = 0
         else:
             self.evals_since_best += 1
@@ -180,3 +195,18 @@ class EvaluationRounds:
         )
         if self.on_round is not None:
             self.on_round(figures)
+
+
+def _per_user_arrays(reply: Message) -> dict[str, np.ndarray]:
+    """The ``per-user`` record of an evaluate reply as numpy arrays ({} if absent: the
+    check then says what is missing)."""
+    record = reply.content.get(PER_USER)
+    if not isinstance(record, ArrayRecord):
+        return {}
+    arrays = {}
+    for key, array in record.items():
+        try:
+            arrays[key] = to_numpy(array)
+        except Exception as error:  # bytes that do not decode to an array
+            raise ValueError(f"per-user array '{key}' cannot be read: {error}") from error
+    return arrays

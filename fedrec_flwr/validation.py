@@ -21,6 +21,7 @@ from fedrec_flwr.messages import DENSE_PREFIX
 
 TRAIN_KEYS = frozenset({"item-ids", "row-sums", "row-counts", "zero-ids", "zero-counts"})
 EVAL_KEYS = frozenset()
+PER_USER_KEYS = frozenset({"user-ids", "user-metrics"})  # an evaluate reply's per-user record
 REQUEST_KEY = "next-items"  # allowed in both: the rows a node needs next round
 ID_DTYPE = np.dtype(np.int64)
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -113,15 +114,23 @@ def check_eval_reply(
     metrics: Mapping[str, Any],
     schema: ReplySchema,
     metric_names: Sequence[str],
-    node_users: int,
+    node_users: int | np.ndarray,
+    per_user: Mapping[str, np.ndarray] | None = None,
 ) -> None:
     """Raise :class:`ReplyError` unless the evaluate reply of a node holding
-    ``node_users`` users is valid: metric sums finite, in [0, num-users] (every metric of
-    a user lies in [0, 1])."""
+    ``node_users`` users (their number, or their global ids) is valid: metric sums finite,
+    in [0, num-users] (every metric of a user lies in [0, 1]).
+
+    ``per_user`` (the reply's ``per-user`` record; None: not checked): ``user-ids``, int64,
+    num-users distinct ids among the node's users (when ``node_users`` gives them);
+    ``user-metrics``, float [num-users, metrics] in ``metric_names`` order, finite, in [0, 1],
+    whose column sums are the metric sums."""
     _keys(arrays, EVAL_KEYS | {REQUEST_KEY}, set(), "evaluate")
+    node_ids = None if np.ndim(node_users) == 0 else np.asarray(node_users, dtype=np.int64)
+    count = int(node_users) if node_ids is None else len(node_ids)
     num_users = _number(metrics, "num-users", integral=True)
-    if num_users > node_users:
-        raise ReplyError(f"num-users={num_users:g} but the node holds {node_users} users")
+    if num_users > count:
+        raise ReplyError(f"num-users={num_users:g} but the node holds {count} users")
     for name in metric_names:
         value = _number(metrics, name)
         if value > num_users * (1 + 1e-9) + 1e-9:
@@ -136,6 +145,40 @@ def check_eval_reply(
         if _number(metrics, "erank-personal-users", integral=True) > num_users:
             raise ReplyError("erank-personal-users exceeds num-users")
     _request(arrays, metrics, schema.num_items)
+    if per_user is not None:
+        _per_user(per_user, metrics, metric_names, int(num_users), node_ids)
+
+
+def _per_user(
+    per_user: Mapping[str, np.ndarray],
+    metrics: Mapping[str, Any],
+    metric_names: Sequence[str],
+    num_users: int,
+    node_ids: np.ndarray | None,
+) -> None:
+    """The ``per-user`` record of an evaluate reply (see :func:`check_eval_reply`)."""
+    _keys(per_user, PER_USER_KEYS, PER_USER_KEYS, "evaluate per-user")
+    ids = _array(per_user, "user-ids", (ID_DTYPE,), 1)
+    if len(ids) != num_users:
+        raise ReplyError(f"'user-ids' holds {len(ids)} users, num-users={num_users}")
+    unique, counts = np.unique(ids, return_counts=True)
+    if len(unique) != len(ids):
+        raise ReplyError(f"'user-ids' holds duplicated users: {_show(unique[counts > 1])}")
+    if node_ids is not None:
+        foreign = ids[~np.isin(ids, node_ids)]
+        if len(foreign):
+            raise ReplyError(f"'user-ids' holds users the node does not hold: {_show(foreign)}")
+    values = _floats(per_user, "user-metrics", (num_users, len(metric_names)))
+    outside = values[(values < 0) | (values > 1)]
+    if len(outside):
+        raise ReplyError(f"'user-metrics' holds values outside [0, 1]: {_show(outside)}")
+    sums = values.sum(axis=0, dtype=np.float64)
+    for j, name in enumerate(metric_names):
+        if abs(sums[j] - float(metrics[name])) > 1e-9 * max(1.0, num_users):
+            raise ReplyError(
+                f"metric '{name}'={float(metrics[name])!r} is not the sum of its per-user "
+                f"values ({sums[j]!r})"
+            )
 
 
 # ------------------------------------------------------------------ helpers

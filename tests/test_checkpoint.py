@@ -141,8 +141,25 @@ def test_a_run_killed_in_round_8_and_resumed_ends_as_an_uninterrupted_run(tmp_pa
     assert without_seconds(run_dir) == without_seconds(full)  # bit for bit
     assert len(without_seconds(run_dir)) == 1 + 10 + 1  # header, 10 rounds, last newline
     assert summary_of(run_dir) == summary_of(full)
+    assert (run_dir / "per-user.csv").read_bytes() == (full / "per-user.csv").read_bytes()
     assert not (run_dir / "INCOMPLETE").exists()
     assert not (run_dir / "checkpoint").exists()  # removed once the run completed
+
+
+def test_a_resumed_run_keeps_the_per_user_metrics_of_a_best_round_before_its_checkpoint(
+    tmp_path,
+):
+    """The best validation round lies before the checkpoint (round 6) and is not beaten
+    after it: its per-user metrics come from the checkpoint, not from a round run again."""
+    over = {"eval-users": 12, "seed": 0}  # a sample per round: the best round's users differ
+    run(settings(tmp_path / "full", **over))
+    full = tmp_path / "full" / "run"
+    best = summary_of(full)["best_round"]
+    assert best <= 6, f"this setting's best validation round is {best} now, pick another"
+    run_dir = killed_then_resumed(tmp_path, **over)
+    assert summary_of(run_dir) == summary_of(full)
+    assert (run_dir / "per-user.csv").read_bytes() == (full / "per-user.csv").read_bytes()
+    assert len((full / "per-user.csv").read_text().splitlines()) < 1 + 30  # a sample
 
 
 def test_a_run_killed_before_its_first_checkpoint_starts_again(tmp_path):

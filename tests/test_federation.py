@@ -80,7 +80,8 @@ def test_replies_never_carry_private_parameters(tmp_path):
                 for name, array in record.items():
                     # ids and counts are integers; the only floats are the summed item rows
                     # (and the sums of shared-dense parameters, which PFedRec has none of)
-                    floats = name == "row-sums" or name.startswith(DENSE_PREFIX)
+                    # and the evaluated users' metrics (of their ranks, in [0, 1])
+                    floats = name in ("row-sums", "user-metrics") or name.startswith(DENSE_PREFIX)
                     assert array.numpy().dtype.kind == "i" or floats, name
             elif isinstance(record, ConfigRecord):  # the handshake's data identity, no more
                 assert reply.metadata.message_type == "query"
@@ -116,6 +117,7 @@ def test_results_files(tmp_path):
         "rounds.csv",
         "summary.json",
         "curves.png",
+        "per-user.csv",
     }
     on_disk = json.loads((run_dir / "summary.json").read_text())
     assert on_disk["method"] == "pfedrec" and on_disk["protocol"] == "strict"

@@ -1,0 +1,154 @@
+"""``per-user.csv``: each user's metrics at the best validation round, whose column means are
+``summary.json``'s metrics, the same whatever the number of nodes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedrec_flwr.client import app as client_app
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.evaluation import metric_names, metrics_from_ranks, per_user_metrics
+from fedrec_flwr.local_grid import LocalGrid
+from fedrec_flwr.server import run_federation
+from fedrec_flwr.stats import read_per_user
+from fedrec_flwr.validation import ReplyError, ReplySchema, check_eval_reply
+
+SMALL = {
+    "dataset": "synthetic",
+    "synthetic-users": 30,
+    "synthetic-items": 400,
+    "synthetic-mean-degree": 12,
+    "num-server-rounds": 6,
+    "batch-size": 32,
+    "item-lr": 0.5,
+    "run-name": "run",
+}
+
+pytestmark = pytest.mark.usefixtures("private_cache")
+
+
+def run(folder: Path, nodes: int, **overrides) -> tuple[dict, Path]:
+    run_config = {**SMALL, "results-dir": str(folder), **overrides}
+    summary = run_federation(
+        LocalGrid(client_app, run_config, num_nodes=nodes), RunConfig.from_mapping(run_config)
+    )
+    return summary, folder / "run"
+
+
+@pytest.mark.parametrize("protocol", ["strict", "paper"])
+def test_per_user_csv_holds_the_best_rounds_users_whatever_the_packing(tmp_path, protocol):
+    summary, run_dir = run(tmp_path / "one", 1, protocol=protocol)
+    users, columns = read_per_user(run_dir)
+    names = metric_names(protocol)
+    header = (run_dir / "per-user.csv").read_text().splitlines()[0]
+    assert header == ",".join(["user", *(f"{s}-{m}" for s in ("val", "test") for m in names)])
+    assert users.tolist() == list(range(30))  # every user, sorted (the last round: all)
+    for split in ("val", "test"):
+        for name in names:
+            values = columns[f"{split}-{name}"]
+            assert np.all((values >= 0) & (values <= 1))
+            assert values.mean() == pytest.approx(summary[split][name], abs=1e-9, rel=0)
+    assert json.loads((run_dir / "summary.json").read_text())["best_round"] >= 1
+    # packing invariance: 3 nodes write the same file, byte for byte
+    _, three = run(tmp_path / "three", 3, protocol=protocol)
+    assert (three / "per-user.csv").read_bytes() == (run_dir / "per-user.csv").read_bytes()
+
+
+def test_per_user_csv_of_a_best_round_evaluated_on_a_sample(tmp_path):
+    """eval-users: rounds before the last evaluate a sample; the file holds the best round's
+    evaluated users only, and its means are still the summary's."""
+    summary, run_dir = run(tmp_path / "r", 2, **{"eval-users": 10, "num-server-rounds": 4})
+    users, columns = read_per_user(run_dir)
+    rounds = (run_dir / "rounds.csv").read_text().splitlines()
+    header = rounds[0].split(",")
+    best = rounds[summary["best_round"]].split(",")
+    assert len(users) == int(best[header.index("eval-users")])
+    assert np.all(np.diff(users) > 0)
+    for name in metric_names("strict"):
+        assert columns[f"test-{name}"].mean() == pytest.approx(summary["test"][name], abs=1e-9)
+
+
+def test_per_user_metrics_sum_to_metrics_from_ranks():
+    ranks = np.array([0, 3, 9, 10, 19, 20, 57, 0])
+    for protocol in ("strict", "paper"):
+        values = per_user_metrics(ranks, protocol)
+        assert values.shape == (len(ranks), len(metric_names(protocol)))
+        sums = metrics_from_ranks(ranks, protocol)
+        for j, name in enumerate(metric_names(protocol)):
+            assert values[:, j].sum() == pytest.approx(sums[name], abs=1e-12)
+    assert per_user_metrics(np.array([], dtype=np.int64), "strict").shape == (0, 5)
+
+
+# ------------------------------------------------------------- reply checks
+NAMES = ["val-hr@10", "val-ndcg@10", "test-hr@10", "test-ndcg@10"]
+NODE_USERS = np.array([1, 4, 7, 10, 13], dtype=np.int64)  # partition 1 of 3
+
+
+def eval_reply(values: np.ndarray, ids: np.ndarray):
+    metrics = {"num-users": len(ids), **dict(zip(NAMES, values.sum(axis=0).tolist(), strict=True))}
+    return {}, metrics, {"user-ids": ids, "user-metrics": values}
+
+
+def valid_reply():
+    rng = np.random.default_rng(0)
+    values = rng.random((3, 4))
+    values[:, [0, 2]] = np.round(values[:, [0, 2]])  # HR: 0 or 1
+    return eval_reply(values, np.array([13, 1, 7], dtype=np.int64))
+
+
+def check(arrays, metrics, per_user, node_users=NODE_USERS):
+    check_eval_reply(arrays, metrics, ReplySchema(30, 4, {}), NAMES, node_users, per_user)
+
+
+def test_a_valid_per_user_record_passes():
+    check(*valid_reply())
+    check(*valid_reply(), node_users=5)  # the number only: ids not checked against it
+    check(*eval_reply(np.empty((0, 4)), np.empty(0, dtype=np.int64)))
+
+
+def _corrupt(kind: str):
+    arrays, metrics, per_user = valid_reply()
+    ids, values = per_user["user-ids"].copy(), per_user["user-metrics"].copy()
+    if kind == "duplicate":
+        ids[1] = ids[0]
+    elif kind == "foreign":
+        ids[0] = 2  # partition 2's user
+    elif kind == "count":
+        ids, values = ids[:2], values[:2]
+    elif kind == "shape":
+        values = values[:, :3]
+    elif kind == "dtype":
+        ids = ids.astype(np.int32)
+    elif kind == "nan":
+        values[0, 1] = np.nan
+    elif kind == "range":
+        metrics["val-ndcg@10"] += -0.2 - values[0, 1]  # the sums still agree
+        values[0, 1] = -0.2
+    elif kind == "sum":
+        metrics["test-ndcg@10"] -= 0.01
+    elif kind == "missing":
+        return arrays, metrics, {"user-ids": ids}
+    return arrays, metrics, {"user-ids": ids, "user-metrics": values}
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("duplicate", "duplicated users"),
+        ("foreign", "users the node does not hold"),
+        ("count", "num-users=3"),
+        ("shape", "shape"),
+        ("dtype", "dtype int32"),
+        ("nan", "NaN or inf"),
+        ("range", r"outside \[0, 1\]"),
+        ("sum", "not the sum of its per-user values"),
+        ("missing", "missing arrays"),
+    ],
+)
+def test_each_per_user_corruption_is_rejected(kind, message):
+    with pytest.raises(ReplyError, match=message):
+        check(*_corrupt(kind))
