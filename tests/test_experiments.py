@@ -132,3 +132,23 @@ def test_incomplete_cell_runs_again(tmp_path, monkeypatch) -> None:
     assert (crashed / "summary.json").exists() and not (crashed / "INCOMPLETE").exists()
     aside = [p.name for p in runs.iterdir() if ".incomplete-" in p.name]
     assert len(aside) == 1 and (runs / aside[0] / "INCOMPLETE").exists()
+
+
+def test_a_run_made_with_other_settings_is_stale_and_runs_again(tmp_path, monkeypatch) -> None:
+    assert _tiny(tmp_path, monkeypatch) == 0
+    runs = tmp_path / "runs"
+    started = []
+    real = runner.run_federated
+    monkeypatch.setattr(runner, "run_federated", lambda *a: started.append(a[0]) or real(*a))
+    # Same cells, another learning rate (as after retuning a preset): every federated cell
+    # is stale, set aside and run again; a key that only changes speed does not matter.
+    assert _tiny(tmp_path, monkeypatch, "torch-threads=2") == 0
+    assert started == []
+    assert _tiny(tmp_path, monkeypatch, "lr=0.05") == 0
+    assert sorted(c["run-name"] for c in started) == [
+        "fedmf-synthetic-strict-seed0",
+        "pfedrec-synthetic-strict-seed0",
+    ]
+    assert all(c["lr"] == 0.05 for c in started)
+    aside = sorted(p.name.split(".stale-")[0] for p in runs.iterdir() if ".stale-" in p.name)
+    assert aside == ["fedmf-synthetic-strict-seed0", "pfedrec-synthetic-strict-seed0"]

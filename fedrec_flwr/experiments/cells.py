@@ -5,7 +5,8 @@ optional overrides under a tag, or a reference row of :mod:`fedrec_flwr.baseline
 folder is ``<out>/runs/<preset>[+tag]-<dataset>-<protocol>-seed<s>`` (the naming of
 ``bench/results/runs/``). A folder with ``summary.json`` is done and never recomputed; one
 with an ``INCOMPLETE`` marker (or no summary) is moved aside to ``<name>.incomplete-<time>``
-and the cell runs again from round 1 into a fresh folder.
+and the cell runs again from round 1 into a fresh folder; so is a finished run whose recorded
+configuration is not the cell's any more (``<name>.stale-<time>``: e.g. a retuned preset).
 """
 
 from __future__ import annotations
@@ -102,11 +103,61 @@ def data_present(dataset: str, data_dir: str | Path) -> bool:
     return any((Path(data_dir) / source.folder / name).is_file() for name in source.accepted)
 
 
-def status(cell: Cell, runs: Path, data_dir: str | Path) -> str:
-    """``done``, ``incomplete`` (crashed or stopped), ``todo`` or ``no data``."""
+#: Run-config keys that do not change a run's results (where it runs and writes, how fast).
+NEUTRAL_KEYS = frozenset(
+    {
+        "data-dir",
+        "results-dir",
+        "run-name",
+        "resume",
+        "checkpoint-every",
+        "device",
+        "cuda-deterministic",
+        "torch-threads",
+        "node-wait-timeout",
+        "round-timeout",
+    }
+)
+
+
+def stale_keys(
+    cell: Cell,
+    runs: Path,
+    data_dir: str | Path,
+    rounds: int | None = None,
+    extra: dict | None = None,
+) -> list[str]:
+    """Keys whose value in a finished federated cell's ``config.json`` is not the one the cell
+    would run with now (e.g. its preset was retuned since): such a run is not this cell's.
+    A key the recorded config lacks (added to the project later) counts as its default."""
+    recorded_path = runs / cell.name / "config.json"
+    if cell.row.kind != "federated" or not recorded_path.exists():
+        return []
+    from fedrec_flwr.config import RunConfig
+
+    recorded = json.loads(recorded_path.read_text())
+    wanted = run_config(cell, runs, data_dir, rounds, extra or {})
+    expected = RunConfig.from_mapping(wanted).to_mapping()
+    defaults = RunConfig().to_mapping()
+    return sorted(
+        key
+        for key, value in expected.items()
+        if key not in NEUTRAL_KEYS and recorded.get(key, defaults[key]) != value
+    )
+
+
+def status(
+    cell: Cell,
+    runs: Path,
+    data_dir: str | Path,
+    rounds: int | None = None,
+    extra: dict | None = None,
+) -> str:
+    """``done``, ``stale`` (finished with other settings than the cell's now), ``incomplete``
+    (crashed or stopped), ``todo`` or ``no data``."""
     folder = runs / cell.name
     if (folder / "summary.json").exists():
-        return "done"
+        return "stale" if stale_keys(cell, runs, data_dir, rounds, extra) else "done"
     if folder.exists():
         return "incomplete"
     if not data_present(cell.row.dataset, data_dir):
@@ -114,9 +165,10 @@ def status(cell: Cell, runs: Path, data_dir: str | Path) -> str:
     return "todo"
 
 
-def set_aside(folder: Path) -> Path:
-    """Move an unfinished run's folder out of the cell's name (kept for inspection)."""
-    target = folder.with_name(f"{folder.name}.incomplete-{time.strftime('%Y%m%d-%H%M%S')}")
+def set_aside(folder: Path, why: str = "incomplete") -> Path:
+    """Move an unfinished (or stale) run's folder out of the cell's name (kept for
+    inspection)."""
+    target = folder.with_name(f"{folder.name}.{why}-{time.strftime('%Y%m%d-%H%M%S')}")
     folder.rename(target)
     return target
 

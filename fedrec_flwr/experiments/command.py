@@ -75,7 +75,11 @@ def _command(argv: list[str]) -> str:
 def run_cell(cell: runner.Cell, args, runs: Path, extra: dict) -> str:
     """Run one missing or unfinished cell; its status."""
     folder = runs / cell.name
-    if folder.exists():
+    stale = runner.stale_keys(cell, runs, args.data_dir, args.rounds, extra)
+    if stale:
+        moved = runner.set_aside(folder, "stale")
+        print(f"{cell.name}: run with other {', '.join(stale)}, moved to {moved.name}", flush=True)
+    elif folder.exists():
         print(f"{cell.name}: unfinished, moved to {runner.set_aside(folder).name}", flush=True)
     started = time.time()
     if cell.row.kind == "reference":
@@ -104,8 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     todo: list[runner.Cell] = []
     for spec in specs:
         cells = spec.cells(args.seeds)
-        states = [runner.status(cell, runs, args.data_dir) for cell in cells]
-        todo += [c for c, s in zip(cells, states, strict=True) if s in ("todo", "incomplete")]
+        states = [runner.status(cell, runs, args.data_dir, args.rounds, extra) for cell in cells]
+        todo += [
+            c for c, s in zip(cells, states, strict=True) if s in ("todo", "incomplete", "stale")
+        ]
         results.append((spec, cells, states))
     if args.dry_run:
         for _spec, cells, states in results:
@@ -131,7 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     failed += [c.name for c, s in zip(federated, states, strict=True) if s != "finished:completed"]
 
     finished = [
-        report.RowResult(spec, cells, [runner.status(c, runs, args.data_dir) for c in cells], runs)
+        report.RowResult(
+            spec,
+            cells,
+            [runner.status(c, runs, args.data_dir, args.rounds, extra) for c in cells],
+            runs,
+        )
         for spec, cells, _ in results
     ]
     datasets = list(dict.fromkeys(spec.dataset for spec in specs))
