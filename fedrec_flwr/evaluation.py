@@ -6,7 +6,9 @@ worst. Scores are compared as logits (before the sigmoid), where float32 cannot 
 
 ``paper``: 100 candidates (the held-out item and 99 negatives never interacted with, drawn
 once per user); HR@10, NDCG@10. ``strict``: every item except the user's train positives
-(and, for test, the validation item); HR@10, NDCG@10, Recall@20, NDCG@20, MRR.
+(and, for test, the validation item); HR@10, NDCG@10, Recall@20, NDCG@20, MRR, and from the
+same scores the sampled-100 HR@10 and NDCG@10 (``s100-*``: the held-out item ranked among the
+99 negatives ``paper`` would give it).
 """
 
 from __future__ import annotations
@@ -16,12 +18,23 @@ import torch
 
 PAPER_METRICS = ("hr@10", "ndcg@10")
 STRICT_METRICS = ("hr@10", "ndcg@10", "recall@20", "ndcg@20", "mrr")
+#: Under ``strict``, the paper protocol's metrics of the same scores, ranked among the
+#: split's 99 sampled negatives (``PreparedData.eval_negatives``).
+SAMPLED_PREFIX = "s100-"
+SAMPLED_METRICS = tuple(SAMPLED_PREFIX + name for name in PAPER_METRICS)
 SPLITS = ("val", "test")
 
 
 def metric_names(protocol: str) -> tuple[str, ...]:
-    """The metrics a protocol reports."""
+    """The metrics a protocol computes from a held-out item's rank among its candidates."""
     return PAPER_METRICS if protocol == "paper" else STRICT_METRICS
+
+
+def reported_metrics(protocol: str) -> tuple[str, ...]:
+    """The metrics a protocol's evaluation reports (``rounds.csv``, ``summary.json``,
+    ``per-user.csv``, replies): :func:`metric_names`, then under ``strict`` the sampled-100
+    ones (:data:`SAMPLED_METRICS`)."""
+    return metric_names(protocol) + (SAMPLED_METRICS if protocol == "strict" else ())
 
 
 def ranks_from_scores(
@@ -69,3 +82,13 @@ def per_user_metrics(ranks: np.ndarray, protocol: str) -> np.ndarray:
     }
     names = metric_names(protocol)
     return np.stack([values[name] for name in names], axis=1).reshape(len(ranks), len(names))
+
+
+def sampled_metrics_from_ranks(ranks: np.ndarray) -> dict[str, float]:
+    """Sums over users of the ``s100-*`` metrics of ranks among 99 sampled negatives."""
+    return {SAMPLED_PREFIX + k: v for k, v in metrics_from_ranks(ranks, "paper").items()}
+
+
+def sampled_per_user_metrics(ranks: np.ndarray) -> np.ndarray:
+    """Each user's ``s100-*`` values (float64 [users, 2], :data:`SAMPLED_METRICS` order)."""
+    return per_user_metrics(ranks, "paper")

@@ -21,7 +21,12 @@ import torch
 from fedrec_flwr.accelerator import torch_device
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
-from fedrec_flwr.evaluation import metrics_from_ranks, per_user_metrics
+from fedrec_flwr.evaluation import (
+    metrics_from_ranks,
+    per_user_metrics,
+    sampled_metrics_from_ranks,
+    sampled_per_user_metrics,
+)
 from fedrec_flwr.methods import ROWS, Method, build_method
 from fedrec_flwr.partition import eval_sample, participants, users_of_partition
 from fedrec_flwr.personal import KEY_STRIDE, PersonalRows
@@ -389,7 +394,8 @@ class NodeRuntime:
         positions: np.ndarray | None = None,
     ) -> dict[str, float]:
         """Metric sums over this node's users (those at ``positions``; None = all):
-        ``val-hr@10``, ..., ``test-mrr``, ``num-users``."""
+        ``val-hr@10``, ..., ``test-mrr`` (and under ``strict`` ``val-s100-hr@10``, ...,
+        ``test-s100-ndcg@10``), ``num-users``."""
         return self.evaluate_users(state, item_ids, item_rows, dense, positions)[0]
 
     @torch.no_grad()
@@ -403,7 +409,7 @@ class NodeRuntime:
     ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
         """:meth:`evaluate`'s sums, the evaluated users' global ids (int64 [a]) and their
         per-user values (float64 [a, 2 * metrics]: the ``val-*`` metrics, then the ``test-*``
-        ones, whose column sums are the sums)."""
+        ones, each in ``reported_metrics`` order, whose column sums are the sums)."""
         protocol = self.protocol
         totals = {f"{split}-{name}": 0.0 for split in ("val", "test") for name in protocol.metrics}
         per_user = []
@@ -412,7 +418,7 @@ class NodeRuntime:
         for lo in range(0, len(evaluated), chunk):
             positions = evaluated[lo : lo + chunk]
             params = self._eval_params(state, positions, dense or {})
-            val_ranks, test_ranks = protocol.ranks(
+            ranks = protocol.ranks(
                 self.method,
                 params,
                 state.personal,
@@ -422,18 +428,19 @@ class NodeRuntime:
                 item_rows,
                 state.private_rows,
             )
-            for split, ranks in (("val", val_ranks), ("test", test_ranks)):
-                for name, value in metrics_from_ranks(ranks, protocol.name).items():
+            columns = []
+            for split, full, sampled in (
+                ("val", ranks.val, ranks.sampled_val),
+                ("test", ranks.test, ranks.sampled_test),
+            ):
+                sums = metrics_from_ranks(full, protocol.name)
+                columns.append(per_user_metrics(full, protocol.name))
+                if sampled is not None:  # strict: the sampled-100 metrics of the same scores
+                    sums |= sampled_metrics_from_ranks(sampled)
+                    columns.append(sampled_per_user_metrics(sampled))
+                for name, value in sums.items():
                     totals[f"{split}-{name}"] += value
-            per_user.append(
-                np.concatenate(
-                    [
-                        per_user_metrics(val_ranks, protocol.name),
-                        per_user_metrics(test_ranks, protocol.name),
-                    ],
-                    axis=1,
-                )
-            )
+            per_user.append(np.concatenate(columns, axis=1))
             for j in np.flatnonzero(np.isin(positions, self.erank_positions)):
                 erank = self._personal_erank(state, params, positions, j, item_ids, item_rows)
                 if erank is not None:

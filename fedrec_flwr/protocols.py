@@ -3,18 +3,33 @@ a user keeps, and how held-out items are ranked (see README, "Evaluation protoco
 
 ``paper``: 100 candidates per held-out item (it and 99 never-interacted negatives drawn once
 per user); HR@10, NDCG@10. ``strict``: every item except the user's train positives (and, for
-test, the validation item); HR@10, NDCG@10, Recall@20, NDCG@20, MRR.
+test, the validation item); HR@10, NDCG@10, Recall@20, NDCG@20, MRR, and from the same score
+row, the held-out item's rank among the 99 negatives ``paper`` draws for it (``s100-*``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
-from fedrec_flwr.evaluation import metric_names, ranks_from_scores
+from fedrec_flwr.evaluation import ranks_from_scores, reported_metrics
 from fedrec_flwr.methods import Method
 from fedrec_flwr.personal import PersonalRows
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """0-based ranks of the validation and test items of a batch of users (int64 [a]); under
+    ``strict`` also their ranks among the 99 sampled negatives of the paper protocol, read
+    from the same scores (None under ``paper``)."""
+
+    val: np.ndarray
+    test: np.ndarray
+    sampled_val: np.ndarray | None = None
+    sampled_test: np.ndarray | None = None
 
 
 class EvalProtocol:
@@ -25,7 +40,7 @@ class EvalProtocol:
     def __init__(self, prepared: PreparedData, seed: int) -> None:
         self.prepared = prepared
         self.seed = seed
-        self.metrics = metric_names(self.name)
+        self.metrics = reported_metrics(self.name)
 
     def eval_items(self, users: np.ndarray) -> np.ndarray | None:
         """Item rows evaluating ``users`` reads (sorted), or None for all of them."""
@@ -58,8 +73,8 @@ class EvalProtocol:
         item_ids: np.ndarray | None,
         item_rows: np.ndarray,
         private_rows: dict[str, PersonalRows] | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """0-based (validation, test) ranks of ``users`` (at ``positions`` in the node).
+    ) -> Ranks:
+        """0-based validation and test ranks of ``users`` (at ``positions`` in the node).
 
         ``private_rows``: the node's stores of the method's ``private-rows`` parameters."""
         raise NotImplementedError
@@ -101,7 +116,7 @@ class PaperProtocol(EvalProtocol):
         k = EVAL_NEGATIVES_PER_SPLIT + 1
         val = ranks_from_scores(logits[:, 0], logits[:, 1:k])
         test = ranks_from_scores(logits[:, k], logits[:, k + 1 :])
-        return val.numpy(), test.numpy()
+        return Ranks(val.numpy(), test.numpy())
 
 
 class StrictProtocol(EvalProtocol):
@@ -164,7 +179,15 @@ class StrictProtocol(EvalProtocol):
         val = ranks_from_scores(scores[index, valid_item], scores, valid)
         valid[index, test_item] = False  # test: the validation item is excluded as well
         test = ranks_from_scores(scores[index, test_item], scores, valid)
-        return val.numpy(), test.numpy()
+        # Sampled-100 from the same scores: the paper protocol's 99 negatives of each split,
+        # drawn on this split among the items the user never interacted with, so each is a
+        # competitor of the full ranking too (a subset: the rank can only be lower).
+        negatives = np.asarray(self.prepared.eval_negatives(self.seed)[users], np.int64)
+        sampled = scores.gather(1, torch.from_numpy(negatives))
+        k = EVAL_NEGATIVES_PER_SPLIT
+        sampled_val = ranks_from_scores(scores[index, valid_item], sampled[:, :k])
+        sampled_test = ranks_from_scores(scores[index, test_item], sampled[:, k:])
+        return Ranks(val.numpy(), test.numpy(), sampled_val.numpy(), sampled_test.numpy())
 
 
 PROTOCOLS: dict[str, type[EvalProtocol]] = {p.name: p for p in (PaperProtocol, StrictProtocol)}

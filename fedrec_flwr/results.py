@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.evaluation import metric_names
+from fedrec_flwr.evaluation import reported_metrics
 
 SELECTION_METRIC = "val-hr@10"
 PER_USER_FILE = "per-user.csv"
@@ -70,7 +70,7 @@ class RunRecorder:
         ``rounds.csv`` holds them already (:mod:`fedrec_flwr.checkpoint`)."""
         self.run_dir = run_dir
         self.config = config
-        self.metrics = metric_names(config.protocol)
+        self.metrics = reported_metrics(config.protocol)
         self.columns = [
             "round",
             "seconds",

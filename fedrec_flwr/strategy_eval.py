@@ -24,7 +24,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from fedrec_flwr.evaluation import metric_names
+from fedrec_flwr.evaluation import reported_metrics
 from fedrec_flwr.messages import ARRAYS, CONFIG, PER_USER, read_reply
 from fedrec_flwr.npy import to_numpy
 from fedrec_flwr.spectrum import effective_rank
@@ -64,7 +64,8 @@ class EvaluationRounds:
     ) -> MetricRecord | None:
         """Mean of each metric over the evaluated users of the valid replies (and, in
         ``eval_per_user``, the users' ids and metrics, sorted by user)."""
-        names = [f"{s}-{m}" for s in ("val", "test") for m in metric_names(self.config.protocol)]
+        reported = reported_metrics(self.config.protocol)
+        names = [f"{s}-{m}" for s in ("val", "test") for m in reported]
         sums = dict.fromkeys(names, 0.0)
         users = 0
         user_ids, user_metrics = [], []

@@ -8,11 +8,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from fedrec_flwr.client import app as client_app
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.evaluation import metric_names, metrics_from_ranks, per_user_metrics
+from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, prepare
+from fedrec_flwr.evaluation import (
+    SAMPLED_METRICS,
+    metric_names,
+    metrics_from_ranks,
+    per_user_metrics,
+    reported_metrics,
+)
 from fedrec_flwr.local_grid import LocalGrid
+from fedrec_flwr.node import NodeRuntime
 from fedrec_flwr.server import run_federation
 from fedrec_flwr.stats import read_per_user
 from fedrec_flwr.validation import ReplyError, ReplySchema, check_eval_reply
@@ -43,7 +52,12 @@ def run(folder: Path, nodes: int, **overrides) -> tuple[dict, Path]:
 def test_per_user_csv_holds_the_best_rounds_users_whatever_the_packing(tmp_path, protocol):
     summary, run_dir = run(tmp_path / "one", 1, protocol=protocol)
     users, columns = read_per_user(run_dir)
-    names = metric_names(protocol)
+    names = reported_metrics(protocol)
+    assert (
+        set(SAMPLED_METRICS) <= set(names)
+        if protocol == "strict"
+        else names == ("hr@10", "ndcg@10")
+    )
     header = (run_dir / "per-user.csv").read_text().splitlines()[0]
     assert header == ",".join(["user", *(f"{s}-{m}" for s in ("val", "test") for m in names)])
     assert users.tolist() == list(range(30))  # every user, sorted (the last round: all)
@@ -52,6 +66,14 @@ def test_per_user_csv_holds_the_best_rounds_users_whatever_the_packing(tmp_path,
             values = columns[f"{split}-{name}"]
             assert np.all((values >= 0) & (values <= 1))
             assert values.mean() == pytest.approx(summary[split][name], abs=1e-9, rel=0)
+    if protocol == "strict":  # 99 sampled competitors, all among the full ranking's: per user,
+        for split in ("val", "test"):  # the sampled rank is never worse
+            for name in ("hr@10", "ndcg@10"):
+                full, sampled = columns[f"{split}-{name}"], columns[f"{split}-s100-{name}"]
+                assert np.all(sampled >= full), (split, name)
+            assert columns[f"{split}-s100-hr@10"].mean() > columns[f"{split}-hr@10"].mean()
+        rounds = (run_dir / "rounds.csv").read_text().splitlines()[0].split(",")
+        assert {f"{s}-{m}" for s in ("val", "test") for m in SAMPLED_METRICS} <= set(rounds)
     assert json.loads((run_dir / "summary.json").read_text())["best_round"] >= 1
     # packing invariance: 3 nodes write the same file, byte for byte
     _, three = run(tmp_path / "three", 3, protocol=protocol)
@@ -68,7 +90,7 @@ def test_per_user_csv_of_a_best_round_evaluated_on_a_sample(tmp_path):
     best = rounds[summary["best_round"]].split(",")
     assert len(users) == int(best[header.index("eval-users")])
     assert np.all(np.diff(users) > 0)
-    for name in metric_names("strict"):
+    for name in reported_metrics("strict"):
         assert columns[f"test-{name}"].mean() == pytest.approx(summary["test"][name], abs=1e-9)
 
 
@@ -81,6 +103,44 @@ def test_per_user_metrics_sum_to_metrics_from_ranks():
         for j, name in enumerate(metric_names(protocol)):
             assert values[:, j].sum() == pytest.approx(sums[name], abs=1e-12)
     assert per_user_metrics(np.array([], dtype=np.int64), "strict").shape == (0, 5)
+
+
+def test_sampled_100_metrics_rank_the_same_scores_among_the_paper_negatives():
+    """The strict evaluation's ``s100-*`` columns are the paper protocol's ranking of the
+    method's own score row among the split's 99 negatives, built here by hand (ties count
+    against the held-out item, a NaN competitor beats it)."""
+    config = RunConfig.from_mapping({**SMALL, "method": "fedmf", "embedding-dim": 4})
+    prepared = prepare(config)
+    runtime = NodeRuntime(config, prepared, 0, 1)
+    state = runtime.initial_state()
+    rng = np.random.default_rng(3)
+    # Few distinct rows: many exact ties between the held-out item and its competitors.
+    table = rng.normal(size=(40, 4)).astype(np.float32)[np.arange(prepared.num_items) % 40]
+    table[prepared.eval_negatives(0)[0, 7]] = np.nan  # user 0 has a NaN validation competitor
+    sums, users, values = runtime.evaluate_users(state, None, table)
+    positions = runtime.positions_of(users)
+    params = runtime._eval_params(state, positions, {})
+    scores = runtime.method.logits_all(params, torch.from_numpy(table)).numpy()
+    names = [f"{s}-{m}" for s in ("val", "test") for m in reported_metrics("strict")]
+    k = EVAL_NEGATIVES_PER_SPLIT
+    ties = 0
+    for j, user in enumerate(users):
+        negatives = np.asarray(prepared.eval_negatives(0)[user], np.int64)
+        for split, held, competitors in (
+            ("val", prepared.valid_item[user], negatives[:k]),
+            ("test", prepared.test_item[user], negatives[k:]),
+        ):
+            target, others = scores[j, held], scores[j, competitors]
+            ties += int(np.sum(others == target))
+            rank = int(np.sum((others >= target) | np.isnan(others)))
+            hr, ndcg = float(rank < 10), (1 / np.log2(rank + 2) if rank < 10 else 0.0)
+            assert values[j, names.index(f"{split}-s100-hr@10")] == hr, (user, split)
+            assert values[j, names.index(f"{split}-s100-ndcg@10")] == pytest.approx(ndcg, abs=1e-15)
+    assert ties > 0  # the tie rule was exercised
+    hits = values[:, names.index("test-s100-hr@10")]
+    assert 0 < hits.mean() < 1 and 0 < sums["val-s100-hr@10"] < len(users)
+    for i, name in enumerate(names):
+        assert sums[name] == pytest.approx(values[:, i].sum(), abs=1e-12)
 
 
 # ------------------------------------------------------------- reply checks

@@ -1,7 +1,8 @@
 """A device's own data: the folder ``python -m fedrec_flwr.data.export`` writes for it.
 
 A device folder holds only its users' rows of the prepared split (train rows, validation and
-test item; under the ``paper`` protocol their 99 + 99 evaluation negatives) and the public
+test item; under the ``paper`` protocol their 99 + 99 evaluation negatives, which under
+``strict`` the device draws itself for the ``s100-*`` metrics) and the public
 size of the item catalogue, plus ``manifest.json``: dataset, protocol, seed, the split's
 fingerprint, the partition and the users' global ids. :class:`DeviceData` reads it with the
 interface of :class:`~fedrec_flwr.data.prepared.PreparedData` (users keep their global ids),
@@ -158,7 +159,12 @@ class DeviceData(PreparedData):
         return np.asarray(self.train_items[self.train_indptr[at] : self.train_indptr[at + 1]])
 
     def eval_negatives(self, seed: int):
-        """The exported negatives (drawn with the export's seed; another seed is refused)."""
+        """Paper protocol: the exported negatives (drawn with the export's seed; another seed
+        is refused). Strict (the ``s100-*`` metrics): drawn here for this device's users, the
+        rows the shared split draws (keyed by (seed, user)), for any seed."""
+        if seed not in self._eval_negatives and self.protocol == "strict":
+            negatives = self._draw_eval_negatives(seed, self.users)
+            self._eval_negatives[seed] = _ByUser(self, negatives)
         if seed not in self._eval_negatives:
             raise ValueError(
                 f"{self.path} holds the paper protocol's evaluation negatives of seed "

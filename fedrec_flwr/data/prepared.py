@@ -135,7 +135,8 @@ class PreparedData:
         return np.unique(self.train_positives(user))
 
     def eval_negatives(self, seed: int) -> np.ndarray:
-        """Paper protocol: [num_users, 198] negatives, 99 for validation then 99 for test."""
+        """[num_users, 198] negatives never interacted with, 99 for validation then 99 for
+        test: the paper protocol's candidates, and under ``strict`` the ``s100-*`` metrics'."""
         if seed not in self._eval_negatives:
             file = self.path / f"eval_negatives_seed{seed}.npy"
             if not file.exists():
@@ -143,12 +144,15 @@ class PreparedData:
             self._eval_negatives[seed] = np.load(file, mmap_mode="r")
         return self._eval_negatives[seed]
 
-    def _draw_eval_negatives(self, seed: int) -> np.ndarray:
+    def _draw_eval_negatives(self, seed: int, users: np.ndarray | None = None) -> np.ndarray:
+        """The negatives of ``users`` (all if None), one row each: each user's draw is keyed
+        by (seed, user) and avoids its own items only, so any subset draws the same rows."""
+        users = np.arange(self.num_users) if users is None else users
         size = 2 * EVAL_NEGATIVES_PER_SPLIT
-        out = np.empty((self.num_users, size), dtype=np.int32)
-        for user in range(self.num_users):
+        out = np.empty((len(users), size), dtype=np.int32)
+        for j, user in enumerate(users.tolist()):
             rng = keyed_rng(seed, "eval-negatives", user)
-            out[user] = sample_excluding(
+            out[j] = sample_excluding(
                 rng, self.num_items, self.interacted(user), size, distinct=True
             )
         return out
