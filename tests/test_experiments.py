@@ -11,7 +11,8 @@ from fedrec_flwr.baselines import ROWS
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.experiments import cells as runner
 from fedrec_flwr.experiments.command import main
-from fedrec_flwr.experiments.sampled import sampled_vs_full
+from fedrec_flwr.experiments.report import NAMES, RowResult
+from fedrec_flwr.experiments.sampled import sampled_vs_full, section
 from fedrec_flwr.experiments.tables import PAPER, TABLES, Table, federated, reference, rows
 
 pytestmark = pytest.mark.usefixtures("private_cache")
@@ -112,6 +113,18 @@ def test_tiny_table_end_to_end_then_nothing_recomputed(tmp_path, monkeypatch) ->
     cell = json.loads((runs / "popularity-synthetic-strict-seed0" / "summary.json").read_text())
     assert both["popularity"]["full"]["hr@10"] == pytest.approx(cell["test"]["hr@10"])
     assert both["popularity"]["sampled"]["hr@10"] >= both["popularity"]["full"]["hr@10"]
+    # ... and the federated strict cells report their own sampled-100 metrics beside it
+    results = [RowResult(s, s.cells([0]), ["done"], runs) for s in TINY.build(("synthetic",))]
+    lines = section({"synthetic": both}, NAMES, results)
+    for method in ("pfedrec", "fedmf"):
+        (row,) = [line for line in lines if f"| {method} (federated, 1 seed) |" in line]
+        summary = runs / f"{method}-synthetic-strict-seed0" / "summary.json"
+        test = json.loads(summary.read_text())["test"]
+        full, sampled = row.split(" | ")[2:4]
+        assert full == f"{100 * test['hr@10']:.2f} / {100 * test['ndcg@10']:.2f}"
+        assert sampled == f"{100 * test['s100-hr@10']:.2f} / {100 * test['s100-ndcg@10']:.2f}"
+    assert any("popularity (centralized)" in line for line in lines)
+    assert not any("predates" in line for line in lines)
 
 
 def test_incomplete_cell_runs_again(tmp_path, monkeypatch) -> None:
@@ -152,3 +165,36 @@ def test_a_run_made_with_other_settings_is_stale_and_runs_again(tmp_path, monkey
     assert all(c["lr"] == 0.05 for c in started)
     aside = sorted(p.name.split(".stale-")[0] for p in runs.iterdir() if ".stale-" in p.name)
     assert aside == ["fedmf-synthetic-strict-seed0", "pfedrec-synthetic-strict-seed0"]
+
+
+def test_leakage_section_marks_federated_runs_that_predate_the_sampled_metrics(tmp_path):
+    """A tiny leakage table from written summaries: a strict cell with ``s100-*`` shows full
+    against sampled-100 (mean over its seeds), one without shows '-' and the note; paper
+    cells are not rows of this section."""
+    runs = tmp_path / "runs"
+    specs = [
+        federated("pfedrec", "synthetic", "strict"),
+        federated("fedmf", "synthetic", "strict"),
+        federated("pfedrec", "synthetic", "paper"),
+    ]
+    tests = {
+        "pfedrec-synthetic-strict-seed0": {"hr@10": 0.1, "ndcg@10": 0.05, "s100-hr@10": 0.5},
+        "pfedrec-synthetic-strict-seed1": {"hr@10": 0.2, "ndcg@10": 0.07, "s100-hr@10": 0.7},
+        "fedmf-synthetic-strict-seed0": {"hr@10": 0.1, "ndcg@10": 0.04},
+        "fedmf-synthetic-strict-seed1": {"hr@10": 0.3, "ndcg@10": 0.06},
+        "pfedrec-synthetic-paper-seed0": {"hr@10": 0.9, "ndcg@10": 0.6},
+        "pfedrec-synthetic-paper-seed1": {"hr@10": 0.9, "ndcg@10": 0.6},
+    }
+    for name, test in tests.items():
+        if "s100-hr@10" in test:
+            test["s100-ndcg@10"] = test["s100-hr@10"] / 2
+        (runs / name).mkdir(parents=True)
+        (runs / name / "summary.json").write_text(json.dumps({"test": test}))
+    results = [RowResult(s, s.cells([0, 1]), ["done", "done"], runs) for s in specs]
+    lines = section({}, NAMES, results)
+    rows = [line for line in lines if line.startswith("| synthetic |")]
+    assert rows == [
+        "| synthetic | pfedrec (federated, 2 seeds) | 15.00 / 6.00 | 60.00 / 30.00 | 4.0x |",
+        "| synthetic | fedmf (federated, 2 seeds) | 20.00 / 5.00 | - | - |",
+    ]
+    assert any("predates the `s100-*` metrics" in line for line in lines)

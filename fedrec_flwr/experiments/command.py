@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             for d in datasets
             if runner.data_present(d, args.data_dir)
         }
-        sections.append(sampled_section(sampled, report.NAMES))
+        sections.append(sampled_section(sampled, report.NAMES, finished))
     text = report.markdown(table, finished, _command(argv), notes, tuple(sections))
     (out / f"{table.name}.md").write_text(text)
     figure.plot(finished, out / f"{table.name}.png", table.title)
