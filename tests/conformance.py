@@ -414,6 +414,8 @@ class MethodConformance:
                         values = array.numpy()
                         if name == "row-sums" or name.startswith(DENSE_PREFIX):
                             uploaded.append(values.ravel())
+                        elif name == "user-metrics":  # evaluation results, not parameters
+                            assert values.min() >= 0.0 and values.max() <= 1.0
                         else:  # ids and counts are integers; the only floats are those
                             assert values.dtype.kind in "iu", name
                 elif isinstance(record, ConfigRecord):  # the handshake's data identity

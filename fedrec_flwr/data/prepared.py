@@ -146,15 +146,18 @@ class PreparedData:
 
     def _draw_eval_negatives(self, seed: int, users: np.ndarray | None = None) -> np.ndarray:
         """The negatives of ``users`` (all if None), one row each: each user's draw is keyed
-        by (seed, user) and avoids its own items only, so any subset draws the same rows."""
+        by (seed, user) and avoids its own items only, so any subset draws the same rows.
+        A user with fewer than 198 items outside its own (tiny synthetic catalogs only) draws
+        them with replacement, so that ``strict`` evaluation, which reports ``s100-*`` beside
+        its full ranking, never fails on a small catalog."""
         users = np.arange(self.num_users) if users is None else users
         size = 2 * EVAL_NEGATIVES_PER_SPLIT
         out = np.empty((len(users), size), dtype=np.int32)
         for j, user in enumerate(users.tolist()):
             rng = keyed_rng(seed, "eval-negatives", user)
-            out[j] = sample_excluding(
-                rng, self.num_items, self.interacted(user), size, distinct=True
-            )
+            excluded = self.interacted(user)
+            distinct = self.num_items - len(excluded) >= size
+            out[j] = sample_excluding(rng, self.num_items, excluded, size, distinct=distinct)
         return out
 
     @cached_property
