@@ -41,7 +41,9 @@ def main() -> None:
     groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for summary_file in sorted(Path(args.runs).glob("*/summary.json")):
         match = NAME.match(summary_file.parent.name)
-        if match:
+        # Reference rows (python -m fedrec_flwr.experiments: popularity, itemknn, ...) have
+        # no rounds.csv: they are tables of their own, not federated runs.
+        if match and (summary_file.parent / "rounds.csv").exists():
             key = (match["protocol"], DATASET[match["short"]], match["family"])
             groups[key].append(json.loads(summary_file.read_text()))
     lines = [
