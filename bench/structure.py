@@ -65,7 +65,7 @@ def main() -> None:
     groups: dict[tuple[str, str, str], list[dict[str, float]]] = defaultdict(list)
     for summary_file in sorted(Path(args.runs).glob("*/summary.json")):
         match = NAME.match(summary_file.parent.name)
-        if match:
+        if match and (summary_file.parent / "rounds.csv").exists():  # not reference rows
             key = (match["protocol"], DATASET[match["short"]], match["family"])
             groups[key].append(run_figures(summary_file.parent))
     lines = [
