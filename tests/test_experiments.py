@@ -198,3 +198,21 @@ def test_leakage_section_marks_federated_runs_that_predate_the_sampled_metrics(t
         "| synthetic | fedmf (federated, 2 seeds) | 20.00 / 5.00 | - | - |",
     ]
     assert any("predates the `s100-*` metrics" in line for line in lines)
+
+
+def test_the_table_header_command_holds_no_path_of_this_machine() -> None:
+    from fedrec_flwr.experiments.cells import PROJECT
+    from fedrec_flwr.experiments.command import _command
+
+    shown = _command(
+        [
+            "strict",
+            "--data-dir",
+            "/data/x",
+            "--out",
+            str(PROJECT / "bench" / "results"),
+            "--report-only",
+        ]
+    )
+    assert shown == "python -m fedrec_flwr.experiments strict --data-dir DIR --out bench/results"
+    assert "--out OUT" in _command(["strict", "--out", "/elsewhere/results"])

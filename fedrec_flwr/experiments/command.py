@@ -64,11 +64,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _command(argv: list[str]) -> str:
-    """The command as typed, an absolute ``--data-dir`` shown as DIR."""
-    shown, hide = [], False
+    """The command that makes the table: an absolute ``--data-dir`` shown as DIR, an absolute
+    ``--out`` inside the project relative to it (else OUT), ``--report-only`` left out (on a
+    folder of finished cells the full command runs nothing and writes the same table)."""
+    shown, previous = [], ""
     for arg in argv:
-        shown.append("DIR" if hide and Path(arg).is_absolute() else arg)
-        hide = arg == "--data-dir"
+        if previous == "--data-dir" and Path(arg).is_absolute():
+            arg = "DIR"
+        elif previous == "--out" and Path(arg).is_absolute():
+            inside = Path(arg).resolve().is_relative_to(runner.PROJECT)
+            arg = str(Path(arg).resolve().relative_to(runner.PROJECT)) if inside else "OUT"
+        if arg != "--report-only":
+            shown.append(arg)
+        previous = arg
     return shlex.join(["python", "-m", "fedrec_flwr.experiments", *shown])
 
 
