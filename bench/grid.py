@@ -15,25 +15,15 @@ import argparse
 import itertools
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-PROJECT = Path(__file__).resolve().parents[1]
+from fedrec_flwr.tuning import run_trial as run_one
 
-RUNNER = """
-import json, sys, tomllib
-from fedrec_flwr.client import app
-from fedrec_flwr.config import RunConfig
-from fedrec_flwr.local_grid import LocalGrid
-from fedrec_flwr.server import run_federation
-rc = json.loads(sys.argv[1])
-summary = run_federation(LocalGrid(app, rc, num_nodes=1), RunConfig.from_mapping(rc))
-print("SUMMARY " + json.dumps(summary))
-"""
+PROJECT = Path(__file__).resolve().parents[1]
 
 
 def parse_value(text: str):
@@ -42,19 +32,6 @@ def parse_value(text: str):
         return tomllib.loads(f"x = {text}")["x"]
     except tomllib.TOMLDecodeError:
         return text
-
-
-def run_one(run_config: dict) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", RUNNER, json.dumps(run_config)],
-        capture_output=True,
-        text=True,
-        cwd=PROJECT,
-    )
-    for line in out.stdout.splitlines():
-        if line.startswith("SUMMARY "):
-            return json.loads(line[len("SUMMARY ") :])
-    return {"error": (out.stderr or out.stdout)[-2000:]}
 
 
 def main() -> None:

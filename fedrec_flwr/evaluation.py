@@ -54,23 +54,9 @@ def ranks_from_scores(
     return torch.where(torch.isnan(target), num_valid, rank)
 
 
-def metrics_from_ranks(ranks: np.ndarray, protocol: str) -> dict[str, float]:
-    """Sums over users of each metric (divide by the number of users for the mean)."""
-    ranks = np.asarray(ranks, dtype=np.float64)
-    gain = 1.0 / np.log2(ranks + 2.0)
-    values = {
-        "hr@10": (ranks < 10).sum(),
-        "ndcg@10": np.where(ranks < 10, gain, 0.0).sum(),
-        "recall@20": (ranks < 20).sum(),
-        "ndcg@20": np.where(ranks < 20, gain, 0.0).sum(),
-        "mrr": (1.0 / (ranks + 1.0)).sum(),
-    }
-    return {name: float(values[name]) for name in metric_names(protocol)}
-
-
-def per_user_metrics(ranks: np.ndarray, protocol: str) -> np.ndarray:
-    """Each user's value of each metric (float64 [users, metrics], ``metric_names`` order):
-    the terms :func:`metrics_from_ranks` sums."""
+def metric_terms(ranks: np.ndarray, protocol: str) -> dict[str, np.ndarray]:
+    """Each user's value of each of the protocol's metrics (float64 [users] per metric, in
+    ``metric_names`` order)."""
     ranks = np.asarray(ranks, dtype=np.float64)
     gain = 1.0 / np.log2(ranks + 2.0)
     values = {
@@ -80,15 +66,26 @@ def per_user_metrics(ranks: np.ndarray, protocol: str) -> np.ndarray:
         "ndcg@20": np.where(ranks < 20, gain, 0.0),
         "mrr": 1.0 / (ranks + 1.0),
     }
-    names = metric_names(protocol)
-    return np.stack([values[name] for name in names], axis=1).reshape(len(ranks), len(names))
+    return {name: values[name] for name in metric_names(protocol)}
 
 
-def sampled_metrics_from_ranks(ranks: np.ndarray) -> dict[str, float]:
-    """Sums over users of the ``s100-*`` metrics of ranks among 99 sampled negatives."""
-    return {SAMPLED_PREFIX + k: v for k, v in metrics_from_ranks(ranks, "paper").items()}
+def metrics_from_ranks(ranks: np.ndarray, protocol: str) -> dict[str, float]:
+    """Sums over users of each metric (divide by the number of users for the mean)."""
+    return {name: float(v.sum()) for name, v in metric_terms(ranks, protocol).items()}
 
 
-def sampled_per_user_metrics(ranks: np.ndarray) -> np.ndarray:
-    """Each user's ``s100-*`` values (float64 [users, 2], :data:`SAMPLED_METRICS` order)."""
-    return per_user_metrics(ranks, "paper")
+def per_user_metrics(ranks: np.ndarray, protocol: str) -> np.ndarray:
+    """Each user's value of each metric (float64 [users, metrics], ``metric_names`` order):
+    the terms :func:`metrics_from_ranks` sums."""
+    return stacked(metric_terms(ranks, protocol), len(ranks))
+
+
+def stacked(terms: dict[str, np.ndarray], num_users: int) -> np.ndarray:
+    """:func:`metric_terms` as one float64 [users, metrics] array."""
+    return np.stack(list(terms.values()), axis=1).reshape(num_users, len(terms))
+
+
+def sampled_metric_terms(ranks: np.ndarray) -> dict[str, np.ndarray]:
+    """Each user's ``s100-*`` values from ranks among 99 sampled negatives
+    (:data:`SAMPLED_METRICS` order)."""
+    return {SAMPLED_PREFIX + k: v for k, v in metric_terms(ranks, "paper").items()}

@@ -125,13 +125,18 @@ def read_reply(msg: Message) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         if name not in msg.content or not isinstance(msg.content[name], kind):
             raise ValueError(f"the reply has no '{name}' {kind.__name__}")
         records[name] = msg.content[name]
+    return numpy_arrays(records[ARRAYS]), dict(records[METRICS])
+
+
+def numpy_arrays(record: ArrayRecord, what: str = "array") -> dict[str, np.ndarray]:
+    """A record's arrays as numpy; ``ValueError`` naming the ``what`` that cannot be read."""
     arrays = {}
-    for key, array in records[ARRAYS].items():
+    for key, array in record.items():
         try:
             arrays[key] = to_numpy(array)
         except Exception as error:  # bytes that do not decode to an array
-            raise ValueError(f"array '{key}' cannot be read: {error}") from error
-    return arrays, dict(records[METRICS])
+            raise ValueError(f"{what} '{key}' cannot be read: {error}") from error
+    return arrays
 
 
 def reply(msg: Message, arrays: ArrayRecord, metrics: dict) -> Message:

@@ -21,12 +21,7 @@ import torch
 from fedrec_flwr.accelerator import torch_device
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
-from fedrec_flwr.evaluation import (
-    metrics_from_ranks,
-    per_user_metrics,
-    sampled_metrics_from_ranks,
-    sampled_per_user_metrics,
-)
+from fedrec_flwr.evaluation import metric_terms, sampled_metric_terms, stacked
 from fedrec_flwr.methods import ROWS, Method, build_method
 from fedrec_flwr.partition import eval_sample, participants, users_of_partition
 from fedrec_flwr.personal import KEY_STRIDE, PersonalRows
@@ -433,13 +428,12 @@ class NodeRuntime:
                 ("val", ranks.val, ranks.sampled_val),
                 ("test", ranks.test, ranks.sampled_test),
             ):
-                sums = metrics_from_ranks(full, protocol.name)
-                columns.append(per_user_metrics(full, protocol.name))
+                terms = metric_terms(full, protocol.name)
                 if sampled is not None:  # strict: the sampled-100 metrics of the same scores
-                    sums |= sampled_metrics_from_ranks(sampled)
-                    columns.append(sampled_per_user_metrics(sampled))
-                for name, value in sums.items():
-                    totals[f"{split}-{name}"] += value
+                    terms |= sampled_metric_terms(sampled)
+                for name, values in terms.items():
+                    totals[f"{split}-{name}"] += float(values.sum())
+                columns.append(stacked(terms, len(positions)))
             per_user.append(np.concatenate(columns, axis=1))
             for j in np.flatnonzero(np.isin(positions, self.erank_positions)):
                 erank = self._personal_erank(state, params, positions, j, item_ids, item_rows)

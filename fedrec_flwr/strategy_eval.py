@@ -25,8 +25,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from fedrec_flwr.evaluation import reported_metrics
-from fedrec_flwr.messages import ARRAYS, CONFIG, PER_USER, read_reply
-from fedrec_flwr.npy import to_numpy
+from fedrec_flwr.messages import ARRAYS, CONFIG, PER_USER, numpy_arrays, read_reply
 from fedrec_flwr.spectrum import effective_rank
 from fedrec_flwr.validation import ReplyError, check_eval_reply
 
@@ -204,10 +203,4 @@ def _per_user_arrays(reply: Message) -> dict[str, np.ndarray]:
     record = reply.content.get(PER_USER)
     if not isinstance(record, ArrayRecord):
         return {}
-    arrays = {}
-    for key, array in record.items():
-        try:
-            arrays[key] = to_numpy(array)
-        except Exception as error:  # bytes that do not decode to an array
-            raise ValueError(f"per-user array '{key}' cannot be read: {error}") from error
-    return arrays
+    return numpy_arrays(record, "per-user array")

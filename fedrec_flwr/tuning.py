@@ -25,17 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PROJECT = Path(__file__).resolve().parents[1]
-RUNNER = """
-import json, sys
-from fedrec_flwr.client import app
-from fedrec_flwr.config import RunConfig
-from fedrec_flwr.local_grid import LocalGrid
-from fedrec_flwr.server import run_federation
-rc = json.loads(sys.argv[1])
-summary = run_federation(LocalGrid(app, rc, num_nodes=1), RunConfig.from_mapping(rc))
-print("SUMMARY " + json.dumps(summary))
-"""
+from fedrec_flwr.experiments.cells import PROJECT, RUNNER
 
 
 @dataclass(frozen=True)
@@ -120,9 +110,10 @@ def preset_point(preset: dict[str, Any], space: dict[str, Dim]) -> dict[str, Any
 
 
 def run_trial(run_config: dict[str, Any]) -> dict[str, Any]:
-    """One run in a fresh process; its summary, or ``{"error": ...}``."""
+    """One run on one in-process node, in a fresh process; its summary, or
+    ``{"error": ...}``."""
     done = subprocess.run(
-        [sys.executable, "-c", RUNNER, json.dumps(run_config)],
+        [sys.executable, "-c", RUNNER, json.dumps(run_config), "1"],
         capture_output=True,
         text=True,
         cwd=PROJECT,

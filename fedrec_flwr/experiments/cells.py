@@ -40,6 +40,7 @@ DETERMINISTIC = ("popularity", "itemknn", "ease")
 
 # In a fresh process, one run on the in-process grid (the ServerApp's run_federation and the
 # ClientApp, without Ray): the metrics do not depend on the packing of users into nodes.
+# Its last line of output is the run's summary (``SUMMARY {json}``).
 RUNNER = """
 import json, sys
 from fedrec_flwr.client import app
@@ -47,7 +48,8 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.local_grid import LocalGrid
 from fedrec_flwr.server import run_federation
 rc, nodes = json.loads(sys.argv[1]), int(sys.argv[2])
-run_federation(LocalGrid(app, rc, num_nodes=nodes), RunConfig.from_mapping(rc))
+summary = run_federation(LocalGrid(app, rc, num_nodes=nodes), RunConfig.from_mapping(rc))
+print("SUMMARY " + json.dumps(summary))
 """
 
 
