@@ -132,18 +132,28 @@ class PersonalRows:
             rows=self.rows[keep],
         )
 
-    def gathered(self, positions: np.ndarray, items: np.ndarray) -> np.ndarray:
-        """Rows [m, r] of the given (position, item) pairs; zeros where none is stored."""
-        out = np.zeros((len(items), self.rows.shape[1]), dtype=np.float32)
+    def find(self, positions: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(storage index, held mask) of the given (position, item) pairs; the index is
+        meaningful only where held."""
         keys = self.keys()
         if not len(keys) or not len(items):
-            return out
+            return np.zeros(len(items), dtype=np.int64), np.zeros(len(items), dtype=bool)
         wanted = np.asarray(positions, np.int64) * KEY_STRIDE + np.asarray(items, np.int64)
         where = np.searchsorted(keys, wanted)
         where[where == len(keys)] = 0
-        hit = keys[where] == wanted
+        return where, keys[where] == wanted
+
+    def gathered(self, positions: np.ndarray, items: np.ndarray) -> np.ndarray:
+        """Rows [m, r] of the given (position, item) pairs; zeros where none is stored."""
+        out = np.zeros((len(items), self.rows.shape[1]), dtype=np.float32)
+        where, hit = self.find(positions, items)
         out[hit] = self.rows[where[hit]]
         return out
+
+    def overlay_pairs(self, positions: np.ndarray, items: np.ndarray, rows: np.ndarray) -> None:
+        """Replace in ``rows`` (one per (position, item) pair) those the user holds a copy of."""
+        where, hit = self.find(positions, items)
+        rows[hit] = self.rows[where[hit]]
 
     def gather(self, position: int, items: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Write into ``out`` (one row per item, zeros assumed) the rows the user holds of

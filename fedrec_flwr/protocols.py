@@ -137,19 +137,8 @@ class StrictProtocol(EvalProtocol):
             held = [held_items(personal, private_rows, int(p)) for p in positions]
             counts = np.array([len(h) for h in held])
             if counts.sum() > 0:
-                items = np.zeros((len(positions), int(counts.max())), dtype=np.int64)
-                for j, h in enumerate(held):
-                    items[j, : len(h)] = h
-                rows, extras = user_rows(
-                    method, personal, private_rows, positions, items, None, table
-                )
-                extras = {n: torch.from_numpy(v).to(device) for n, v in extras.items()}
-                scored = method.logits({**params, **extras}, torch.from_numpy(rows).to(device))
-                owner = np.repeat(np.arange(len(positions)), counts)
-                slot = np.concatenate([np.arange(c) for c in counts])
-                scores[torch.from_numpy(owner), torch.from_numpy(items[owner, slot])] = scored[
-                    torch.from_numpy(owner), torch.from_numpy(slot)
-                ]
+                score_held = score_held_pairs if method.rowwise_logits else score_held_padded
+                score_held(method, params, personal, private_rows, positions, held, table, scores)
         elif counts.sum() > 0:  # personal rows replace global ones
             width = int(counts.max())
             padded = np.zeros((len(positions), width, table.shape[1]), dtype=np.float32)
@@ -231,6 +220,80 @@ def user_rows(
     for j, position in enumerate(positions):  # personal rows replace global ones
         personal.overlay(position, items[j], rows[j])
     return rows, extras
+
+
+#: Bytes of row inputs one chunk of held (user, item) pairs may take (see score_held_pairs).
+PAIR_CHUNK_BYTES = 1 << 26
+
+
+def score_held_pairs(
+    method: Method,
+    params: dict[str, torch.Tensor],
+    personal: PersonalRows,
+    private_rows: dict[str, PersonalRows] | None,
+    positions: np.ndarray,
+    held: list[np.ndarray],
+    table: np.ndarray,
+    scores: torch.Tensor,
+) -> None:
+    """Write into ``scores`` [a, I] the scores of the items each user holds personal or
+    private rows of (``held[j]``, the user at ``positions[j]``), from those rows.
+
+    The pairs are scored as one flat list, a chunk at a time, each pair a batch of one row
+    with its user's parameters: for a method with row-wise logits the scores are those of the
+    padded [users, most held, r] block bit for bit, without its padding (under ``strict`` a
+    FedRAP user holds thousands of rows, and the heaviest sets the width for all).
+    """
+    counts = np.array([len(h) for h in held])
+    owner = np.repeat(np.arange(len(positions)), counts)
+    items = np.concatenate(held).astype(np.int64)
+    device = scores.device
+    names = (*method.global_row_names(), *method.private_row_names())
+    per_user = sum(v[0].numel() for v in params.values() if v.dim() and len(v))
+    per_pair = 4 * (table.shape[1] * (3 + len(names)) + per_user)
+    step = max(1, PAIR_CHUNK_BYTES // per_pair)
+    for lo in range(0, len(items), step):
+        who, what = owner[lo : lo + step], items[lo : lo + step]
+        where = positions[who]
+        global_rows = np.asarray(table[what], dtype=np.float32)
+        extras = {name: global_rows.copy() for name in method.global_row_names()}
+        for name in method.private_row_names():
+            extras[name] = (
+                private_rows[name].gathered(where, what)
+                if private_rows and name in private_rows
+                else np.zeros_like(global_rows)
+            )
+        personal.overlay_pairs(where, what, global_rows)
+        index = torch.from_numpy(who).to(device)
+        batch = {n: v[index] for n, v in params.items()}
+        batch.update({n: torch.from_numpy(v).to(device).unsqueeze(1) for n, v in extras.items()})
+        rows = torch.from_numpy(global_rows).to(device).unsqueeze(1)
+        scores[index, torch.from_numpy(what).to(device)] = method.logits(batch, rows)[:, 0]
+
+
+def score_held_padded(
+    method: Method,
+    params: dict[str, torch.Tensor],
+    personal: PersonalRows,
+    private_rows: dict[str, PersonalRows] | None,
+    positions: np.ndarray,
+    held: list[np.ndarray],
+    table: np.ndarray,
+    scores: torch.Tensor,
+) -> None:
+    """:func:`score_held_pairs` for any method: one padded [users, most held, r] block, so
+    a method whose logits mix rows (a matrix product) sees the shapes it was trained with."""
+    device = scores.device
+    counts = np.array([len(h) for h in held])
+    items = np.zeros((len(positions), int(counts.max())), dtype=np.int64)
+    for j, h in enumerate(held):
+        items[j, : len(h)] = h
+    rows, extras = user_rows(method, personal, private_rows, positions, items, None, table)
+    extras = {n: torch.from_numpy(v).to(device) for n, v in extras.items()}
+    scored = method.logits({**params, **extras}, torch.from_numpy(rows).to(device))
+    owner = torch.from_numpy(np.repeat(np.arange(len(positions)), counts))
+    slot = torch.from_numpy(np.concatenate([np.arange(c) for c in counts]))
+    scores[owner, torch.from_numpy(items)[owner, slot]] = scored[owner, slot]
 
 
 def lookup_rows(

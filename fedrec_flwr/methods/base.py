@@ -357,6 +357,11 @@ class Method(ABC):
 
     #: Users scored at once by a full ranking (bounds the memory of [users, items, ...]).
     eval_chunk: ClassVar[int] = 256
+    #: Is ``logits`` row-wise, with a result per row that does not depend on the shape of the
+    #: batch (elementwise operations and sums over the row; no matrix product)? Evaluation may
+    #: then score a user's held rows as a flat list of (user, item) pairs instead of a padded
+    #: [users, most held, r] block, with bit-identical scores.
+    rowwise_logits: ClassVar[bool] = False
 
     def describe(self) -> dict[str, str]:
         """Name, paper and roles, for logs and the README's method table."""

@@ -27,6 +27,7 @@ USER = "user-embedding"
 
 class FedMF(Method):
     name = "fedmf"
+    rowwise_logits = True  # linear_logits: a product and a sum over each row
     paper = "Chai et al., IEEE Intelligent Systems 2020"
     supports_dual = True
 

@@ -73,6 +73,7 @@ def fedrap_weights(config, server_round: int) -> tuple[float, float]:
 
 class FedRAP(Method):
     name = "fedrap"
+    rowwise_logits = True  # linear_logits: a product and a sum over each row
     paper = "Li, Long and Zhou, ICLR 2024"
 
     def __init__(self, config, num_items: int) -> None:

@@ -29,6 +29,7 @@ SCORE = ("score-weight", "score-bias")
 
 class PFedRec(Method):
     name = "pfedrec"
+    rowwise_logits = True  # linear_logits: a product and a sum over each row
     paper = "Zhang et al., IJCAI 2023"
     native_personal_rows = True
 

@@ -91,6 +91,7 @@ class PLGC(Method):
         self.name = base.name
         self.paper = f"{base.paper}; PLGC (Zhao et al. 2025, our interpretation)"
         self.eval_chunk = base.eval_chunk
+        self.rowwise_logits = base.rowwise_logits  # the mix is elementwise
         if not (base.personal_rows or base.private_row_names()):
             from fedrec_flwr.config import ConfigError
 

@@ -1,0 +1,105 @@
+"""Strict evaluation of held rows: the flat (user, item) pair path gives, bit for bit, the
+scores of the padded [users, most held, r] block, for every method that declares row-wise
+logits; and a method that declares them really has them."""
+
+import numpy as np
+import pytest
+import torch
+from conformance import TINY, user_params
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.methods import build_method
+from fedrec_flwr.personal import PersonalRows
+from fedrec_flwr.protocols import held_items, score_held_padded, score_held_pairs
+
+ITEMS = 60
+ROWWISE = {
+    "fedrap": {"method": "fedrap"},
+    "fedrap-plgc": {"method": "fedrap", "plgc": True},
+    "pfedrec-plgc": {"method": "pfedrec", "plgc": True},
+    "fedmf-dual-plgc": {"method": "fedmf", "personalization": "dual", "plgc": True},
+    "pfedrec": {"method": "pfedrec"},
+    "fedmf": {"method": "fedmf"},
+}
+
+
+def method_of(overrides: dict):
+    return build_method(RunConfig.from_mapping({**TINY, **overrides}), ITEMS)
+
+
+def random_store(rng, users: int, dim: int, most: int) -> PersonalRows:
+    """Each user holds a random number (0 to ``most``) of sorted distinct items."""
+    blocks = [
+        np.sort(rng.choice(ITEMS, int(rng.integers(0, most + 1)), replace=False))
+        for _ in range(users)
+    ]
+    items = np.concatenate(blocks).astype(np.int64)
+    return PersonalRows(
+        indptr=np.r_[0, np.cumsum([len(b) for b in blocks])].astype(np.int64),
+        items=items,
+        rows=rng.normal(size=(len(items), dim)).astype(np.float32),
+    )
+
+
+@pytest.mark.parametrize("name", ["fedrap", "fedrap-plgc", "pfedrec-plgc", "fedmf-dual-plgc"])
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), users=st.integers(1, 9), chunk=st.sampled_from([1, 7, 1 << 26]))
+def test_flat_pairs_score_the_held_rows_exactly_as_the_padded_block(name, seed, users, chunk):
+    method = method_of(ROWWISE[name])
+    assert method.rowwise_logits
+    rng = np.random.default_rng(seed)
+    params = user_params(method, np.arange(users) * 5 + 1, rng)
+    table = rng.normal(size=(ITEMS, method.row_dim)).astype(np.float32)
+    personal = random_store(rng, users, method.row_dim, 20)
+    private = {
+        n: random_store(rng, users, method.row_dim, ITEMS) for n in method.private_row_names()
+    }
+    positions = np.arange(users)
+    held = [held_items(personal, private, int(p)) for p in positions]
+    if not sum(len(h) for h in held):
+        return
+    base = method.logits_all(params, torch.from_numpy(table))
+    padded, flat = base.clone(), base.clone()
+    score_held_padded(method, params, personal, private, positions, held, table, padded)
+    import fedrec_flwr.protocols as protocols
+
+    saved = protocols.PAIR_CHUNK_BYTES
+    protocols.PAIR_CHUNK_BYTES = chunk  # 1 and 7 bytes: one pair per chunk
+    try:
+        score_held_pairs(method, params, personal, private, positions, held, table, flat)
+    finally:
+        protocols.PAIR_CHUNK_BYTES = saved
+    assert torch.equal(padded, flat)
+    assert not torch.equal(padded, base)  # the held rows were rescored
+
+
+@pytest.mark.parametrize("name", sorted(ROWWISE))
+def test_rowwise_logits_do_not_depend_on_the_batch_shape(name):
+    """What ``rowwise_logits`` promises: [a, k, r] scored at once equals each row scored
+    alone as a [1, 1, r] batch with its user's parameters."""
+    method = method_of(ROWWISE[name])
+    assert method.rowwise_logits
+    rng = np.random.default_rng(3)
+    users, k = 5, 37
+    params = user_params(method, np.arange(users), rng)
+    rows = torch.from_numpy(rng.normal(size=(users, k, method.row_dim)).astype(np.float32))
+    extras = {
+        n: torch.from_numpy(rng.normal(size=(users, k, method.row_dim)).astype(np.float32))
+        for n in (*method.private_row_names(), *method.global_row_names())
+    }
+    together = method.logits({**params, **extras}, rows)
+    for j in range(users):
+        for i in range(k):
+            one = {n: v[j : j + 1] for n, v in params.items()}
+            one.update({n: v[j : j + 1, i : i + 1] for n, v in extras.items()})
+            assert torch.equal(method.logits(one, rows[j : j + 1, i : i + 1])[0, 0], together[j, i])
+
+
+def test_fedncf_is_not_declared_rowwise():
+    """Its MLP is a matrix product: held rows keep the padded path."""
+    assert not method_of({"method": "fedncf", "personalization": "dual"}).rowwise_logits
+    assert not method_of(
+        {"method": "fedncf", "personalization": "dual", "plgc": True}
+    ).rowwise_logits
