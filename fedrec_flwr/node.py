@@ -33,6 +33,7 @@ from fedrec_flwr.training import (
     local_update,
     max_samples_per_user,
     user_round_items,
+    users_round_items,
 )
 
 
@@ -172,10 +173,8 @@ class NodeRuntime:
         The draws are kept for that round's training (when this process runs it).
         """
         selected = self.selected(server_round)
-        planned = {
-            int(u): user_round_items(self.prepared, self.config, int(u), server_round)
-            for u in selected
-        }
+        drawn = users_round_items(self.prepared, self.config, selected, server_round)
+        planned = {int(u): pair for u, pair in zip(selected, drawn, strict=True)}
         self._planned = (server_round, planned)
         if not planned:
             return np.empty(0, dtype=np.int64)

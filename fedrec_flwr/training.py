@@ -21,7 +21,7 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.methods.base import ROWS, Method, RoundContext, Step, bce_losses
 from fedrec_flwr.optim import build_optimizer
-from fedrec_flwr.sampling import sample_excluding
+from fedrec_flwr.sampling import is_member, sample_excluding
 from fedrec_flwr.seeding import keyed_rng
 
 PAD_TO = 64  # entries; see epoch_steps
@@ -43,6 +43,57 @@ def user_round_items(
     )
     labels = np.r_[np.ones(len(positives), np.float32), np.zeros(len(negatives), np.float32)]
     return np.r_[positives, negatives], labels
+
+
+def users_round_items(
+    prepared: PreparedData, config: RunConfig, users: np.ndarray, server_round: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`user_round_items` of each of ``users``, the same draws from the same keyed
+    generators, with the membership tests against the exclusion sets made for all of them
+    at once (a Python loop remains only over the generators)."""
+    users = np.asarray(users, dtype=np.int64)
+    if not len(users):
+        return []
+    counts, excluded = prepared.exclusions_of(users)
+    n = prepared.num_items
+    positives = [prepared.train_positives(int(u)) for u in users]
+    sizes = np.array([config.num_negatives * len(p) for p in positives], dtype=np.int64)
+    fallback = (sizes == 0) | (counts >= n)  # nothing to draw, or the per-user error
+    rngs = [
+        None if fallback[j] else keyed_rng(config.seed, "train-negatives", int(u), server_round)
+        for j, u in enumerate(users)
+    ]
+    draws = [
+        np.empty(0, np.int64) if rng is None else rng.integers(0, n, size=int(size), dtype=np.int64)
+        for rng, size in zip(rngs, sizes, strict=True)
+    ]
+    # (position in users, item) keys: the exclusion sets' are sorted, as the users' order is.
+    excluded_keys = np.repeat(np.arange(len(users), dtype=np.int64), counts) * n + excluded
+    sizes = np.array([len(d) for d in draws], dtype=np.int64)
+    draw_owner = np.repeat(np.arange(len(users), dtype=np.int64), sizes)
+    flat = np.concatenate(draws)
+    # sample_excluding's rejection loop, every user's in lockstep: each redraws its rejected
+    # entries from its own generator, in the same order, until none is excluded.
+    wrong = np.flatnonzero(is_member(draw_owner * n + flat, excluded_keys))
+    while len(wrong):
+        owners, counts_wrong = np.unique(draw_owner[wrong], return_counts=True)
+        flat[wrong] = np.concatenate(
+            [
+                rngs[j].integers(0, n, size=int(c), dtype=np.int64)
+                for j, c in zip(owners, counts_wrong, strict=True)
+            ]
+        )
+        wrong = wrong[is_member(draw_owner[wrong] * n + flat[wrong], excluded_keys)]
+    draws = np.split(flat, np.cumsum(sizes)[:-1])
+    result = []
+    for j, user in enumerate(users):
+        if fallback[j]:
+            result.append(user_round_items(prepared, config, int(user), server_round))
+            continue
+        labels = np.zeros(len(positives[j]) + len(draws[j]), np.float32)
+        labels[: len(positives[j])] = 1.0
+        result.append((np.concatenate([positives[j], draws[j]]), labels))
+    return result
 
 
 @dataclass(frozen=True)
@@ -79,30 +130,26 @@ def build_round_samples(
         def items_of(user: int) -> tuple[np.ndarray, np.ndarray]:
             return user_round_items(prepared, config, user, server_round)
 
-    row_items, sample_rows, labels = [], [], []
-    row_counts, sample_counts = [], []
-    offset = 0
-    for user in users:
-        items, user_labels = items_of(int(user))
-        distinct, inverse = np.unique(items, return_inverse=True)
-        row_items.append(distinct)
-        sample_rows.append(inverse + offset)
-        labels.append(user_labels)
-        row_counts.append(len(distinct))
-        sample_counts.append(len(items))
-        offset += len(distinct)
-
-    def cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-        return np.concatenate(parts).astype(dtype) if parts else np.empty(0, dtype)
-
+    drawn = [items_of(int(user)) for user in users]
+    sample_counts = np.array([len(items) for items, _ in drawn], dtype=np.int64)
+    owner = np.repeat(np.arange(len(drawn), dtype=np.int64), sample_counts)
+    items = np.concatenate([i for i, _ in drawn]).astype(np.int64) if drawn else owner
+    # Each user's distinct items (sorted) as its block of rows, and each sample's row: one
+    # unique over (user, item) keys, which sorts by user, then item.
+    keys, sample_rows = np.unique(owner * prepared.num_items + items, return_inverse=True)
+    row_owner = keys // prepared.num_items
+    row_counts = np.bincount(row_owner, minlength=len(drawn))
+    labels = [lab for _, lab in drawn]
     return RoundSamples(
         users=np.asarray(users, dtype=np.int64),
         positions=np.asarray(positions, dtype=np.int64),
         row_offsets=np.r_[0, np.cumsum(row_counts)].astype(np.int64),
-        row_items=cat(row_items, np.int64),
+        row_items=(keys - row_owner * prepared.num_items).astype(np.int64),
         sample_offsets=np.r_[0, np.cumsum(sample_counts)].astype(np.int64),
-        sample_rows=cat(sample_rows, np.int64),
-        sample_labels=cat(labels, np.float32),
+        sample_rows=sample_rows.astype(np.int64).reshape(-1),
+        sample_labels=np.concatenate(labels).astype(np.float32)
+        if labels
+        else np.empty(0, np.float32),
     )
 
 

@@ -82,3 +82,48 @@ def test_paper_negatives_avoid_held_out_items_strict_negatives_may_use_them():
             else:
                 seen_strict.update(negatives.tolist())
     assert {3, 4} <= seen_strict  # strict: held-out items are ordinary negatives
+
+
+@pytest.mark.parametrize("protocol", ["paper", "strict"])
+@pytest.mark.parametrize("items", [40, 400])
+def test_batched_round_items_are_the_per_user_draws(protocol, items):
+    """users_round_items draws exactly what user_round_items draws for each user, in any
+    order of the users, including users whose first draw hits their exclusion set (few
+    items: most users redraw) and the round's samples built from them."""
+    from fedrec_flwr.data.prepared import prepare
+    from fedrec_flwr.training import build_round_samples, users_round_items
+
+    config = RunConfig.from_mapping(
+        {
+            "dataset": "synthetic",
+            "protocol": protocol,
+            "synthetic-users": 30,
+            "synthetic-items": items,
+            "synthetic-mean-degree": 8,
+            "num-negatives": 3,
+        }
+    )
+    prepared = prepare(config)
+    users = np.random.default_rng(items).permutation(prepared.num_users)[:20]
+    counts, excluded = prepared.exclusions_of(users)
+    wanted = [prepared.negative_exclusion(int(u)) for u in users]
+    assert np.array_equal(excluded, np.concatenate(wanted))
+    assert counts.tolist() == [len(w) for w in wanted]
+    for round_ in (1, 2, 7):
+        batched = users_round_items(prepared, config, users, round_)
+        for user, (got_items, got_labels) in zip(users, batched, strict=True):
+            want_items, want_labels = user_round_items(prepared, config, int(user), round_)
+            assert np.array_equal(got_items, want_items)
+            assert np.array_equal(got_labels, want_labels)
+            assert got_items.dtype == want_items.dtype and got_labels.dtype == want_labels.dtype
+        samples = build_round_samples(prepared, config, users, np.arange(len(users)), round_)
+        offset = 0
+        for j, (got_items, got_labels) in enumerate(batched):  # the per-user layout
+            distinct, inverse = np.unique(got_items, return_inverse=True)
+            lo, hi = samples.row_offsets[j], samples.row_offsets[j + 1]
+            assert np.array_equal(samples.row_items[lo:hi], distinct)
+            s_lo, s_hi = samples.sample_offsets[j], samples.sample_offsets[j + 1]
+            assert np.array_equal(samples.sample_rows[s_lo:s_hi], inverse + offset)
+            assert np.array_equal(samples.sample_labels[s_lo:s_hi], got_labels)
+            offset += len(distinct)
+    assert users_round_items(prepared, config, np.empty(0, np.int64), 1) == []

@@ -145,6 +145,12 @@ class DeviceData(PreparedData):
             negatives = np.load(self.path / "eval_negatives.npy")
             self._eval_negatives[self.seed] = _ByUser(self, negatives)
 
+    def exclusions_of(self, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`PreparedData.exclusions_of`, user by user (a device holds few)."""
+        parts = [self.negative_exclusion(int(u)) for u in users]
+        counts = np.array([len(p) for p in parts], dtype=np.int64)
+        return counts, np.concatenate(parts) if parts else np.empty(0, np.int64)
+
     def local(self, users) -> np.ndarray | int:
         """Positions in this device's arrays of global user ids; KeyError for other users."""
         ids = np.asarray(users, dtype=np.int64)

@@ -108,6 +108,7 @@ class PreparedData:
         for name in self.ARRAYS:
             setattr(self, name, np.load(path / f"{name}.npy", mmap_mode="r"))
         self._eval_negatives: dict[int, np.ndarray] = {}
+        self._exclusions: tuple[np.ndarray, np.ndarray] | None = None
 
     train_indptr: np.ndarray
     train_items: np.ndarray
@@ -133,6 +134,25 @@ class PreparedData:
         if self.protocol == "paper":
             return self.interacted(user)
         return np.unique(self.train_positives(user))
+
+    def exclusions_of(self, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(counts, items): the :meth:`negative_exclusion` of each of ``users``, concatenated
+        in their order (from a CSR over all users built once, without a dense user x item
+        array)."""
+        if self._exclusions is None:
+            n, every = self.num_items, np.arange(self.num_users, dtype=np.int64)
+            keys = np.repeat(every, np.diff(self.train_indptr)) * n + self.train_items
+            if self.protocol == "paper":
+                keys = np.r_[keys, every * n + self.valid_item, every * n + self.test_item]
+            keys = np.unique(keys)
+            owner = keys // n
+            counts = np.bincount(owner, minlength=self.num_users)
+            self._exclusions = (np.r_[0, np.cumsum(counts)].astype(np.int64), keys - owner * n)
+        indptr, items = self._exclusions
+        users = np.asarray(users, dtype=np.int64)
+        counts = indptr[users + 1] - indptr[users]
+        starts = np.repeat(indptr[users] - np.r_[0, np.cumsum(counts)[:-1]], counts)
+        return counts, items[starts + np.arange(int(counts.sum()))]
 
     def eval_negatives(self, seed: int) -> np.ndarray:
         """[num_users, 198] negatives never interacted with, 99 for validation then 99 for
