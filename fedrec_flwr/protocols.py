@@ -139,7 +139,10 @@ class StrictProtocol(EvalProtocol):
             if counts.sum() > 0:
                 score_held = score_held_pairs if method.rowwise_logits else score_held_padded
                 score_held(method, params, personal, private_rows, positions, held, table, scores)
-        elif counts.sum() > 0:  # personal rows replace global ones
+        elif counts.sum() > 0 and method.rowwise_logits:  # personal rows replace global ones
+            held = [personal.of(int(p))[0] for p in positions]
+            score_held_pairs(method, params, personal, None, positions, held, table, scores)
+        elif counts.sum() > 0:
             width = int(counts.max())
             padded = np.zeros((len(positions), width, table.shape[1]), dtype=np.float32)
             owner = np.repeat(np.arange(len(positions)), counts)
