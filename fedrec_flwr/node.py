@@ -364,18 +364,16 @@ class NodeRuntime:
             positions, items, tuned = positions[keep], items[keep], tuned[keep]
         return personal.replaced(samples.positions, positions, items, tuned)
 
-    def _train_positive_rows(self, samples) -> np.ndarray:
+    @staticmethod
+    def _train_positive_rows(samples) -> np.ndarray:
         """Mask of the round's flat rows whose item is a train positive of its user
-        (``keep-personal-rows = "positives"``: the rows of sampled negatives are not kept)."""
-        counts = np.diff(samples.row_offsets)
-        row_keys = np.repeat(samples.users, counts) * KEY_STRIDE + samples.row_items
-        indptr, train_items = self.prepared.train_indptr, self.prepared.train_items
-        starts, stops = indptr[samples.users], indptr[np.asarray(samples.users) + 1]
-        lengths = stops - starts
-        gather = np.repeat(starts - np.r_[0, np.cumsum(lengths)[:-1]], lengths)
-        gather = gather + np.arange(int(lengths.sum()))
-        positive_keys = np.repeat(samples.users, lengths) * KEY_STRIDE + train_items[gather]
-        return np.isin(row_keys, positive_keys)
+        (``keep-personal-rows = "positives"``: the rows of sampled negatives are not kept).
+
+        A user trains on all its train positives every round (``user_round_items``) and its
+        negatives avoid them, so these are exactly the rows with a positive sample."""
+        mask = np.zeros(int(samples.row_offsets[-1]), dtype=bool)
+        mask[samples.sample_rows[samples.sample_labels > 0]] = True
+        return mask
 
     # --------------------------------------------------------------- evaluate
     @torch.no_grad()

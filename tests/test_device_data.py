@@ -89,13 +89,19 @@ def test_each_folder_holds_only_its_users_rows(tmp_path: Path) -> None:
     assert shared["devices"] == ["device-0", "device-1", "device-2"]
 
 
-@pytest.mark.parametrize("protocol", ["strict", "paper"])
-def test_exported_folders_give_the_shared_runs_metrics_exactly(tmp_path, monkeypatch, protocol):
+@pytest.mark.parametrize(
+    ("protocol", "keep"), [("strict", "tuned"), ("paper", "tuned"), ("strict", "positives")]
+)
+def test_exported_folders_give_the_shared_runs_metrics_exactly(
+    tmp_path, monkeypatch, protocol, keep
+):
     folders = export(tmp_path, 3, protocol=protocol)
-    federate(tmp_path / "shared", 3, protocol=protocol)
+    federate(tmp_path / "shared", 3, protocol=protocol, **{"keep-personal-rows": keep})
     # The device run starts from an empty cache: nothing may prepare the whole dataset.
     monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "device-cache"))
-    summary = federate(tmp_path / "device", 3, folders, protocol=protocol)
+    summary = federate(
+        tmp_path / "device", 3, folders, protocol=protocol, **{"keep-personal-rows": keep}
+    )
     assert rounds(tmp_path / "device") == rounds(tmp_path / "shared")
     assert summary["num_users"] == 30 and summary["num_items"] == 400
     assert not (tmp_path / "device-cache").exists()
