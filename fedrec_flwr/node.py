@@ -30,6 +30,7 @@ from fedrec_flwr.protocols import build_protocol, held_items, lookup_rows, user_
 from fedrec_flwr.spectrum import effective_rank, erank_users
 from fedrec_flwr.training import (
     build_round_samples,
+    distinct_items,
     local_update,
     max_samples_per_user,
     user_round_items,
@@ -182,7 +183,7 @@ class NodeRuntime:
             uploads.with_decoys(self.prepared, self.config, user, items)
             for user, (items, _) in planned.items()
         ]
-        return np.unique(np.concatenate(requested))
+        return distinct_items(np.concatenate(requested), self.prepared.num_items)[0]
 
     def _items_of(self, server_round: int):
         """The (items, labels) of a user in ``server_round``, reusing planned draws."""
@@ -278,7 +279,7 @@ class NodeRuntime:
                 sent,
                 lambda items: lookup_rows(items, item_ids, item_rows),
             )
-        item_ids_up, inverse = np.unique(up_items, return_inverse=True)
+        item_ids_up, inverse = distinct_items(up_items, self.prepared.num_items)
         sums = float64_row_sums(inverse, up_rows, len(item_ids_up))
         counts = np.bincount(inverse, minlength=len(item_ids_up)).astype(np.int64)
         one = len(users) == 1

@@ -45,6 +45,18 @@ def user_round_items(
     return np.r_[positives, negatives], labels
 
 
+def distinct_items(items: np.ndarray, num_items: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(items, return_inverse=True)`` for item ids in ``range(num_items)``, by a
+    mask over the items instead of a sort (linear in the rows and the catalogue)."""
+    items = np.asarray(items, dtype=np.int64)
+    mask = np.zeros(num_items, dtype=bool)
+    mask[items] = True
+    ids = np.flatnonzero(mask).astype(np.int64)
+    where = np.zeros(num_items, dtype=np.int64)
+    where[ids] = np.arange(len(ids), dtype=np.int64)
+    return ids, where[items]
+
+
 def users_round_items(
     prepared: PreparedData, config: RunConfig, users: np.ndarray, server_round: int
 ) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -127,3 +127,14 @@ def test_batched_round_items_are_the_per_user_draws(protocol, items):
             assert np.array_equal(samples.sample_labels[s_lo:s_hi], got_labels)
             offset += len(distinct)
     assert users_round_items(prepared, config, np.empty(0, np.int64), 1) == []
+
+
+@pytest.mark.parametrize("size", [0, 1, 50, 5000])
+def test_distinct_items_is_np_unique_with_its_inverse(size):
+    from fedrec_flwr.training import distinct_items
+
+    items = np.random.default_rng(size).integers(0, 300, size)
+    ids, inverse = distinct_items(items, 300)
+    want_ids, want_inverse = np.unique(items.astype(np.int64), return_inverse=True)
+    assert np.array_equal(ids, want_ids) and ids.dtype == want_ids.dtype
+    assert np.array_equal(inverse, want_inverse) and inverse.dtype == np.int64
