@@ -126,6 +126,7 @@ def run_case(text: str, args: argparse.Namespace, work: Path) -> dict:
         "ray_imported": ours["ray_imported"],
         **{k: ours[k] for k in ("torch_version", "cpu_count", "gpu_name")},
         "case": text,
+        "code": code_revision(),
         "command": f"python bench/scale.py --case {text} --rounds {args.rounds} --data-dir DATA",
     }
     rec["name"] = harness.get("name") or record.case_name(rec)
@@ -165,6 +166,31 @@ def run_floor(
     result, peak = measure(floor_spec, work, "floor")
     seconds = record.after_first(record.durations(result["elapsed"]))
     return record.median(seconds), round(peak.mb, 1)
+
+
+def code_revision() -> str:
+    """The commit the case ran at, ``+dirty`` if the package or bench code had changes."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--",
+                "fedrec_flwr",
+                "bench/scale.py",
+                "bench/scaling",
+            ],
+            cwd=PROJECT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return (head or "unknown") + ("+dirty" if dirty else "")
 
 
 def project_defaults() -> dict[str, Any]:

@@ -253,6 +253,7 @@ TABLE_COLUMNS = (
     ("floor s/round", "floor_seconds_per_round_median", 3),
     ("cost / floor", "cost_ratio", 2),
     ("torch", "torch_version", 0),
+    ("code", "code", 0),
     ("GPU", "gpu_name", 0),
 )
 
