@@ -29,10 +29,10 @@ def method_of(overrides: dict):
     return build_method(RunConfig.from_mapping({**TINY, **overrides}), ITEMS)
 
 
-def random_store(rng, users: int, dim: int, most: int) -> PersonalRows:
+def random_store(rng, users: int, dim: int, most: int, items: int = ITEMS) -> PersonalRows:
     """Each user holds a random number (0 to ``most``) of sorted distinct items."""
     blocks = [
-        np.sort(rng.choice(ITEMS, int(rng.integers(0, most + 1)), replace=False))
+        np.sort(rng.choice(items, int(rng.integers(0, most + 1)), replace=False))
         for _ in range(users)
     ]
     items = np.concatenate(blocks).astype(np.int64)
@@ -103,3 +103,33 @@ def test_fedncf_is_not_declared_rowwise():
     assert not method_of(
         {"method": "fedncf", "personalization": "dual", "plgc": True}
     ).rowwise_logits
+
+
+@pytest.mark.usefixtures("private_cache")
+@pytest.mark.parametrize("name", ["pfedrec", "fedrap", "pfedrec-plgc", "fedmf-dual-plgc"])
+def test_strict_ranks_are_the_same_on_either_path(name):
+    """StrictProtocol.ranks with the flat pairs and with the padded block (the method
+    told it has no row-wise logits): the same ranks, for personal rows alone (PFedRec) and
+    with private rows and global views."""
+    from fedrec_flwr.data.prepared import prepare
+    from fedrec_flwr.protocols import StrictProtocol
+
+    config = RunConfig.from_mapping({**TINY, **ROWWISE[name]})
+    prepared = prepare(config)
+    method = build_method(config, prepared.num_items)
+    rng = np.random.default_rng(11)
+    users = np.arange(12)
+    params = user_params(method, users, rng)
+    table = rng.normal(size=(prepared.num_items, method.row_dim)).astype(np.float32)
+    personal = random_store(rng, len(users), method.row_dim, 30, prepared.num_items)
+    private = {
+        n: random_store(rng, len(users), method.row_dim, 120, prepared.num_items)
+        for n in method.private_row_names()
+    }
+    protocol = StrictProtocol(prepared, 0)
+    args = (params, personal, users, users, None, table, private)
+    flat = protocol.ranks(method, *args)
+    method.rowwise_logits = False
+    padded = protocol.ranks(method, *args)
+    for field in ("val", "test", "sampled_val", "sampled_test"):
+        assert np.array_equal(getattr(flat, field), getattr(padded, field))
