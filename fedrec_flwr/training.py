@@ -64,8 +64,8 @@ def users_round_items(
     generators, with the membership tests against the exclusion sets made for all of them
     at once (a Python loop remains only over the generators)."""
     users = np.asarray(users, dtype=np.int64)
-    if not len(users):
-        return []
+    if len(users) < 2:  # one user (a faithful-mode node): no batching to gain
+        return [user_round_items(prepared, config, int(u), server_round) for u in users]
     counts, excluded = prepared.exclusions_of(users)
     n = prepared.num_items
     positives = [prepared.train_positives(int(u)) for u in users]

@@ -127,6 +127,8 @@ def test_batched_round_items_are_the_per_user_draws(protocol, items):
             assert np.array_equal(samples.sample_labels[s_lo:s_hi], got_labels)
             offset += len(distinct)
     assert users_round_items(prepared, config, np.empty(0, np.int64), 1) == []
+    (one,) = users_round_items(prepared, config, users[:1], 3)
+    assert np.array_equal(one[0], user_round_items(prepared, config, int(users[0]), 3)[0])
 
 
 @pytest.mark.parametrize("size", [0, 1, 50, 5000])
