@@ -131,28 +131,7 @@ class StrictProtocol(EvalProtocol):
         table = item_rows
         device = next(iter(params.values())).device
         scores = method.logits_all(params, torch.from_numpy(table).to(device))
-        counts = personal.counts()[positions]
-        if method.private_row_names() or method.global_row_names():
-            # Items a user holds personal or private rows of are scored from those.
-            held = [held_items(personal, private_rows, int(p)) for p in positions]
-            counts = np.array([len(h) for h in held])
-            if counts.sum() > 0:
-                score_held = score_held_pairs if method.rowwise_logits else score_held_padded
-                score_held(method, params, personal, private_rows, positions, held, table, scores)
-        elif counts.sum() > 0 and method.rowwise_logits:  # personal rows replace global ones
-            held = [personal.of(int(p))[0] for p in positions]
-            score_held_pairs(method, params, personal, None, positions, held, table, scores)
-        elif counts.sum() > 0:
-            width = int(counts.max())
-            padded = np.zeros((len(positions), width, table.shape[1]), dtype=np.float32)
-            owner = np.repeat(np.arange(len(positions)), counts)
-            slot = np.arange(counts.sum()) - np.repeat(np.r_[0, np.cumsum(counts)[:-1]], counts)
-            flat = np.concatenate([np.arange(*personal.indptr[p : p + 2]) for p in positions])
-            padded[owner, slot] = personal.rows[flat]
-            scored = method.logits(params, torch.from_numpy(padded).to(device))
-            scores[torch.from_numpy(owner), torch.from_numpy(personal.items[flat])] = scored[
-                torch.from_numpy(owner), torch.from_numpy(slot)
-            ]
+        score_held(method, params, personal, private_rows, positions, table, scores)
         scores = scores.cpu()
         index = torch.arange(len(positions))
         valid = torch.ones_like(scores, dtype=torch.bool)
@@ -229,6 +208,30 @@ def user_rows(
 PAIR_CHUNK_BYTES = 1 << 26
 
 
+def score_held(
+    method: Method,
+    params: dict[str, torch.Tensor],
+    personal: PersonalRows,
+    private_rows: dict[str, PersonalRows] | None,
+    positions: np.ndarray,
+    table: np.ndarray,
+    scores: torch.Tensor,
+) -> None:
+    """Rescore in ``scores`` [a, I] (the full ranking from the global rows) the items each
+    user at ``positions`` holds personal or private rows of, from those rows (and the global
+    views of a method that has them).
+
+    A method with row-wise logits scores them as one flat list of (user, item) pairs
+    (:func:`score_held_pairs`); any other as one padded [users, most held, r] block
+    (:func:`score_held_padded`), the shapes it was trained with.
+    """
+    held = [held_items(personal, private_rows, int(p)) for p in positions]
+    if not sum(len(h) for h in held):
+        return
+    score = score_held_pairs if method.rowwise_logits else score_held_padded
+    score(method, params, personal, private_rows, positions, held, table, scores)
+
+
 def score_held_pairs(
     method: Method,
     params: dict[str, torch.Tensor],
@@ -239,13 +242,11 @@ def score_held_pairs(
     table: np.ndarray,
     scores: torch.Tensor,
 ) -> None:
-    """Write into ``scores`` [a, I] the scores of the items each user holds personal or
-    private rows of (``held[j]``, the user at ``positions[j]``), from those rows.
-
-    The pairs are scored as one flat list, a chunk at a time, each pair a batch of one row
-    with its user's parameters: for a method with row-wise logits the scores are those of the
-    padded [users, most held, r] block bit for bit, without its padding (under ``strict`` a
-    FedRAP user holds thousands of rows, and the heaviest sets the width for all).
+    """:func:`score_held` for ``held[j]``, the items of the user at ``positions[j]``, as a
+    flat list, a chunk at a time, each pair a batch of one row with its user's parameters:
+    for row-wise logits the scores of the padded block bit for bit, without its padding
+    (under ``strict`` a FedRAP user holds thousands of rows, and the heaviest sets the width
+    for all).
     """
     counts = np.array([len(h) for h in held])
     owner = np.repeat(np.arange(len(positions)), counts)
@@ -284,8 +285,8 @@ def score_held_padded(
     table: np.ndarray,
     scores: torch.Tensor,
 ) -> None:
-    """:func:`score_held_pairs` for any method: one padded [users, most held, r] block, so
-    a method whose logits mix rows (a matrix product) sees the shapes it was trained with."""
+    """:func:`score_held` for any method: one padded [users, most held, r] block, so a
+    method whose logits mix rows (a matrix product) sees the shapes it was trained with."""
     device = scores.device
     counts = np.array([len(h) for h in held])
     items = np.zeros((len(positions), int(counts.max())), dtype=np.int64)

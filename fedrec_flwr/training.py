@@ -75,13 +75,13 @@ def users_round_items(
         None if fallback[j] else keyed_rng(config.seed, "train-negatives", int(u), server_round)
         for j, u in enumerate(users)
     ]
+    sizes[fallback] = 0  # those draw user by user below
     draws = [
-        np.empty(0, np.int64) if rng is None else rng.integers(0, n, size=int(size), dtype=np.int64)
+        rng.integers(0, n, size=int(size), dtype=np.int64) if size else np.empty(0, np.int64)
         for rng, size in zip(rngs, sizes, strict=True)
     ]
     # (position in users, item) keys: the exclusion sets' are sorted, as the users' order is.
     excluded_keys = np.repeat(np.arange(len(users), dtype=np.int64), counts) * n + excluded
-    sizes = np.array([len(d) for d in draws], dtype=np.int64)
     draw_owner = np.repeat(np.arange(len(users), dtype=np.int64), sizes)
     flat = np.concatenate(draws)
     # sample_excluding's rejection loop, every user's in lockstep: each redraws its rejected
