@@ -19,6 +19,8 @@ if [ -d .whl ]; then
 fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 export FEDREC_CACHE_DIR=/tmp/fedrec-cache FEDREC_DATA_DIR="$PWD/.data"
+# A copied tree has no git history: the caller names the commit (FEDREC_CODE_REVISION).
+export FEDREC_CODE_REVISION="${FEDREC_CODE_REVISION:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, flwr; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'flwr', flwr.__version__)" || exit 1
 nproc
@@ -33,10 +35,10 @@ if [ "${1:-}" = quick ]; then
     python3 bench/scale.py --rounds 3 --no-floor --case "$ML1M,device=cuda" 2>&1 | tail -3
 elif [ "${1:-}" = lean ]; then  # the fewest cases that compare CPU and GPU
     python3 bench/scale.py --rounds 4 --no-floor --data-dir .data \
-        --case "$ML1M" > "$OUT/scale-cpu.log" 2>&1 &
+        --case "$ML1M" --case "$ML100K" > "$OUT/scale-cpu.log" 2>&1 &
     cpu=$!
-    python3 bench/scale.py --rounds 4 --no-floor --data-dir .data \
-        --case "$ML1M,device=cuda" --case "$BIG,device=cuda" > "$OUT/scale-gpu.log" 2>&1
+    python3 bench/scale.py --rounds 4 --no-floor --data-dir .data --case "$ML1M,device=cuda" \
+        --case "$BIG,device=cuda" --case "$ML100K,device=cuda" > "$OUT/scale-gpu.log" 2>&1
     wait $cpu
     tail -4 "$OUT/scale-cpu.log" "$OUT/scale-gpu.log"
 else

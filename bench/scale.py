@@ -169,7 +169,12 @@ def run_floor(
 
 
 def code_revision() -> str:
-    """The commit the case ran at, ``+dirty`` if the package or bench code had changes."""
+    """The commit the case ran at, ``+dirty`` if the package or bench code had changes.
+
+    ``FEDREC_CODE_REVISION`` names it where the tree has no git history (a copied tree).
+    """
+    if os.environ.get("FEDREC_CODE_REVISION"):
+        return os.environ["FEDREC_CODE_REVISION"]
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT, capture_output=True, text=True
