@@ -147,6 +147,56 @@ def test_incomplete_cell_runs_again(tmp_path, monkeypatch) -> None:
     assert len(aside) == 1 and (runs / aside[0] / "INCOMPLETE").exists()
 
 
+def test_rows_runs_only_those_rows_and_the_table_keeps_its_full_command(
+    tmp_path, monkeypatch
+) -> None:
+    started = []
+    real = runner.run_federated
+    monkeypatch.setattr(runner, "run_federated", lambda *a: started.append(a[0]) or real(*a))
+    assert _tiny(tmp_path, monkeypatch, "--rows", "fedmf", "popularity") == 0
+    assert [c["run-name"] for c in started] == ["fedmf-synthetic-strict-seed0"]
+    runs = tmp_path / "runs"
+    assert not (runs / "pfedrec-synthetic-strict-seed0").exists()
+    assert (runs / "popularity-synthetic-strict-seed0" / "summary.json").exists()
+    text = (tmp_path / "tiny.md").read_text()
+    assert "--rows" not in text and "python -m fedrec_flwr.experiments tiny --rounds 2" in text
+    with pytest.raises(SystemExit, match=r"fedrecgel not in table tiny.*its rows: fedmf, pfedrec"):
+        _tiny(tmp_path, monkeypatch, "--rows", "fedrecgel")
+
+
+def test_a_cell_stopped_after_a_checkpoint_continues_and_ends_as_an_uninterrupted_run(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """A long cell killed in round 8 (checkpoints every 3 rounds) continues after round 6
+    instead of starting again; its rounds and summary are those of an uninterrupted run."""
+    from test_checkpoint import Killed, dies_in, summary_of, without_seconds
+
+    from fedrec_flwr.local_grid import LocalGrid
+    from fedrec_flwr.server import run_federation
+
+    monkeypatch.setitem(TABLES, "tiny", TINY)
+    extra = ["--set", *SYNTHETIC, "checkpoint-every=3"]
+    argv = ["tiny", "--rounds", "10", "--seeds", "0", "--nodes", "2", *extra]
+    assert main([*argv, "--out", str(tmp_path / "full")]) == 0
+    name = "pfedrec-synthetic-strict-seed0"
+    (cell,) = [c for spec in TINY.build(("synthetic",)) for c in spec.cells([0]) if c.name == name]
+    runs = tmp_path / "stopped" / "runs"
+    overrides = {k: int(v) for k, v in (p.split("=") for p in extra[1:])}
+    config = runner.run_config(cell, runs, "", 10, overrides)
+    with pytest.raises(Killed):
+        run_federation(
+            LocalGrid(dies_in(8, partition=0), config, num_nodes=2), RunConfig.from_mapping(config)
+        )
+    assert runner.checkpoint_round(runs / name) == 6
+    capsys.readouterr()
+    assert main([*argv, "--out", str(tmp_path / "stopped")]) == 0
+    assert f"{name}: unfinished, continues after round 6" in capsys.readouterr().out
+    full = tmp_path / "full" / "runs" / name
+    assert without_seconds(runs / name) == without_seconds(full)
+    assert summary_of(runs / name) == summary_of(full)
+    assert not any(".incomplete-" in p.name for p in runs.iterdir())
+
+
 def test_a_run_made_with_other_settings_is_stale_and_runs_again(tmp_path, monkeypatch) -> None:
     assert _tiny(tmp_path, monkeypatch) == 0
     runs = tmp_path / "runs"

@@ -3,10 +3,12 @@
 A cell is a (row, seed): a federated preset ``conf/<preset>-<dataset>-<protocol>.toml`` with
 optional overrides under a tag, or a reference row of :mod:`fedrec_flwr.baselines`. Its
 folder is ``<out>/runs/<preset>[+tag]-<dataset>-<protocol>-seed<s>`` (the naming of
-``bench/results/runs/``). A folder with ``summary.json`` is done and never recomputed; one
-with an ``INCOMPLETE`` marker (or no summary) is moved aside to ``<name>.incomplete-<time>``
-and the cell runs again from round 1 into a fresh folder; so is a finished run whose recorded
-configuration is not the cell's any more (``<name>.stale-<time>``: e.g. a retuned preset).
+``bench/results/runs/``). A folder with ``summary.json`` is done and never recomputed. An
+unfinished federated run (``INCOMPLETE`` marker) with a checkpoint continues from it in its
+folder (``resume``: the same rounds as an uninterrupted run, bit for bit); one without (or
+whose continuation fails) is moved aside to ``<name>.incomplete-<time>`` and the cell runs
+again from round 1 into a fresh folder; so is a run whose recorded configuration is not the
+cell's any more (``<name>.stale-<time>``: e.g. a retuned preset).
 """
 
 from __future__ import annotations
@@ -165,6 +167,17 @@ def status(
     if not data_present(cell.row.dataset, data_dir):
         return "no data"
     return "todo"
+
+
+def checkpoint_round(folder: Path) -> int:
+    """The round of an unfinished federated run's last checkpoint (0: none to continue)."""
+    latest = folder / "checkpoint" / "latest.json"
+    if not (folder / INCOMPLETE).exists() or not (folder / "config.json").exists():
+        return 0
+    try:
+        return int(json.loads(latest.read_text())["round"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 def set_aside(folder: Path, why: str = "incomplete") -> Path:

@@ -48,6 +48,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--nodes", type=int, default=2, help="nodes (SuperNodes) per run")
     parser.add_argument("--rounds", type=int, default=None, help="override (smoke tests)")
     parser.add_argument("--datasets", nargs="+", default=None, help="default: the table's")
+    parser.add_argument(
+        "--rows",
+        nargs="+",
+        default=None,
+        metavar="ROW",
+        help="run only these rows' missing cells (e.g. fedmf-dual pfedrec+lap0.2); the "
+        "table still reports every finished cell",
+    )
     parser.add_argument("--flwr", action="store_true", help="through flwr run (Ray)")
     parser.add_argument(
         "--set", nargs="+", default=[], metavar="KEY=VALUE", help="override (smoke tests)"
@@ -66,9 +74,13 @@ def _parser() -> argparse.ArgumentParser:
 def _command(argv: list[str]) -> str:
     """The command that makes the table: an absolute ``--data-dir`` shown as DIR, an absolute
     ``--out`` inside the project relative to it (else OUT), ``--report-only`` left out (on a
-    folder of finished cells the full command runs nothing and writes the same table)."""
-    shown, previous = [], ""
+    folder of finished cells the full command runs nothing and writes the same table), and
+    ``--rows`` (a subset of the cells to run now) too."""
+    shown, previous, skipping = [], "", False
     for arg in argv:
+        skipping = arg == "--rows" or (skipping and not arg.startswith("--"))
+        if skipping:
+            continue
         if previous == "--data-dir" and Path(arg).is_absolute():
             arg = "DIR"
         elif previous == "--out" and Path(arg).is_absolute():
@@ -84,9 +96,12 @@ def run_cell(cell: runner.Cell, args, runs: Path, extra: dict) -> str:
     """Run one missing or unfinished cell; its status."""
     folder = runs / cell.name
     stale = runner.stale_keys(cell, runs, args.data_dir, args.rounds, extra)
+    resume_from = 0 if stale or cell.row.kind != "federated" else runner.checkpoint_round(folder)
     if stale:
         moved = runner.set_aside(folder, "stale")
         print(f"{cell.name}: run with other {', '.join(stale)}, moved to {moved.name}", flush=True)
+    elif resume_from:
+        print(f"{cell.name}: unfinished, continues after round {resume_from}", flush=True)
     elif folder.exists():
         print(f"{cell.name}: unfinished, moved to {runner.set_aside(folder).name}", flush=True)
     started = time.time()
@@ -98,7 +113,20 @@ def run_cell(cell: runner.Cell, args, runs: Path, extra: dict) -> str:
             state = f"failed: {type(error).__name__}: {error}"
     else:
         config = runner.run_config(cell, runs, args.data_dir, args.rounds, extra)
-        state = runner.run_federated(config, args.nodes, args.flwr)
+        if resume_from:  # the same run, continued from its checkpoint (bit-identical)
+            state = runner.run_federated(
+                {**config, "resume": str(folder.resolve())}, args.nodes, args.flwr
+            )
+            if state != "finished:completed" and (folder / runner.INCOMPLETE).exists():
+                moved = runner.set_aside(folder)
+                print(
+                    f"{cell.name}: could not continue ({state[-300:]}); moved to "
+                    f"{moved.name}, runs again from round 1",
+                    flush=True,
+                )
+                state = runner.run_federated(config, args.nodes, args.flwr)
+        else:
+            state = runner.run_federated(config, args.nodes, args.flwr)
         runner.scrub_paths(runs, only=(cell.name,))
     print(f"{cell.name}: {state} in {time.time() - started:.0f} s", flush=True)
     return state
@@ -121,6 +149,15 @@ def main(argv: list[str] | None = None) -> int:
             c for c, s in zip(cells, states, strict=True) if s in ("todo", "incomplete", "stale")
         ]
         results.append((spec, cells, states))
+    if args.rows:
+        known = {spec.key for spec in specs}
+        unknown = sorted(set(args.rows) - known)
+        if unknown:
+            raise SystemExit(
+                f"--rows: {', '.join(unknown)} not in table {table.name} on these datasets; "
+                f"its rows: {', '.join(sorted(known))}"
+            )
+        todo = [cell for cell in todo if cell.row.key in args.rows]
     if args.dry_run:
         for _spec, cells, states in results:
             for cell, state in zip(cells, states, strict=True):
