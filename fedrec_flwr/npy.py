@@ -40,7 +40,8 @@ def to_array(array: np.ndarray) -> Array:
         dtype=str(array.dtype),
         shape=shape,
         stype="numpy.ndarray",
-        data=_interned(_header(array.dtype, shape) + array.tobytes()),
+        # One copy of the data (``header + array.tobytes()`` makes two).
+        data=_interned(b"".join((_header(array.dtype, shape), array.reshape(-1).view(np.uint8)))),
     )
 
 

@@ -9,6 +9,7 @@ enough for ``context.state``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -72,9 +73,23 @@ class PersonalRows:
         return PersonalRows(indptr=indptr, items=out_items, rows=out_rows)
 
     def keys(self) -> np.ndarray:
-        """``position * KEY_STRIDE + item`` of every stored row, in storage order (sorted)."""
+        """``position * KEY_STRIDE + item`` of every stored row, in storage order (sorted);
+        computed once per store (read-only: a store never changes)."""
+        return self._keys
+
+    @cached_property
+    def _keys(self) -> np.ndarray:
         owner = np.repeat(np.arange(len(self.indptr) - 1, dtype=np.int64), self.counts())
-        return owner * KEY_STRIDE + self.items
+        keys = owner * KEY_STRIDE + self.items
+        keys.flags.writeable = False
+        return keys
+
+    def storage_of(self, positions: np.ndarray) -> np.ndarray:
+        """Storage indices of every row of the users at ``positions``, user after user."""
+        starts = self.indptr[positions]
+        counts = self.indptr[np.asarray(positions) + 1] - starts
+        before = np.cumsum(counts) - counts
+        return np.repeat(starts - before, counts) + np.arange(int(counts.sum()), dtype=np.int64)
 
     def merged(
         self,

@@ -172,6 +172,8 @@ def held_items(
     personal: PersonalRows, private_rows: dict[str, PersonalRows] | None, position: int
 ) -> np.ndarray:
     """Sorted items the user at ``position`` holds personal or private rows of."""
+    if not private_rows:  # the store keeps each user's items sorted and distinct
+        return personal.of(position)[0]
     parts = [personal.of(position)[0]]
     parts += [store.of(position)[0] for store in (private_rows or {}).values()]
     return np.unique(np.concatenate(parts))
@@ -256,18 +258,28 @@ def score_held_pairs(
     per_user = sum(v[0].numel() for v in params.values() if v.dim() and len(v))
     per_pair = 4 * (table.shape[1] * (3 + len(names)) + per_user)
     step = max(1, PAIR_CHUNK_BYTES // per_pair)
+    # Without private rows a user holds exactly its personal rows: read them by storage
+    # index (no lookup of each pair in the store).
+    storage = None if private_rows else personal.storage_of(positions)
+    if storage is not None and not np.array_equal(personal.items[storage], items):
+        storage = None
     for lo in range(0, len(items), step):
         who, what = owner[lo : lo + step], items[lo : lo + step]
         where = positions[who]
-        global_rows = np.asarray(table[what], dtype=np.float32)
-        extras = {name: global_rows.copy() for name in method.global_row_names()}
-        for name in method.private_row_names():
-            extras[name] = (
-                private_rows[name].gathered(where, what)
-                if private_rows and name in private_rows
-                else np.zeros_like(global_rows)
-            )
-        personal.overlay_pairs(where, what, global_rows)
+        extras = {}
+        if storage is None or names:
+            global_rows = np.asarray(table[what], dtype=np.float32)
+            extras = {name: global_rows.copy() for name in method.global_row_names()}
+            for name in method.private_row_names():
+                extras[name] = (
+                    private_rows[name].gathered(where, what)
+                    if private_rows and name in private_rows
+                    else np.zeros_like(global_rows)
+                )
+        if storage is None:
+            personal.overlay_pairs(where, what, global_rows)
+        else:
+            global_rows = personal.rows[storage[lo : lo + step]]
         index = torch.from_numpy(who).to(device)
         batch = {n: v[index] for n, v in params.items()}
         batch.update({n: torch.from_numpy(v).to(device).unsqueeze(1) for n, v in extras.items()})
@@ -304,10 +316,15 @@ def lookup_rows(
     items: np.ndarray, item_ids: np.ndarray | None, item_rows: np.ndarray
 ) -> np.ndarray:
     """Rows of ``items`` from a full table (``item_ids`` None) or a sparse (ids, rows) pair."""
-    if item_ids is None:  # fancy indexing copies already: asarray adds no second copy
-        return np.asarray(item_rows[items], dtype=np.float32)
-    where = np.searchsorted(item_ids, items)
-    where[where == len(item_ids)] = 0
+    if item_ids is None:  # take copies already: asarray adds no second copy
+        return np.asarray(np.take(item_rows, items, axis=0), dtype=np.float32)
+    if len(item_ids) and len(items) > 4 * len(item_ids):  # many lookups: a position map
+        position = np.zeros(int(max(item_ids.max(), items.max())) + 1, dtype=np.int64)
+        position[item_ids] = np.arange(len(item_ids))
+        where = position[items]
+    else:
+        where = np.searchsorted(item_ids, items)
+        where[where == len(item_ids)] = 0
     if len(items) and (len(item_ids) == 0 or np.any(item_ids[where] != items)):
         missing = np.setdiff1d(items, item_ids)
         raise RuntimeError(
@@ -315,4 +332,4 @@ def lookup_rows(
             f"missing (e.g. item {missing[:5].tolist()}): the node's row request and its "
             "training disagree; this is a bug, please report it."
         )
-    return np.asarray(item_rows[where], dtype=np.float32)
+    return np.asarray(np.take(item_rows, where, axis=0), dtype=np.float32)

@@ -57,6 +57,39 @@ def distinct_items(items: np.ndarray, num_items: int) -> tuple[np.ndarray, np.nd
     return ids, where[items]
 
 
+#: (user, item) slots :func:`distinct_user_items` marks at a time (a bool and an int64 each).
+DENSE_SLOTS = 1 << 22
+
+
+def distinct_user_items(
+    owner: np.ndarray,
+    items: np.ndarray,
+    num_items: int,
+    num_users: int,
+    slots: int = DENSE_SLOTS,
+    min_keys: int = 1 << 16,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(owner * num_items + items, return_inverse=True)`` for ``owner`` in
+    ``range(num_users)``, non-decreasing: where the keys are many and dense, by masks over
+    ``slots`` (user, item) slots at a time (linear) instead of a sort."""
+    keys = owner * num_items + items
+    if len(keys) < min_keys or num_users * num_items > 8 * len(keys):  # few or sparse: sort
+        return np.unique(keys, return_inverse=True)
+    per_chunk = max(1, slots // max(num_items, 1))
+    starts = np.arange(0, num_users + 1, per_chunk)
+    bounds = np.searchsorted(owner, np.r_[starts, num_users])
+    distinct, inverse, found = [], np.empty(len(keys), dtype=np.int64), 0
+    for first_user, lo, hi in zip(starts, bounds[:-1], bounds[1:], strict=False):
+        if hi == lo:
+            continue
+        base = int(first_user) * num_items
+        ids, where = distinct_items(keys[lo:hi] - base, per_chunk * num_items)
+        distinct.append(ids + base)
+        inverse[lo:hi] = where + found
+        found += len(ids)
+    return (np.concatenate(distinct) if distinct else keys[:0]), inverse
+
+
 def users_round_items(
     prepared: PreparedData, config: RunConfig, users: np.ndarray, server_round: int
 ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -148,7 +181,7 @@ def build_round_samples(
     items = np.concatenate([i for i, _ in drawn]).astype(np.int64) if drawn else owner
     # Each user's distinct items (sorted) as its block of rows, and each sample's row: one
     # unique over (user, item) keys, which sorts by user, then item.
-    keys, sample_rows = np.unique(owner * prepared.num_items + items, return_inverse=True)
+    keys, sample_rows = distinct_user_items(owner, items, prepared.num_items, len(drawn))
     row_owner = keys // prepared.num_items
     row_counts = np.bincount(row_owner, minlength=len(drawn))
     labels = [lab for _, lab in drawn]
@@ -217,7 +250,9 @@ def epoch_steps(
     batch_size_of = np.minimum(batch, counts[owner] - step_of * batch)
 
     steps = []
-    by_step = np.argsort(step_of, kind="stable")
+    # Stable: the order of each step's entries is fixed. Small integers sort by radix (O(n)).
+    narrow = np.uint16 if len(step_of) and step_of.max() < 1 << 16 else np.int64
+    by_step = np.argsort(step_of.astype(narrow), kind="stable")
     bounds = np.searchsorted(step_of[by_step], np.arange(int(num_batches.max(initial=0)) + 1))
     for s in range(len(bounds) - 1):
         idx = by_step[bounds[s] : bounds[s + 1]]
@@ -338,9 +373,11 @@ def _gradient_fn(
     def take(name: str) -> torch.Tensor:
         if name not in gathered:
             tensor = params[name]
-            gathered[name] = (
-                tensor[step.rows] if name == ROWS or name in row_names else tensor[step.users]
-            )
+            if name == ROWS or name in row_names:  # index_select: a row copy, not per element
+                flat = tensor.index_select(0, step.rows.reshape(-1))
+                gathered[name] = flat.view(*step.rows.shape, *tensor.shape[1:])
+            else:
+                gathered[name] = tensor[step.users]
         return gathered[name]
 
     def gradients(offsets):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import build_method
 from fedrec_flwr.personal import PersonalRows
-from fedrec_flwr.protocols import held_items, score_held_padded, score_held_pairs
+from fedrec_flwr.protocols import held_items, lookup_rows, score_held_padded, score_held_pairs
 
 ITEMS = 60
 ROWWISE = {
@@ -133,3 +133,22 @@ def test_strict_ranks_are_the_same_on_either_path(name):
     padded = protocol.ranks(method, *args)
     for field in ("val", "test", "sampled_val", "sampled_test"):
         assert np.array_equal(getattr(flat, field), getattr(padded, field))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), lookups=st.sampled_from([0, 3, 500]))
+def test_lookup_rows_from_a_sparse_table_on_either_branch(seed, lookups):
+    """Few lookups search the sorted ids; many (> 4 per id) go through a position map:
+    both give the table's rows, and both refuse an item the server did not send."""
+    rng = np.random.default_rng(seed)
+    ids = np.sort(rng.choice(ITEMS, int(rng.integers(1, 20)), replace=False)).astype(np.int64)
+    rows = rng.normal(size=(len(ids), 4)).astype(np.float32)
+    items = rng.choice(ids, lookups)
+    expected = rows[np.searchsorted(ids, items)]
+    np.testing.assert_array_equal(lookup_rows(items, ids, rows), expected)
+    full = rng.normal(size=(ITEMS, 4)).astype(np.float32)
+    np.testing.assert_array_equal(lookup_rows(items, None, full), full[items])
+    absent = np.setdiff1d(np.arange(ITEMS + 5), ids)
+    bad = np.r_[items, rng.choice(absent)]
+    with pytest.raises(RuntimeError, match="missing"):
+        lookup_rows(bad, ids, rows)
