@@ -18,6 +18,7 @@ from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
 from fedrec_flwr.evaluation import ranks_from_scores, reported_metrics
 from fedrec_flwr.methods import Method
 from fedrec_flwr.personal import PersonalRows
+from fedrec_flwr.sampling import is_member
 
 
 @dataclass(frozen=True)
@@ -94,19 +95,42 @@ class PaperProtocol(EvalProtocol):
             negatives[k:],
         ]
 
+    def candidates_of(self, users: np.ndarray) -> np.ndarray:
+        """:meth:`candidates` of each of ``users``: [a, 200]."""
+        users = np.asarray(users, np.int64)
+        negatives = np.asarray(self.prepared.eval_negatives(self.seed)[users], np.int64)
+        k = EVAL_NEGATIVES_PER_SPLIT
+        valid = np.asarray(self.prepared.valid_item[users], np.int64)[:, None]
+        test = np.asarray(self.prepared.test_item[users], np.int64)[:, None]
+        return np.hstack([valid, negatives[:, :k], test, negatives[:, k:]])
+
     def eval_items(self, users: np.ndarray) -> np.ndarray:
         if len(users) == 0:
             return np.empty(0, dtype=np.int64)
-        return np.unique(np.concatenate([self.candidates(int(u)) for u in users]))
+        return np.unique(self.candidates_of(users))
 
     def keep_personal(self, user: int, items: np.ndarray) -> np.ndarray:
         """Only rows among the user's candidates (the only ones evaluation reads)."""
         return np.isin(items, self.candidates(user))
 
+    def keep_personal_rows(
+        self, users: np.ndarray, row_offsets: np.ndarray, items: np.ndarray
+    ) -> np.ndarray:
+        """:meth:`keep_personal` of all users at once: one membership test of (user, item)
+        keys against the users' sorted candidate keys."""
+        if len(users) == 0:
+            return np.zeros(len(items), dtype=bool)
+        span = self.prepared.num_items
+        candidates = self.candidates_of(users)
+        owner = np.arange(len(users), dtype=np.int64)
+        wanted = np.sort((owner[:, None] * span + candidates).reshape(-1))
+        item_owner = np.repeat(owner, np.diff(np.asarray(row_offsets, np.int64)))
+        return is_member(item_owner * span + np.asarray(items, np.int64), wanted)
+
     def ranks(
         self, method, params, personal, positions, users, item_ids, item_rows, private_rows=None
     ):
-        candidates = np.stack([self.candidates(int(u)) for u in users])  # [a, 200]
+        candidates = self.candidates_of(users)  # [a, 200]
         device = next(iter(params.values())).device
         rows, extras = user_rows(
             method, personal, private_rows, positions, candidates, item_ids, item_rows
@@ -192,18 +216,18 @@ def user_rows(
     ``positions``): the item rows [a, k, r] (global rows, the user's personal rows replacing
     them), and the method's aligned row inputs: its private rows (zero where the user holds
     none) and the frozen global rows."""
-    global_rows = lookup_rows(items.reshape(-1), item_ids, item_rows).reshape(*items.shape, -1)
+    flat = items.reshape(-1)
+    owners = np.repeat(np.asarray(positions, np.int64), items.shape[1] if items.ndim > 1 else 1)
+    global_rows = lookup_rows(flat, item_ids, item_rows)
     extras = {name: global_rows.copy() for name in method.global_row_names()}
     for name in method.private_row_names():
-        gathered = np.zeros_like(global_rows)
         if private_rows and name in private_rows:
-            for j, position in enumerate(positions):
-                private_rows[name].gather(int(position), items[j], gathered[j])
-        extras[name] = gathered
-    rows = global_rows
-    for j, position in enumerate(positions):  # personal rows replace global ones
-        personal.overlay(position, items[j], rows[j])
-    return rows, extras
+            extras[name] = private_rows[name].gathered(owners, flat)
+        else:
+            extras[name] = np.zeros_like(global_rows)
+    personal.overlay_pairs(owners, flat, global_rows)  # personal rows replace global ones
+    shape = (*items.shape, -1)
+    return global_rows.reshape(shape), {n: v.reshape(shape) for n, v in extras.items()}
 
 
 #: Bytes of row inputs one chunk of held (user, item) pairs may take (see score_held_pairs).

@@ -66,3 +66,29 @@ def test_keep_personal_rows_is_refused_where_it_cannot_apply():
     with pytest.raises(ConfigError, match="keep-personal-rows"):
         RunConfig.from_mapping({**SMALL, "keep-personal-rows": "all"})
     RunConfig.from_mapping({**SMALL, "plgc": True, "keep-personal-rows": "positives"})
+
+
+def test_paper_protocol_vectorised_candidates_and_kept_rows_are_the_per_user_ones():
+    """The paper protocol's candidates and kept-row mask for many users at once are those
+    of :meth:`candidates` and :meth:`keep_personal`, user by user (users with no rows and
+    rows outside the candidates included)."""
+    from fedrec_flwr.protocols import PaperProtocol
+
+    config = RunConfig.from_mapping({**SMALL, "protocol": "paper"})
+    protocol = PaperProtocol(prepare(config), seed=0)
+    rng = np.random.default_rng(0)
+    users = rng.permutation(SMALL["synthetic-users"])[:10]
+    stacked = np.stack([protocol.candidates(int(u)) for u in users])
+    assert np.array_equal(protocol.candidates_of(users), stacked)
+    blocks = [
+        np.sort(np.r_[rng.choice(stacked[j], 5), rng.integers(0, 300, int(rng.integers(0, 9)))])
+        if j % 4
+        else np.empty(0, np.int64)
+        for j in range(len(users))
+    ]
+    offsets = np.r_[0, np.cumsum([len(b) for b in blocks])]
+    items = np.concatenate(blocks).astype(np.int64)
+    pairs = zip(users, blocks, strict=True)
+    want = np.concatenate([protocol.keep_personal(int(u), b) for u, b in pairs])
+    got = protocol.keep_personal_rows(users, offsets, items)
+    assert got.dtype == bool and np.array_equal(got, want) and want.any() and not want.all()
