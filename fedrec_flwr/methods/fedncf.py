@@ -60,16 +60,32 @@ class FedNCF(Method):
             "out-bias": out["out-bias"],
         }
 
-    def _tower(self, params: dict[str, torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
-        """The MLP layers after the first one's pre-activation: [a, k, h0] -> [a, k, h_last]."""
+    def _tower(
+        self, params: dict[str, torch.Tensor], hidden: torch.Tensor, in_place: bool = False
+    ) -> torch.Tensor:
+        """The MLP layers after the first one's pre-activation: [a, k, h0] -> [a, k, h_last].
+        ``in_place`` (no autograd; ``hidden`` is the caller's to overwrite): the same
+        arithmetic without a new [a, k, h] tensor per operation (full ranking's are large)."""
+        if in_place:
+            hidden = hidden.relu_()
+            for index in range(1, len(self.layers)):
+                weight, bias = params[f"mlp-{index}-weight"], params[f"mlp-{index}-bias"]
+                hidden = torch.matmul(hidden, weight).add_(bias.unsqueeze(1)).relu_()
+            return hidden
         hidden = torch.relu(hidden)
         for index in range(1, len(self.layers)):
             weight, bias = params[f"mlp-{index}-weight"], params[f"mlp-{index}-bias"]
             hidden = torch.relu(torch.matmul(hidden, weight) + bias.unsqueeze(1))
         return hidden
 
-    def _output(self, params, gmf: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    def _output(
+        self, params, gmf: torch.Tensor, hidden: torch.Tensor, in_place: bool = False
+    ) -> torch.Tensor:
         weight = params["out-weight"]  # [a, dim + h_last]
+        if in_place:  # gmf and hidden are the caller's to overwrite (see _tower)
+            out = gmf.mul_(weight[:, None, : self.dim]).sum(-1)
+            out = out + hidden.mul_(weight[:, None, self.dim :]).sum(-1)
+            return out + params["out-bias"]
         out = (gmf * weight[:, None, : self.dim]).sum(-1)
         out = out + (hidden * weight[:, None, self.dim :]).sum(-1)
         return out + params["out-bias"]  # bias [a, 1] broadcast over the k items
@@ -92,9 +108,12 @@ class FedNCF(Method):
         else:
             item_part = (item_mlp @ weight0[0, self.mlp_dim :]).unsqueeze(0)  # [1, I, h0]
         user_part = torch.matmul(params[USER_MLP].unsqueeze(1), weight0[:, : self.mlp_dim])
-        hidden = self._tower(params, item_part + user_part + bias0.unsqueeze(1))
+        in_place = not torch.is_grad_enabled()  # evaluation: no new tensor per operation
+        pre = item_part + user_part
+        pre = pre.add_(bias0.unsqueeze(1)) if in_place else pre + bias0.unsqueeze(1)
+        hidden = self._tower(params, pre, in_place)
         gmf = params[USER_GMF].unsqueeze(1) * table[:, : self.dim].unsqueeze(0)
-        return self._output(params, gmf, hidden)
+        return self._output(params, gmf, hidden, in_place)
 
 
 class FedRecGEL(FedNCF):
