@@ -164,6 +164,32 @@ def test_rows_runs_only_those_rows_and_the_table_keeps_its_full_command(
         _tiny(tmp_path, monkeypatch, "--rows", "fedrecgel")
 
 
+def test_backfill_adds_per_user_metrics_only_where_the_rerun_reproduces(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    assert _tiny(tmp_path, monkeypatch) == 0
+    runs = tmp_path / "runs"
+    pfedrec, fedmf = (runs / f"{m}-synthetic-strict-seed0" for m in ("pfedrec", "fedmf"))
+    kept = (pfedrec / "per-user.csv").read_bytes()
+    for folder in (pfedrec, fedmf):
+        (folder / "per-user.csv").unlink()
+    # fedmf's committed rounds were not made by this code: its rerun must not be used
+    rounds = (fedmf / "rounds.csv").read_text().splitlines()
+    header, last = rounds[0].split(","), rounds[-1].split(",")
+    last[header.index("test-hr@10")] = "0.999"
+    (fedmf / "rounds.csv").write_text("\n".join([*rounds[:-1], ",".join(last)]) + "\n")
+    capsys.readouterr()
+    assert _tiny(tmp_path, monkeypatch, "--backfill-per-user") == 1
+    out = capsys.readouterr()
+    assert (pfedrec / "per-user.csv").read_bytes() == kept
+    assert "pfedrec-synthetic-strict-seed0: per-user.csv added" in out.out
+    assert not (fedmf / "per-user.csv").exists()
+    assert "does not reproduce the cell (round 2, test-hr@10" in out.out
+    assert (tmp_path / ".backfill" / "fedmf-synthetic-strict-seed0").exists()
+    assert not (tmp_path / ".backfill" / "pfedrec-synthetic-strict-seed0").exists()
+    assert "--backfill-per-user" not in (tmp_path / "tiny.md").read_text()
+
+
 def test_a_cell_stopped_after_a_checkpoint_continues_and_ends_as_an_uninterrupted_run(
     tmp_path, monkeypatch, capsys
 ) -> None:

@@ -18,8 +18,8 @@ import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from fedrec_flwr.experiments import backfill, figure, report
 from fedrec_flwr.experiments import cells as runner
-from fedrec_flwr.experiments import figure, report
 from fedrec_flwr.experiments.sampled import sampled_vs_full
 from fedrec_flwr.experiments.sampled import section as sampled_section
 from fedrec_flwr.experiments.tables import TABLES, rows
@@ -56,6 +56,13 @@ def _parser() -> argparse.ArgumentParser:
         help="run only these rows' missing cells (e.g. fedmf-dual pfedrec+lap0.2); the "
         "table still reports every finished cell",
     )
+    parser.add_argument(
+        "--backfill-per-user",
+        action="store_true",
+        help="instead of the missing cells: rerun the finished ones that have no "
+        "per-user.csv (made before it existed) and add theirs where the rerun reproduces "
+        "every committed round",
+    )
     parser.add_argument("--flwr", action="store_true", help="through flwr run (Ray)")
     parser.add_argument(
         "--set", nargs="+", default=[], metavar="KEY=VALUE", help="override (smoke tests)"
@@ -86,7 +93,7 @@ def _command(argv: list[str]) -> str:
         elif previous == "--out" and Path(arg).is_absolute():
             inside = Path(arg).resolve().is_relative_to(runner.PROJECT)
             arg = str(Path(arg).resolve().relative_to(runner.PROJECT)) if inside else "OUT"
-        if arg != "--report-only":
+        if arg not in ("--report-only", "--backfill-per-user"):
             shown.append(arg)
         previous = arg
     return shlex.join(["python", "-m", "fedrec_flwr.experiments", *shown])
@@ -158,6 +165,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"its rows: {', '.join(sorted(known))}"
             )
         todo = [cell for cell in todo if cell.row.key in args.rows]
+    if args.backfill_per_user:
+        todo = [
+            cell
+            for _spec, cells, _states in results
+            for cell in cells
+            if backfill.needs_per_user(cell, runs) and (not args.rows or cell.row.key in args.rows)
+        ]
     if args.dry_run:
         for _spec, cells, states in results:
             for cell, state in zip(cells, states, strict=True):
@@ -168,6 +182,16 @@ def main(argv: list[str] | None = None) -> int:
 
     runs.mkdir(parents=True, exist_ok=True)
     failed = []
+    backfilled = 0
+    if args.backfill_per_user and not args.report_only:
+        backfilled = len(todo)
+        for cell in todo:
+            started = time.time()
+            state = backfill.backfill(cell, runs, args, extra)
+            print(f"{cell.name}: {state} in {time.time() - started:.0f} s", flush=True)
+            if state.startswith("failed"):
+                failed.append(cell.name)
+        todo = []
     if args.report_only:  # reference rows already in <out>/baselines-*.json are free
         for cell in todo:
             if cell.row.kind == "reference" and not (runs / cell.name).exists():
@@ -205,7 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     (out / f"{table.name}.md").write_text(text)
     figure.plot(finished, out / f"{table.name}.png", table.title)
     print(text)
-    print(f"{len(todo) - len(failed)} cells run, {len(failed)} failed; wrote {out}/{table.name}.md")
+    done = (
+        f"{backfilled - len(failed)} cells given their per-user.csv"
+        if backfilled
+        else (f"{len(todo) - len(failed)} cells run")
+    )
+    print(f"{done}, {len(failed)} failed; wrote {out}/{table.name}.md")
     for name in failed:
         print(f"failed: {name}", file=sys.stderr)
     return 1 if failed else 0
