@@ -139,6 +139,28 @@ def run_cell(cell: runner.Cell, args, runs: Path, extra: dict) -> str:
     return state
 
 
+def _selected(args, specs, results, todo: list[runner.Cell], runs: Path) -> list[runner.Cell]:
+    """The cells to run now: the missing ones (``todo``), of ``--rows`` only if given; with
+    ``--backfill-per-user`` the finished ones without ``per-user.csv`` instead."""
+    if args.rows:
+        known = {spec.key for spec in specs}
+        unknown = sorted(set(args.rows) - known)
+        if unknown:
+            raise SystemExit(
+                f"--rows: {', '.join(unknown)} not in table {args.table} on these datasets; "
+                f"its rows: {', '.join(sorted(known))}"
+            )
+        todo = [cell for cell in todo if cell.row.key in args.rows]
+    if args.backfill_per_user:
+        todo = [
+            cell
+            for _spec, cells, _states in results
+            for cell in cells
+            if backfill.needs_per_user(cell, runs) and (not args.rows or cell.row.key in args.rows)
+        ]
+    return todo
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
@@ -156,22 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             c for c, s in zip(cells, states, strict=True) if s in ("todo", "incomplete", "stale")
         ]
         results.append((spec, cells, states))
-    if args.rows:
-        known = {spec.key for spec in specs}
-        unknown = sorted(set(args.rows) - known)
-        if unknown:
-            raise SystemExit(
-                f"--rows: {', '.join(unknown)} not in table {table.name} on these datasets; "
-                f"its rows: {', '.join(sorted(known))}"
-            )
-        todo = [cell for cell in todo if cell.row.key in args.rows]
-    if args.backfill_per_user:
-        todo = [
-            cell
-            for _spec, cells, _states in results
-            for cell in cells
-            if backfill.needs_per_user(cell, runs) and (not args.rows or cell.row.key in args.rows)
-        ]
+    todo = _selected(args, specs, results, todo, runs)
     if args.dry_run:
         for _spec, cells, states in results:
             for cell, state in zip(cells, states, strict=True):
