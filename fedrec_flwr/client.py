@@ -20,10 +20,10 @@ from fedrec_flwr.messages import (
     dense_arrays,
     read_dense,
     read_rows,
+    record_arrays,
     reply,
 )
 from fedrec_flwr.node import NodeRuntime, NodeState
-from fedrec_flwr.npy import to_numpy
 
 app = ClientApp(mods=node_timing.mods(lambda context: node_runtime(context)))
 STATE_KEY = "node-state"
@@ -88,8 +88,7 @@ def load_state(
     node kept it there (:func:`fedrec_flwr.state_store.recover`, a state written after
     ``max_round`` at most), else fresh."""
     if STATE_KEY in context.state:
-        record = context.state[STATE_KEY]
-        return NodeState.from_arrays({name: to_numpy(array) for name, array in record.items()})
+        return NodeState.from_arrays(record_arrays(context.state[STATE_KEY], "state array"))
     state = None if msg is None else state_store.recover(context, runtime, msg, max_round)
     if state is None:
         return runtime.initial_state()
@@ -137,26 +136,25 @@ def hello(msg: Message, context: Context) -> Message:
     return _reply(msg, arrays, metrics, records=known)
 
 
-def _received(msg: Message) -> tuple[int, np.ndarray | None, np.ndarray, dict]:
+def _received(msg: Message) -> tuple[int, np.ndarray | None, np.ndarray, dict, dict]:
     """(server round, item ids or None for the full table, item rows, shared-dense
-    parameters) of a message (rows sent as zero ids come back as zero rows)."""
-    received = msg.content[ARRAYS]
+    parameters, every array by name) of a message (rows sent as zero ids come back as zero
+    rows)."""
+    received = record_arrays(msg.content[ARRAYS])
     item_ids, item_rows = read_rows(received)
     return (
         int(msg.content[CONFIG]["server-round"]),
         item_ids,
         item_rows,
         read_dense(received),
+        received,
     )
 
 
 def _reply(
     msg: Message, arrays: dict[str, np.ndarray], metrics: dict, dense=None, records=None
 ) -> Message:
-    record = array_record(**arrays)
-    for name, array in dense_arrays(dense or {}).items():
-        record[name] = array
-    out = reply(msg, record, metrics)
+    out = reply(msg, array_record(dense_arrays(dense or {}), **arrays), metrics)
     for name, extra in (records or {}).items():
         out.content[name] = extra
     return out
@@ -168,8 +166,8 @@ def train(msg: Message, context: Context) -> Message:
     (unless ``fault-fraction`` draws this node to fail: :mod:`fedrec_flwr.faults`)."""
     runtime = node_runtime(context)
     inject_fault(runtime.config, int(msg.content[CONFIG]["server-round"]), runtime.partition_id)
-    server_round, item_ids, item_rows, dense = _received(msg)
-    users = to_numpy(msg.content[ARRAYS]["train-users"])
+    server_round, item_ids, item_rows, dense, received = _received(msg)
+    users = received["train-users"]
     result, state = runtime.train(
         load_state(context, runtime, msg, server_round - 1),
         server_round,
@@ -202,7 +200,7 @@ def evaluate(msg: Message, context: Context) -> Message:
     the run's protocol; reply with metric sums, and each evaluated user's metrics in the
     ``per-user`` record."""
     runtime = node_runtime(context)
-    server_round, item_ids, item_rows, dense = _received(msg)
+    server_round, item_ids, item_rows, dense, _ = _received(msg)
     state = load_state(context, runtime, msg, server_round)
     config = msg.content[CONFIG]
     sample = int(config["eval-users"]) if "eval-users" in config else 0

@@ -24,8 +24,7 @@ from flwr.serverapp import Grid
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.device import DataIdentity, conflict, run_conflict
-from fedrec_flwr.messages import ARRAYS, CONFIG, METRICS
-from fedrec_flwr.npy import to_numpy
+from fedrec_flwr.messages import ARRAYS, CONFIG, METRICS, record_arrays
 
 
 class FederationError(RuntimeError):
@@ -44,12 +43,12 @@ class NodeInfo:
     request_round: int = 0
     request_items: np.ndarray | None = None
 
-    def remember_request(self, reply: Message) -> None:
-        """Keep the ``next-items`` request of a reply, if it has one."""
-        arrays, metrics = reply.content[ARRAYS], reply.content[METRICS]
+    def remember_request(self, arrays: dict[str, np.ndarray], metrics) -> None:
+        """Keep the ``next-items`` request of a reply (its arrays and metrics), if it has
+        one."""
         if "next-items" in arrays:
             self.request_round = int(metrics["next-round"])
-            self.request_items = to_numpy(arrays["next-items"])
+            self.request_items = arrays["next-items"]
 
 
 @dataclass
@@ -153,7 +152,7 @@ def _register(
     nodes: dict[int, NodeInfo], reply: Message, expected: int | None, config: RunConfig
 ) -> int:
     data = _identity(reply, config)
-    metrics, arrays = reply.content[METRICS], reply.content[ARRAYS]
+    metrics, arrays = reply.content[METRICS], record_arrays(reply.content[ARRAYS])
     partition, num_partitions = int(metrics["partition-id"]), int(metrics["num-partitions"])
     first = next(iter(nodes.values()), None)  # the registered nodes agree with it
     why = first and first.data and conflict(first.data, data)
@@ -176,7 +175,7 @@ def _register(
         )
     if any(info.partition_id == partition for info in nodes.values()):
         raise FederationError(f"two nodes claim partition-id={partition}.")
-    users = to_numpy(arrays["users"])
+    users = arrays["users"]
     if len(users) and (users.min() < 0 or users.max() >= data.num_users):
         raise FederationError(
             f"partition {partition} holds users outside 0..{data.num_users - 1}: its data "
@@ -194,9 +193,9 @@ def _register(
         partition_id=partition,
         num_partitions=num_partitions,
         users=users,
-        eval_items=arrays["eval-items"].numpy() if "eval-items" in arrays else None,
+        eval_items=arrays.get("eval-items"),
         data=data,
     )
-    info.remember_request(reply)
+    info.remember_request(arrays, metrics)
     nodes[reply.metadata.src_node_id] = info
     return num_partitions

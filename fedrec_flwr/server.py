@@ -79,11 +79,11 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
         )
         strategy.nodes = federation.nodes
         strategy.checkpoints = checkpoints
-        initial = array_record(item_table=table)
-        for name, array in dense_arrays(
-            {n: v for n, v in method.init_dense().items() if n in method.shared_dense_names()}
-        ).items():
-            initial[name] = array
+        shared = method.shared_dense_names()
+        initial = array_record(
+            dense_arrays({n: v for n, v in method.init_dense().items() if n in shared}),
+            item_table=table,
+        )
         strategy.start(
             grid,
             initial,

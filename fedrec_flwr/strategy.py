@@ -44,6 +44,7 @@ from fedrec_flwr.messages import (
     dense_arrays,
     read_dense,
     read_reply,
+    record_arrays,
     sparse_rows,
 )
 from fedrec_flwr.methods import Method
@@ -188,10 +189,7 @@ class FedRecStrategy(EvaluationRounds, Strategy):
     def _payload(self, users: np.ndarray | None, item_ids, rows: np.ndarray) -> ArrayRecord:
         arrays = {} if users is None else {"train_users": users}
         arrays.update(sparse_rows(item_ids, rows, self.method.zero_threshold))
-        record = array_record(**arrays)
-        for name, array in dense_arrays(self.dense).items():
-            record[name] = array
-        return record
+        return array_record(dense_arrays(self.dense), **arrays)
 
     # ------------------------------------------------------------- training
     def configure_train(
@@ -259,7 +257,7 @@ class FedRecStrategy(EvaluationRounds, Strategy):
             uploads.append((info.partition_id, upload))
             loss_sum += float(metrics["loss-sum"])
             num_samples += int(metrics["num-samples"])
-            info.remember_request(reply)
+            info.remember_request(arrays, metrics)
         self.log.train_failures += self._missing(server_round, "train", orders)
         uploads = [upload for _, upload in sorted(uploads, key=lambda pair: pair[0])]
         if not uploads:
@@ -310,13 +308,14 @@ class FedRecStrategy(EvaluationRounds, Strategy):
     # ----------------------------------------------------------------- loop
     def load(self, initial_arrays: ArrayRecord) -> None:
         """Take the global table and shared-dense parameters of round 1."""
-        self.table = np.array(initial_arrays["item-table"].numpy(), dtype=np.float32)
+        initial = record_arrays(initial_arrays)
+        self.table = np.array(initial["item-table"], dtype=np.float32)
         if self.table.shape != (self.num_items, self.method.row_dim):
             raise ValueError(
                 f"item-table has shape {self.table.shape}, expected "
                 f"({self.num_items}, {self.method.row_dim})"
             )
-        self.dense = read_dense(initial_arrays)
+        self.dense = read_dense(initial)
         expected = set(self.method.shared_dense_names())
         if set(self.dense) != expected:
             raise ValueError(

@@ -25,7 +25,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from fedrec_flwr.evaluation import reported_metrics
-from fedrec_flwr.messages import ARRAYS, CONFIG, PER_USER, numpy_arrays, read_reply
+from fedrec_flwr.messages import ARRAYS, CONFIG, PER_USER, read_reply, record_arrays
 from fedrec_flwr.spectrum import effective_rank
 from fedrec_flwr.validation import ReplyError, check_eval_reply
 
@@ -45,9 +45,10 @@ class EvaluationRounds:
         self.eval_sent = set(self.nodes)
         config = self._config(server_round)
         config["eval-users"] = 0 if last else self.config.eval_users  # 0: all users
+        full = None  # one record for every node that ranks all items: Flower stores it once
         for node_id, info in self.nodes.items():
             if info.eval_items is None:
-                payload = self._payload(None, None, base)
+                payload = full = full or self._payload(None, None, base)
             else:
                 payload = self._payload(None, info.eval_items, base[info.eval_items])
             self.log.bytes_down += payload.count_bytes()
@@ -104,7 +105,7 @@ class EvaluationRounds:
                 sums[name] += float(metrics[name])
             user_ids.append(per_user["user-ids"])
             user_metrics.append(np.asarray(per_user["user-metrics"], dtype=np.float64))
-            self.nodes[node_id].remember_request(reply)
+            self.nodes[node_id].remember_request(arrays, metrics)
         self.log.eval_failures += self._missing(server_round, "evaluate", sent)
         if users == 0:
             return None
@@ -203,4 +204,4 @@ def _per_user_arrays(reply: Message) -> dict[str, np.ndarray]:
     record = reply.content.get(PER_USER)
     if not isinstance(record, ArrayRecord):
         return {}
-    return numpy_arrays(record, "per-user array")
+    return record_arrays(record, "per-user array")

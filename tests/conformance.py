@@ -33,7 +33,7 @@ from fedrec_flwr.client import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.local_grid import LocalGrid
-from fedrec_flwr.messages import DENSE_PREFIX, allowed_upload_keys
+from fedrec_flwr.messages import DENSE_PREFIX, allowed_upload_keys, record_arrays
 from fedrec_flwr.methods import ROWS, Method, Role, build_method
 from fedrec_flwr.node import NodeRuntime, NodeState
 from fedrec_flwr.results import TIMING_COLUMNS, RunRecorder
@@ -384,7 +384,7 @@ class MethodConformance:
             assert np.array_equal(after[name], value), name
         # Every array of the state, whatever its part, comes back with its dtype and shape.
         saved, restored = state.to_arrays(), loaded.to_arrays()
-        assert set(saved) == set(restored) == set(context.state[STATE_KEY].keys())
+        assert set(saved) == set(restored) == set(record_arrays(context.state[STATE_KEY]))
         for name, value in saved.items():
             assert restored[name].dtype == value.dtype and restored[name].shape == value.shape
             assert np.array_equal(restored[name], value), name
@@ -409,9 +409,9 @@ class MethodConformance:
             assert not reply.has_error()
             for record in reply.content.values():
                 if isinstance(record, ArrayRecord):
-                    assert set(record.keys()) <= allowed, sorted(set(record.keys()) - allowed)
-                    for name, array in record.items():
-                        values = array.numpy()
+                    arrays = record_arrays(record)  # what the server reads, packed or not
+                    assert set(arrays) <= allowed, sorted(set(arrays) - allowed)
+                    for name, values in arrays.items():
                         if name == "row-sums" or name.startswith(DENSE_PREFIX):
                             uploaded.append(values.ravel())
                         elif name == "user-metrics":  # evaluation results, not parameters
@@ -430,14 +430,14 @@ class MethodConformance:
         kept = [f"{NodeState.PREFIX}{name}" for name in method.kept_private_names()]
         checked = 0
         for context in run.grid.contexts.values():
-            record = context.state[STATE_KEY]
+            record = record_arrays(context.state[STATE_KEY])
             assert {k for k in record if k.startswith(NodeState.PREFIX)} == set(kept)
             for name in kept:
-                for user_value in record[name].numpy():  # one slice per user of the node
+                for user_value in record[name]:  # one slice per user of the node
                     assert not sent.contains(user_value.ravel()), f"{name} found in an upload"
                     checked += 1
             if method.personal_rows:  # positive control: personal rows are uploaded rows
-                personal = record["personal-rows"].numpy()
+                personal = record["personal-rows"]
                 assert len(personal) and all(sent.contains(row) for row in personal)
         assert checked == users * len(kept)
 

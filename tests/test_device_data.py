@@ -18,7 +18,7 @@ from fedrec_flwr.data.export import export_devices
 from fedrec_flwr.data.export import main as export_main
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.local_grid import LocalGrid
-from fedrec_flwr.messages import ARRAYS, array_record
+from fedrec_flwr.messages import ARRAYS, array_record, record_arrays
 from fedrec_flwr.results import TIMING_COLUMNS
 from fedrec_flwr.server import run_federation
 from fedrec_flwr.strategy import FederationError
@@ -147,11 +147,9 @@ def test_a_user_held_by_two_nodes_is_refused(tmp_path: Path) -> None:
     def claims_too_much(message, context):
         reply = client_app(message, context)
         if message.metadata.message_type == "query" and context.node_config["partition-id"] == 1:
-            arrays = reply.content[ARRAYS]
-            users = np.r_[arrays["users"].numpy(), 0]  # user 0 lives on node 0
-            reply.content[ARRAYS] = array_record(
-                users=users, **{k: v.numpy() for k, v in arrays.items() if k != "users"}
-            )
+            arrays = record_arrays(reply.content[ARRAYS])
+            arrays["users"] = np.r_[arrays["users"], 0]  # user 0 lives on node 0
+            reply.content[ARRAYS] = array_record(arrays)
         return reply
 
     with pytest.raises(FederationError, match=re.escape("both hold 1 users (e.g. [0])")):

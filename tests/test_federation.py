@@ -10,7 +10,7 @@ from fedrec_flwr.client import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.device import DataIdentity
 from fedrec_flwr.local_grid import LocalGrid
-from fedrec_flwr.messages import DENSE_PREFIX, allowed_upload_keys
+from fedrec_flwr.messages import DENSE_PREFIX, allowed_upload_keys, record_arrays
 from fedrec_flwr.methods import build_method
 from fedrec_flwr.server import run_federation
 from fedrec_flwr.strategy import FederationError
@@ -76,13 +76,14 @@ def test_replies_never_carry_private_parameters(tmp_path):
     for reply in grid.replies:
         for record in reply.content.values():
             if isinstance(record, ArrayRecord):
-                assert set(record.keys()) <= allowed_arrays
-                for name, array in record.items():
+                arrays = record_arrays(record)  # what the server reads, packed or not
+                assert set(arrays) <= allowed_arrays
+                for name, array in arrays.items():
                     # ids and counts are integers; the only floats are the summed item rows
                     # (and the sums of shared-dense parameters, which PFedRec has none of)
                     # and the evaluated users' metrics (of their ranks, in [0, 1])
                     floats = name in ("row-sums", "user-metrics") or name.startswith(DENSE_PREFIX)
-                    assert array.numpy().dtype.kind == "i" or floats, name
+                    assert array.dtype.kind == "i" or floats, name
             elif isinstance(record, ConfigRecord):  # the handshake's data identity, no more
                 assert reply.metadata.message_type == "query"
                 assert set(record) == set(DataIdentity.from_record(record).to_record())
@@ -93,14 +94,14 @@ def test_replies_never_carry_private_parameters(tmp_path):
     # No value of any user's private score function appears among the uploaded floats.
     uploaded = np.concatenate(
         [
-            r.content["arrays"]["row-sums"].numpy().ravel()
-            for r in grid.replies
-            if "row-sums" in r.content["arrays"]
+            arrays["row-sums"].ravel()
+            for arrays in (record_arrays(r.content["arrays"]) for r in grid.replies)
+            if "row-sums" in arrays
         ]
     )
     private = np.concatenate(
         [
-            c.state["node-state"][name].numpy().ravel()
+            record_arrays(c.state["node-state"])[name].ravel()
             for c in grid.contexts.values()
             for name in ("private/score-weight", "private/score-bias")
         ]

@@ -8,13 +8,13 @@ import csv
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message
+from flwr.app import ArrayRecord, ConfigRecord, Error, Message
 
 from fedrec_flwr.client import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.local_grid import LocalGrid
-from fedrec_flwr.messages import array_record, dense_arrays
+from fedrec_flwr.messages import array_record, dense_arrays, record_arrays
 from fedrec_flwr.methods import build_method
 from fedrec_flwr.results import TIMING_COLUMNS
 from fedrec_flwr.server import initial_item_table, run_federation
@@ -42,11 +42,8 @@ def connected(tmp_path, nodes: int, **overrides) -> tuple[FedRecStrategy, LocalG
     method = build_method(config, prepared.num_items)
     strategy = FedRecStrategy(config, method, prepared.num_users, prepared.num_items)
     table = initial_item_table(config, prepared.num_items, method.row_dim)
-    initial = array_record(item_table=table)
     shared = {n: v for n, v in method.init_dense().items() if n in method.shared_dense_names()}
-    for name, array in dense_arrays(shared).items():
-        initial[name] = array
-    strategy.load(initial)
+    strategy.load(array_record(dense_arrays(shared), item_table=table))
     grid = LocalGrid(client_app, run_config, num_nodes=nodes)
     strategy.connect(grid, timeout=600)
     return strategy, grid
@@ -67,6 +64,13 @@ def train_round(strategy, grid, server_round=1):
     return list(grid.send_and_receive(messages, timeout=600))
 
 
+def tamper(reply: Message, key: str, change) -> None:
+    """Apply ``change`` (in place) to the reply's array ``key``, packed or not."""
+    arrays = record_arrays(reply.content["arrays"])
+    change(arrays[key])
+    reply.content["arrays"] = array_record(arrays)
+
+
 def state_bytes(strategy) -> bytes:
     return strategy.table.tobytes() + b"".join(v.tobytes() for v in strategy.dense.values())
 
@@ -77,9 +81,7 @@ def test_a_rejected_reply_leaves_the_table_as_if_it_never_came(tmp_path, method,
     replies = train_round(strategy, grid)
     without = copy.deepcopy(strategy)
     bad = next(r for r in replies if r.metadata.src_node_id == 1001)
-    rows = bad.content["arrays"]["row-sums"].numpy().copy()
-    rows[0, 0] = np.nan
-    bad.content["arrays"]["row-sums"] = Array(rows)
+    tamper(bad, "row-sums", lambda rows: rows.__setitem__((0, 0), np.nan))
 
     strategy.aggregate_train(1, replies)
     without.aggregate_train(1, [r for r in replies if r is not bad])
@@ -96,9 +98,7 @@ def test_when_every_reply_is_rejected_nothing_changes(tmp_path):
     replies = train_round(strategy, grid)
     before, table = state_bytes(strategy), strategy.table
     for reply in replies:
-        ids = reply.content["arrays"]["item-ids"].numpy().copy()
-        ids[0] = 400  # out of range
-        reply.content["arrays"]["item-ids"] = Array(ids)
+        tamper(reply, "item-ids", lambda ids: ids.__setitem__(0, 400))  # out of range
     assert strategy.aggregate_train(1, replies) == (None, None)
     assert strategy.table is table and state_bytes(strategy) == before
     assert strategy.log.rejected_replies == 2
@@ -122,9 +122,7 @@ def test_bad_replies_in_a_run_are_counted_per_round(tmp_path, caplog):
         reply = client_app(message, context)
         partition = context.node_config["partition-id"]
         if message.metadata.message_type == "train" and partition == 1:
-            ids = reply.content["arrays"]["item-ids"].numpy().copy()
-            ids[-1] = 10**6
-            reply.content["arrays"]["item-ids"] = Array(ids)
+            tamper(reply, "item-ids", lambda ids: ids.__setitem__(-1, 10**6))
         if message.metadata.message_type == "evaluate" and partition == 2:
             reply.content["metrics"]["val-hr@10"] = float("nan")
         return reply
@@ -154,9 +152,7 @@ def _nan_rows_from(first_round: int, partitions: set[int]):
             and server_round >= first_round
             and partition in partitions
         ):
-            sums = reply.content["arrays"]["row-sums"].numpy().copy()
-            sums[0, 0] = float("nan")
-            reply.content["arrays"]["row-sums"] = Array(sums)
+            tamper(reply, "row-sums", lambda sums: sums.__setitem__((0, 0), float("nan")))
         return reply
 
     return diverging
