@@ -34,7 +34,7 @@ from fedrec_flwr.client import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.launch import PROJECT, merged_run_config
 from fedrec_flwr.local_grid import LocalGrid
-from fedrec_flwr.results import TIMING_COLUMNS
+from fedrec_flwr.results import TIMING_COLUMNS, WIRE_COLUMNS
 from fedrec_flwr.server import run_federation
 
 PRESETS = [
@@ -44,7 +44,6 @@ PRESETS = [
     for protocol in ("paper", "strict")
 ]
 SKIPPED = ("round", *TIMING_COLUMNS)  # round: checked separately; timings are not results
-WIRE_COLUMNS = ("bytes-down", "bytes-up")  # depend on the wire form too (--ignore-bytes)
 # config.json keys that may differ between the committed run and this check.
 RUN_KEYS = ("data-dir", "results-dir", "run-name", "num-server-rounds")
 

@@ -54,6 +54,8 @@ def new_run_dir(config: RunConfig) -> Path:
 
 #: rounds.csv columns that time a round (wall, CPU): they differ from run to run.
 TIMING_COLUMNS = ("seconds", "cpu-seconds")
+#: Traffic: it depends on the wire form (record headers, packing) as well as on the model.
+WIRE_COLUMNS = ("bytes-down", "bytes-up")
 
 
 class RunRecorder:

@@ -178,6 +178,11 @@ def test_backfill_adds_per_user_metrics_only_where_the_rerun_reproduces(
     header, last = rounds[0].split(","), rounds[-1].split(",")
     last[header.index("test-hr@10")] = "0.999"
     (fedmf / "rounds.csv").write_text("\n".join([*rounds[:-1], ",".join(last)]) + "\n")
+    # pfedrec's were, under an older wire form: other bytes, the same model and metrics
+    rounds = (pfedrec / "rounds.csv").read_text().splitlines()
+    first = rounds[1].split(",")
+    first[header.index("bytes-down")] = str(int(first[header.index("bytes-down")]) - 316)
+    (pfedrec / "rounds.csv").write_text("\n".join([rounds[0], ",".join(first), *rounds[2:]]) + "\n")
     capsys.readouterr()
     assert _tiny(tmp_path, monkeypatch, "--backfill-per-user") == 1
     out = capsys.readouterr()

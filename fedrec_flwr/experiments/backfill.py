@@ -4,7 +4,8 @@ A table's user-bootstrap interval needs every seed's ``per-user.csv``; runs made
 file existed have none. Runs are deterministic (keyed draws, packing-invariant), so such a
 cell is run again into ``<out>/.backfill/<name>`` with its own configuration; only if the
 rerun reproduces every round of the committed ``rounds.csv`` (each column both files have, the
-timings left out) and its best round does its ``per-user.csv`` join the cell's folder.
+timings and the bytes left out: the wire form changed since, e.g. packed records) and its
+best round does its ``per-user.csv`` join the cell's folder.
 Nothing else of the cell changes. A rerun that does not reproduce is kept for inspection.
 """
 
@@ -16,7 +17,7 @@ import shutil
 from pathlib import Path
 
 from fedrec_flwr.experiments import cells as runner
-from fedrec_flwr.results import PER_USER_FILE, TIMING_COLUMNS
+from fedrec_flwr.results import PER_USER_FILE, TIMING_COLUMNS, WIRE_COLUMNS
 
 WORK = ".backfill"
 
@@ -33,7 +34,7 @@ def needs_per_user(cell: runner.Cell, runs: Path) -> bool:
 
 def rounds_difference(committed: Path, rerun: Path) -> str:
     """'' if ``rerun`` holds the rounds of ``committed`` (the columns both have but the
-    timings), else the first difference."""
+    timings and the bytes), else the first difference."""
     with open(committed, newline="") as f:
         old = list(csv.DictReader(f))
     with open(rerun, newline="") as f:
@@ -42,7 +43,8 @@ def rounds_difference(committed: Path, rerun: Path) -> str:
         return f"{len(old)} rounds committed, {len(new)} rerun"
     if not old:
         return "no rounds"
-    columns = [c for c in old[0] if c in new[0] and c not in TIMING_COLUMNS]
+    skipped = (*TIMING_COLUMNS, *WIRE_COLUMNS)
+    columns = [c for c in old[0] if c in new[0] and c not in skipped]
     for before, after in zip(old, new, strict=True):
         for column in columns:
             if before[column] != after[column]:
