@@ -48,7 +48,8 @@ class NodeInfo:
         one."""
         if "next-items" in arrays:
             self.request_round = int(metrics["next-round"])
-            self.request_items = arrays["next-items"]
+            # A copy: the array may be a view of the whole reply's packed bytes.
+            self.request_items = np.array(arrays["next-items"])
 
 
 @dataclass
