@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 
-from fedrec_flwr.npy import to_array, to_numpy
+from fedrec_flwr.npy import bytes_array, to_array, to_numpy
 
 ARRAYS, METRICS, CONFIG = "arrays", "metrics", "config"
 PER_USER = "per-user"  # evaluate replies: per-user metrics of the evaluated users
@@ -69,10 +69,15 @@ _PACK_DTYPE = re.compile(r"[<>|=][biuf]\d{1,2}")  # plain numbers only: nothing 
 _ALIGN = 8
 
 
-def pack(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Named numeric arrays as one uint8 array: magic, a JSON index (name, dtype, shape,
-    offset of each), then each array's C-ordered bytes at an 8-byte-aligned offset."""
-    index, parts, offset = [], [], 0
+def _padding(size: int) -> bytes:
+    return bytes(-size % _ALIGN)
+
+
+def _packed_parts(arrays: Mapping[str, np.ndarray]) -> list:
+    """The byte parts of :func:`pack`: magic, the index's length and the JSON index (name,
+    dtype, shape, offset of each), then each array's C-ordered bytes, every part padded to
+    8 bytes (views of the arrays: joined once, by the caller)."""
+    index, data, offset = [], [], 0
     for name, value in arrays.items():
         value = np.asarray(value)
         if not value.flags.c_contiguous:
@@ -80,20 +85,16 @@ def pack(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
         if value.dtype.kind not in "biuf":
             raise TypeError(f"array '{name}' has dtype {value.dtype}: only numbers are packed")
         index.append([name, value.dtype.str, list(value.shape), offset])
-        parts.append(value.reshape(-1).view(np.uint8))
-        offset += -(-value.nbytes // _ALIGN) * _ALIGN
+        data += [value.reshape(-1).view(np.uint8), _padding(value.nbytes)]
+        offset += value.nbytes + len(data[-1])
     header = json.dumps(index, separators=(",", ":")).encode()
-    start = len(PACK_MAGIC) + 4 + len(header)
-    start = -(-start // _ALIGN) * _ALIGN
-    out = np.zeros(start + offset, dtype=np.uint8)
-    out[: len(PACK_MAGIC)] = np.frombuffer(PACK_MAGIC, np.uint8)
-    out[len(PACK_MAGIC) : len(PACK_MAGIC) + 4] = np.frombuffer(
-        len(header).to_bytes(4, "little"), np.uint8
-    )
-    out[len(PACK_MAGIC) + 4 : len(PACK_MAGIC) + 4 + len(header)] = np.frombuffer(header, np.uint8)
-    for (_, _, _, at), part in zip(index, parts, strict=True):
-        out[start + at : start + at + len(part)] = part
-    return out
+    head = len(PACK_MAGIC) + 4 + len(header)
+    return [PACK_MAGIC, len(header).to_bytes(4, "little"), header, _padding(head), *data]
+
+
+def pack(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Named numeric arrays as one uint8 array (what :func:`array_record` sends)."""
+    return np.frombuffer(b"".join(_packed_parts(arrays)), np.uint8)
 
 
 def unpack(packed: np.ndarray, copy: bool = True) -> dict[str, np.ndarray]:
@@ -138,7 +139,7 @@ def array_record(
     wire.update((name.replace("_", "-"), value) for name, value in named.items())
     if len(wire) < 2:
         return ArrayRecord({name: to_array(value) for name, value in wire.items()})
-    return ArrayRecord({PACKED: to_array(pack(wire))})
+    return ArrayRecord({PACKED: bytes_array(_packed_parts(wire))})
 
 
 def record_arrays(record: ArrayRecord, what: str = "array") -> dict[str, np.ndarray]:

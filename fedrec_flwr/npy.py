@@ -45,6 +45,15 @@ def to_array(array: np.ndarray) -> Array:
     )
 
 
+def bytes_array(parts: list) -> Array:
+    """A 1-D uint8 ``Array`` of the concatenated byte ``parts`` (buffers), written with one
+    copy: the bytes of ``Array(np.frombuffer(b"".join(parts), np.uint8))``."""
+    size = sum(memoryview(part).nbytes for part in parts)
+    shape = (size,)
+    header = _header(np.dtype(np.uint8), shape)
+    return Array(dtype="uint8", shape=shape, stype="numpy.ndarray", data=b"".join((header, *parts)))
+
+
 def _interned(data: bytes) -> bytes:
     """``data``, or an equal bytes object encoded just before (one of the last few large
     ones). Equal arrays then share their bytes: a faithful node's tuned rows go in its reply

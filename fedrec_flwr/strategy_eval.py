@@ -48,7 +48,9 @@ class EvaluationRounds:
         full = None  # one record for every node that ranks all items: Flower stores it once
         for node_id, info in self.nodes.items():
             if info.eval_items is None:
-                payload = full = full or self._payload(None, None, base)
+                if full is None:
+                    full = self._payload(None, None, base)
+                payload = full
             else:
                 payload = self._payload(None, info.eval_items, base[info.eval_items])
             self.log.bytes_down += payload.count_bytes()

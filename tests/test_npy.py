@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flwr.app import Array
 
-from fedrec_flwr.npy import to_array, to_numpy
+from fedrec_flwr.npy import bytes_array, to_array, to_numpy
 
 RNG = np.random.default_rng(0)
 ARRAYS = [
@@ -53,3 +53,11 @@ def test_equal_large_arrays_share_their_bytes() -> None:
     large = np.zeros(2 * 1024 * 1024, dtype=np.float32)  # 8 MiB: never held
     assert to_array(large).data is not to_array(large.copy()).data
     assert np.array_equal(to_numpy(second), rows)
+
+
+def test_bytes_array_is_flowers_array_of_the_joined_bytes() -> None:
+    parts = [b"abc", np.arange(3, dtype=np.int64).view(np.uint8), b"", bytes(5)]
+    ours = bytes_array(parts)
+    flowers = Array(np.frombuffer(b"".join(bytes(p) for p in parts), np.uint8))
+    assert ours.data == flowers.data
+    assert (ours.dtype, ours.shape, ours.stype) == (flowers.dtype, flowers.shape, flowers.stype)
