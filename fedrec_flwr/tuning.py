@@ -62,7 +62,8 @@ SPACES: dict[str, dict[str, Dim]] = {
     "fedmf": {"lr": LR, "item-lr": ITEM_LR, "init-std": INIT_STD, "num-negatives": NEGATIVES},
     "fedncf": {"lr": LR, "item-lr": ITEM_LR, "dense-lr": Dim(0.01, 1.0), "init-std": INIT_STD},
     "fedrecon": {"lr": LR, "item-lr": ITEM_LR, "init-std": INIT_STD, "num-negatives": NEGATIVES},
-    "fedrecgel": {"lr": LR, "item-lr": ITEM_LR, "init-std": INIT_STD},
+    # Its uploads are minus the gradient (item-lr 1): the server's Adam sets the step.
+    "fedrecgel": {"lr": LR, "server-lr": Dim(0.0001, 0.03), "init-std": INIT_STD},
     "fedrap": {
         "lr": LR,
         "item-lr": Dim(0.05, 4.0),
@@ -222,6 +223,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--patience", type=int, default=10, help="early-stopping-patience")
     parser.add_argument("--jobs", type=int, default=1, help="trials at a time")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampler")
+    parser.add_argument("--device", default="cpu", help="device of every trial (cpu, cuda)")
+    parser.add_argument(
+        "--timeout", type=float, default=None, help="seconds after which no trial starts"
+    )
     parser.add_argument("--out", type=Path, default=PROJECT / "bench" / "results" / "tuning")
     parser.add_argument("--write-preset", action="store_true", help="copy the best setting")
     args = parser.parse_args(argv)
@@ -234,6 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         "num-server-rounds": args.rounds,
         "early-stopping-patience": args.patience,
         "checkpoint-every": 0,
+        **({"device": args.device} if args.device != "cpu" else {}),
         "data-dir": str(Path(args.data_dir).resolve()),
     }
     name = args.preset.stem
@@ -254,14 +260,22 @@ def main(argv: list[str] | None = None) -> None:
     command = (
         f"python -m fedrec_flwr.tuning conf/{args.preset.name} --data-dir DIR --trials "
         f"{args.trials} --rounds {args.rounds} --patience {args.patience} --seed {args.seed}"
+        + (f" --device {args.device}" if args.device != "cpu" else "")
+        + (f" --timeout {args.timeout:g}" if args.timeout is not None else "")
     )
     with tempfile.TemporaryDirectory(prefix="fedrec-tuning-") as scratch:
         objective = objective_for(preset, space, fixed, Path(scratch))
         while done < args.trials:
             study.optimize(
-                objective, n_trials=args.trials - done, n_jobs=args.jobs, catch=(RuntimeError,)
+                objective,
+                n_trials=args.trials - done,
+                n_jobs=args.jobs,
+                timeout=args.timeout,
+                catch=(RuntimeError,),
             )
             done = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+            if args.timeout is not None:
+                break  # out of time: the report says how many trials completed
             if not any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials[-3:]):
                 break  # the last trials all failed: stop rather than loop
     fixed_shown = {k: v for k, v in fixed.items() if k != "data-dir"}

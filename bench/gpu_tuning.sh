@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Tuning studies under strict on a lent GPU machine (16 cores, one NVIDIA GPU, PyTorch with
+# CUDA, no internet), beside the CUDA tests: the studies too slow for a 2-core CPU machine
+# (FedRecGEL's NeuMF tower: ~16 s a round on Last.fm-2K on one core, ~1 s on an H200) run
+# with --device cuda; others use the machine's spare cores with --device cpu. Every study
+# stops starting trials after $STOP seconds and reports the trials it completed. Run from
+# the repository root:
+#
+#   OUT=/tmp/tuning STOP=270 bash bench/gpu_tuning.sh
+#
+# Needs .whl/ (flwr, optuna and what they need that the machine lacks) and .data/
+# (ml-100k/u.data, lastfm-2k/user_taggedartists.dat). Writes $OUT/tuning-strict/<study>.*
+# (journal, md, json), $OUT/<study>.log and $OUT/pytest-cuda.log.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 FLWR_TELEMETRY_ENABLED=0
+OUT=${OUT:-/tmp/gpu-tuning}
+STOP=${STOP:-270}
+HARD=${HARD:-480}
+mkdir -p "$OUT/tuning-strict"
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
+fi
+export PYTHONPATH="$PWD:${PYTHONPATH:-}"
+export FEDREC_CACHE_DIR=/tmp/fedrec-cache FEDREC_DATA_DIR="$PWD/.data"
+export FEDREC_CODE_REVISION="${FEDREC_CODE_REVISION:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import torch, flwr, optuna; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'flwr', flwr.__version__, 'optuna', optuna.__version__)" || exit 1
+nproc
+
+timeout 200 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider > "$OUT/pytest-cuda.log" 2>&1 &
+
+study() {  # study <preset stem> <device> <jobs>
+    timeout "$HARD" python3 -m fedrec_flwr.tuning "conf/$1.toml" --data-dir .data --trials 16 \
+        --rounds 100 --patience 20 --device "$2" --jobs "$3" --timeout "$STOP" \
+        --out "$OUT/tuning-strict" > "$OUT/$1.log" 2>&1
+    echo "$1: exit $? after $SECONDS s"
+}
+study fedrecgel-lastfm2k-strict cuda 5 &
+study fedrecgel-ml100k-strict cuda 4 &
+study fedrap-plgc-ml100k-strict cpu 3 &
+study fedncf-ml100k-strict cpu 3 &
+wait
+tail -3 "$OUT/pytest-cuda.log"
+for f in "$OUT"/tuning-strict/*.md; do sed -n '5p;9,12p' "$f"; done
