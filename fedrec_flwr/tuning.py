@@ -81,12 +81,14 @@ SAM = {"sam-rho-private": Dim(0.001, 0.5), "sam-rho-shared": Dim(0.001, 0.5)}
 
 def space_for(preset: dict[str, Any]) -> dict[str, Dim]:
     """The search space of a preset: its method's, plus PLGC's, SAM's and, where the method
-    keeps personal rows, ``keep-personal-rows``."""
-    method = preset.get("method", "pfedrec")
-    space = dict(SPACES[method])
-    dual = preset.get("personalization", "none") == "dual"
-    personal = method == "pfedrec" or dual or preset.get("plgc", False)
-    if personal and not preset.get("plgc-persist", False):
+    keeps personal rows that it only evaluates with, ``keep-personal-rows`` (the rule
+    :class:`~fedrec_flwr.config.RunConfig` enforces)."""
+    from fedrec_flwr.config import RunConfig
+    from fedrec_flwr.methods import build_method
+
+    space = dict(SPACES[preset.get("method", "pfedrec")])
+    method = build_method(RunConfig.from_mapping(preset), num_items=1)
+    if method.personal_rows and not method.train_from_personal:
         space["keep-personal-rows"] = KEEP
     if preset.get("plgc", False):
         space.update(PLGC)

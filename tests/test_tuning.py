@@ -21,10 +21,19 @@ def test_every_strict_preset_has_a_space_whose_keys_are_run_config_keys(preset):
     space = tuning.space_for(config)
     assert space and set(space) <= set(RunConfig.key_names())
     personal = config["method"] == "pfedrec" or config.get("personalization") == "dual"
-    assert ("keep-personal-rows" in space) == (
-        (personal or config.get("plgc", False)) and not config.get("plgc-persist", False)
-    )
+    assert ("keep-personal-rows" in space) == (personal and not config.get("plgc-persist"))
     assert ("plgc-alpha" in space) == config.get("plgc", False)
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
+def test_every_choice_and_bound_of_a_space_is_a_valid_run_config(preset):
+    """A trial must never fail on a setting the space itself offers (FedRAP + PLGC once got
+    keep-personal-rows = 'positives', which FedRAP refuses)."""
+    config = tomllib.loads(preset.read_text())
+    for key, dim in tuning.space_for(config).items():
+        values = dim.choices or (dim.low, dim.high)
+        for value in values:
+            RunConfig.from_mapping({**config, key: int(value) if dim.integer else value})
 
 
 def test_write_preset_sets_and_adds_keys_and_keeps_comments(tmp_path):
