@@ -143,7 +143,7 @@ def main() -> None:
                             seed=seed,
                             data_dir=str(Path(args.data_dir).resolve()),
                         )
-                    )["test"],
+                    )[0]["test"],
                     "best_round": "-",
                     "seconds_per_round": 0.0,
                 }

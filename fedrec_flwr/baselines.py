@@ -43,6 +43,7 @@ each user vector is a one-hot vector of the node's users and the item table is
 from __future__ import annotations
 
 import argparse
+import csv
 import itertools
 import json
 import logging
@@ -52,7 +53,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ from fedrec_flwr.evaluation import metric_names
 from fedrec_flwr.node import NodeRuntime, NodeState
 from fedrec_flwr.partition import users_of_partition
 from fedrec_flwr.personal import PersonalRows
+from fedrec_flwr.results import PER_USER_FILE
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 USERS_PER_NODE = 128  # users scored by one NodeRuntime: the one-hot vectors are this wide
@@ -112,9 +114,38 @@ Metrics = dict[str, dict[str, float]]
 Scorer = Callable[[np.ndarray], np.ndarray]  # users -> [len(users), num_items] scores
 
 
+@dataclass(frozen=True)
+class PerUser:
+    """Each evaluated user's metrics, as a federated run's ``per-user.csv`` holds them:
+    ``values[i]`` are user ``users[i]``'s ``names`` (the ``val-*`` metrics, then ``test-*``)."""
+
+    users: np.ndarray  # int64 [n]
+    names: tuple[str, ...]
+    values: np.ndarray  # float64 [n, len(names)]
+
+    @classmethod
+    def read(cls, folder: Path) -> PerUser:
+        """From ``<folder>/per-user.csv``."""
+        from fedrec_flwr.stats import read_per_user
+
+        users, columns = read_per_user(folder)
+        names = tuple(columns)
+        return cls(np.asarray(users), names, np.stack([columns[n] for n in names], axis=1))
+
+    def write(self, folder: Path) -> None:
+        """``<folder>/per-user.csv``: ``user,<names>``, sorted by user, values as Python's
+        shortest exact float text (the format of :meth:`RunRecorder.write_per_user`)."""
+        with open(folder / PER_USER_FILE, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["user", *self.names])
+            for i in np.argsort(self.users, kind="stable"):
+                writer.writerow([int(self.users[i]), *(repr(float(v)) for v in self.values[i])])
+
+
 @dataclass
 class Row:
-    """One reference row: the setting chosen on validation and its metrics."""
+    """One reference row: the setting chosen on validation and its metrics (and, where it
+    was computed in this process, each user's)."""
 
     name: str
     title: str
@@ -124,14 +155,27 @@ class Row:
     seconds: float
     grid: list[dict[str, Any]] = field(default_factory=list)  # every cell's val HR@10
     note: str = ""
+    per_user: PerUser | None = field(default=None, repr=False, compare=False)
+
+    def record(self) -> dict[str, Any]:
+        """The row as JSON data (the per-user values stay out: they go to ``per-user.csv``)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "per_user"}
 
 
 # ------------------------------------------------------------------ evaluation
 def evaluate_scores(config: RunConfig, prepared: PreparedData, scores_of: Scorer) -> Metrics:
     """Validation and test metrics (means over users) of the score matrix ``scores_of``
     gives, through the methods' evaluation code (:meth:`NodeRuntime.evaluate`)."""
+    return evaluate_scores_per_user(config, prepared, scores_of)[0]
+
+
+def evaluate_scores_per_user(
+    config: RunConfig, prepared: PreparedData, scores_of: Scorer
+) -> tuple[Metrics, PerUser]:
+    """:func:`evaluate_scores`'s means and each user's values."""
     num_nodes = max(1, math.ceil(prepared.num_users / USERS_PER_NODE))
     totals: dict[str, float] = {}
+    users_seen, values_seen, names = [], [], ()
     for node in range(num_nodes):
         users = users_of_partition(node, num_nodes, prepared.num_users)
         node_config = config.replace(
@@ -145,9 +189,18 @@ def evaluate_scores(config: RunConfig, prepared: PreparedData, scores_of: Scorer
             private={"user-embedding": torch.eye(len(users))},
             personal=PersonalRows.empty(len(users), len(users)),
         )
-        for name, value in runtime.evaluate(state, None, np.ascontiguousarray(scores.T)).items():
+        sums, ids, values = runtime.evaluate_users(state, None, np.ascontiguousarray(scores.T))
+        for name, value in sums.items():
             totals[name] = totals.get(name, 0.0) + value
-    return _means(totals)
+        users_seen.append(ids)
+        values_seen.append(values)
+        names = _per_user_names(runtime)
+    return _means(totals), PerUser(np.concatenate(users_seen), names, np.concatenate(values_seen))
+
+
+def _per_user_names(runtime: NodeRuntime) -> tuple[str, ...]:
+    metrics = runtime.protocol.metrics
+    return tuple(f"{split}-{m}" for split in ("val", "test") for m in metrics)
 
 
 def _means(sums: dict[str, float]) -> Metrics:
@@ -162,9 +215,10 @@ def _means(sums: dict[str, float]) -> Metrics:
     }
 
 
-def popularity(config: RunConfig) -> Metrics:
-    """Validation and test metrics of popularity ranking under ``config.protocol``: a
-    one-dimensional item table holding the train counts and a user vector of 1."""
+def popularity(config: RunConfig) -> tuple[Metrics, PerUser]:
+    """Validation and test metrics of popularity ranking under ``config.protocol`` (means,
+    and each user's): a one-dimensional item table holding the train counts and a user
+    vector of 1."""
     prepared = prepare(config)
     counts = np.bincount(prepared.train_items, minlength=prepared.num_items)
     table = counts.astype(np.float32)[:, None]
@@ -173,7 +227,8 @@ def popularity(config: RunConfig) -> Metrics:
         private={"user-embedding": torch.ones(len(runtime.users), 1)},
         personal=PersonalRows.empty(len(runtime.users), 1),
     )
-    return _means(runtime.evaluate(state, None, table))
+    sums, users, values = runtime.evaluate_users(state, None, table)
+    return _means(sums), PerUser(users, _per_user_names(runtime), values)
 
 
 # ---------------------------------------------------------------------- models
@@ -277,14 +332,14 @@ def tune(
     cells, best = [], None
     for values in itertools.product(*(grid[k] for k in keys)):
         params = dict(zip(keys, values, strict=True))
-        metrics = evaluate_scores(config, prepared, make_scorer(**params))
+        metrics, per_user = evaluate_scores_per_user(config, prepared, make_scorer(**params))
         cells.append({**params, "val-hr@10": metrics["val"]["hr@10"]})
         if best is None or metrics["val"]["hr@10"] > best[1]["val"]["hr@10"]:
-            best = (params, metrics)
+            best = (params, metrics, per_user)
         logging.getLogger(__name__).info(
             "%s %s: val HR@10 %.4f", name, params, cells[-1]["val-hr@10"]
         )
-    params, metrics = best
+    params, metrics, per_user = best
     return Row(
         name,
         TITLES[name],
@@ -293,6 +348,7 @@ def tune(
         metrics["test"],
         round(time.perf_counter() - started, 1),
         cells,
+        per_user=per_user,
     )
 
 
@@ -300,9 +356,11 @@ def central_row(name: str, config: RunConfig, prepared: PreparedData) -> Row:
     """One centralized row, tuned on validation HR@10 over ``GRIDS[name]``."""
     if name == "popularity":
         started = time.perf_counter()
-        metrics = popularity(config)
+        metrics, per_user = popularity(config)
         seconds = round(time.perf_counter() - started, 1)
-        return Row(name, TITLES[name], {}, metrics["val"], metrics["test"], seconds)
+        return Row(
+            name, TITLES[name], {}, metrics["val"], metrics["test"], seconds, per_user=per_user
+        )
     train = train_matrix(prepared)
     if name == "itemknn":
         ids, sims = knn_neighbours(train, max(GRIDS[name]["k"]))
@@ -360,6 +418,7 @@ def local_row(name: str, config: RunConfig, rounds: int | None = None) -> Row:
         run = run.replace(results_dir=folder, run_name="local-only")
         grid = LocalGrid(client_app, run.to_mapping(), num_nodes=1)
         summary = run_federation(grid, run)
+        per_user = PerUser.read(Path(folder) / "local-only")
     seconds = round(time.perf_counter() - started, 1)
     preset = f"conf/{method}-{config.dataset.replace('-', '')}-{config.protocol}.toml"
     note = (
@@ -375,6 +434,7 @@ def local_row(name: str, config: RunConfig, rounds: int | None = None) -> Row:
         summary["test"],
         seconds,
         note=note,
+        per_user=per_user,
     )
 
 
@@ -492,7 +552,7 @@ def write(folder: Path, config: RunConfig, prepared: PreparedData, rows: list[Ro
         "num_users": prepared.num_users,
         "num_items": prepared.num_items,
         "grids": {name: GRIDS[name] for name in GRIDS if any(r.name == name for r in rows)},
-        "rows": [asdict(row) for row in rows],
+        "rows": [row.record() for row in rows],
     }
     stem.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
     stem.with_suffix(".md").write_text(markdown(config, prepared, rows, command))

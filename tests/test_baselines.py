@@ -43,7 +43,11 @@ def test_strict_popularity_matches_a_direct_loop():
         competitors = [i for i in range(prepared.num_items) if i not in excluded]
         ranks.append(sum(counts[i] >= counts[target] for i in competitors))
     ranks = np.array(ranks)
-    test = popularity(config)["test"]
+    metrics, per_user = popularity(config)
+    test = metrics["test"]
+    column = per_user.names.index("test-hr@10")
+    assert per_user.values[:, column].mean() == pytest.approx(test["hr@10"])
+    assert sorted(per_user.users) == list(range(prepared.num_users))
     assert test["hr@10"] == pytest.approx(np.mean(ranks < 10))
     assert test["mrr"] == pytest.approx(np.mean(1 / (ranks + 1)))
 

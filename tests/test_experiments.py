@@ -170,8 +170,10 @@ def test_backfill_adds_per_user_metrics_only_where_the_rerun_reproduces(
     assert _tiny(tmp_path, monkeypatch) == 0
     runs = tmp_path / "runs"
     pfedrec, fedmf = (runs / f"{m}-synthetic-strict-seed0" for m in ("pfedrec", "fedmf"))
+    popularity = runs / "popularity-synthetic-strict-seed0"
     kept = (pfedrec / "per-user.csv").read_bytes()
-    for folder in (pfedrec, fedmf):
+    kept_reference = (popularity / "per-user.csv").read_bytes()
+    for folder in (pfedrec, fedmf, popularity):
         (folder / "per-user.csv").unlink()
     # fedmf's committed rounds were not made by this code: its rerun must not be used
     rounds = (fedmf / "rounds.csv").read_text().splitlines()
@@ -188,6 +190,8 @@ def test_backfill_adds_per_user_metrics_only_where_the_rerun_reproduces(
     out = capsys.readouterr()
     assert (pfedrec / "per-user.csv").read_bytes() == kept
     assert "pfedrec-synthetic-strict-seed0: per-user.csv added" in out.out
+    assert (popularity / "per-user.csv").read_bytes() == kept_reference
+    assert "popularity-synthetic-strict-seed0: per-user.csv added" in out.out
     assert not (fedmf / "per-user.csv").exists()
     assert "does not reproduce the cell (round 2, test-hr@10" in out.out
     assert (tmp_path / ".backfill" / "fedmf-synthetic-strict-seed0").exists()
@@ -297,3 +301,13 @@ def test_the_table_header_command_holds_no_path_of_this_machine() -> None:
     )
     assert shown == "python -m fedrec_flwr.experiments strict --data-dir DIR --out bench/results"
     assert "--out OUT" in _command(["strict", "--out", "/elsewhere/results"])
+
+
+def test_a_reference_cell_is_given_per_user_values_only_if_its_means_reproduce() -> None:
+    from fedrec_flwr.experiments.backfill import metrics_difference
+
+    committed = {"val": {"hr@10": 0.25}, "test": {"hr@10": 0.125, "mrr": 0.1}}
+    assert metrics_difference(committed, json.loads(json.dumps(committed))) == ""
+    changed = {"val": {"hr@10": 0.25}, "test": {"hr@10": 0.125, "mrr": 0.1000001}}
+    assert metrics_difference(committed, changed) == "test mrr: 0.1 vs 0.1000001"
+    assert metrics_difference(committed, {"val": {}, "test": committed["test"]}) != ""

@@ -7,6 +7,10 @@ rerun reproduces every round of the committed ``rounds.csv`` (each column both f
 timings and the bytes left out: the wire form changed since, e.g. packed records) and its
 best round does its ``per-user.csv`` join the cell's folder.
 Nothing else of the cell changes. A rerun that does not reproduce is kept for inspection.
+
+A reference row (centralized or local-only, :mod:`fedrec_flwr.baselines`) is computed again
+the same way; its ``per-user.csv`` joins the cell only if the recomputed validation and test
+means equal the committed ones exactly.
 """
 
 from __future__ import annotations
@@ -23,13 +27,9 @@ WORK = ".backfill"
 
 
 def needs_per_user(cell: runner.Cell, runs: Path) -> bool:
-    """A finished federated cell without ``per-user.csv``."""
+    """A finished cell without ``per-user.csv``."""
     folder = runs / cell.name
-    return (
-        cell.row.kind == "federated"
-        and (folder / "summary.json").exists()
-        and not (folder / PER_USER_FILE).exists()
-    )
+    return (folder / "summary.json").exists() and not (folder / PER_USER_FILE).exists()
 
 
 def rounds_difference(committed: Path, rerun: Path) -> str:
@@ -53,8 +53,35 @@ def rounds_difference(committed: Path, rerun: Path) -> str:
     return ""
 
 
+def metrics_difference(committed: dict, computed: dict) -> str:
+    """'' if the validation and test means are equal, else the first difference."""
+    for split in ("val", "test"):
+        old, new = committed.get(split, {}), computed.get(split, {})
+        for name in sorted(set(old) | set(new)):
+            if old.get(name) != new.get(name):
+                return f"{split} {name}: {old.get(name)} vs {new.get(name)}"
+    return ""
+
+
+def backfill_reference(cell: runner.Cell, runs: Path, args, extra: dict) -> str:
+    """Compute a reference row again; add its ``per-user.csv`` if it reproduced."""
+    folder = runs / cell.name
+    committed = json.loads((folder / "summary.json").read_text())
+    config = runner.reference_config(cell, args.data_dir, extra)
+    row = runner.compute_reference(cell, config, args.rounds)
+    difference = metrics_difference(committed, {"val": row.val, "test": row.test})
+    if difference:
+        return f"failed: the recomputed row does not reproduce the cell ({difference})"
+    if row.per_user is None:
+        return "failed: the recomputed row has no per-user values"
+    row.per_user.write(folder)
+    return "per-user.csv added (the recomputed row reproduced its means)"
+
+
 def backfill(cell: runner.Cell, runs: Path, args, extra: dict) -> str:
     """Rerun ``cell`` aside and add its ``per-user.csv`` if it reproduced; a status line."""
+    if cell.row.kind == "reference":
+        return backfill_reference(cell, runs, args, extra)
     work = runs.parent / WORK
     shutil.rmtree(work / cell.name, ignore_errors=True)
     config = runner.run_config(cell, work, args.data_dir, args.rounds, extra)

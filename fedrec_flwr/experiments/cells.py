@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -240,20 +240,10 @@ def run_reference(
     row at this seed, else computed (tuned on validation, as ``python -m
     fedrec_flwr.baselines`` does; not with ``stored_only``). Whether the cell was written."""
     from fedrec_flwr import baselines
-    from fedrec_flwr.config import RunConfig
     from fedrec_flwr.data.prepared import prepare
 
     row = cell.row
-    synthetic = {k: v for k, v in extra.items() if k.startswith("synthetic-")}
-    config = RunConfig.from_mapping(
-        {
-            "dataset": row.dataset,
-            "protocol": row.protocol,
-            "seed": cell.seed,
-            "data-dir": str(Path(data_dir).resolve()) if row.dataset != "synthetic" else "",
-            **synthetic,
-        }
-    )
+    config = reference_config(cell, data_dir, extra)
     stored = runs.parent / f"baselines-{row.dataset}-{row.protocol}.json"
     found, source = None, "computed"
     # A local-only row depends on its method's preset, which may have been retuned since the
@@ -265,14 +255,15 @@ def run_reference(
             source = stored.name
     if found is None and stored_only:
         return False
+    per_user = None
     if found is None:
-        if row.preset in baselines.NEEDS_IMPLICIT and not baselines.implicit_available():
-            raise RuntimeError(f"{row.preset} needs the implicit library (.[baselines])")
-        local_rounds = rounds if row.preset in baselines.LOCAL else None
-        found = asdict(baselines.reference_rows(config, (row.preset,), local_rounds)[0])
+        computed = compute_reference(cell, config, rounds)
+        found, per_user = computed.record(), computed.per_user
     folder = runs / cell.name
     folder.mkdir(parents=True)
     (folder / INCOMPLETE).write_text("reference row being computed\n")
+    if per_user is not None:
+        per_user.write(folder)
     summary = {
         "method": row.preset,
         "kind": "reference",
@@ -290,6 +281,34 @@ def run_reference(
     (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (folder / INCOMPLETE).unlink()
     return True
+
+
+def reference_config(cell: Cell, data_dir: str | Path, extra: dict):
+    """The run configuration a reference row is computed under."""
+    from fedrec_flwr.config import RunConfig
+
+    row = cell.row
+    synthetic = {k: v for k, v in extra.items() if k.startswith("synthetic-")}
+    return RunConfig.from_mapping(
+        {
+            "dataset": row.dataset,
+            "protocol": row.protocol,
+            "seed": cell.seed,
+            "data-dir": str(Path(data_dir).resolve()) if row.dataset != "synthetic" else "",
+            **synthetic,
+        }
+    )
+
+
+def compute_reference(cell: Cell, config, rounds: int | None):
+    """A reference row computed now (:class:`fedrec_flwr.baselines.Row`, per-user values
+    included)."""
+    from fedrec_flwr import baselines
+
+    if cell.row.preset in baselines.NEEDS_IMPLICIT and not baselines.implicit_available():
+        raise RuntimeError(f"{cell.row.preset} needs the implicit library (.[baselines])")
+    local_rounds = rounds if cell.row.preset in baselines.LOCAL else None
+    return baselines.reference_rows(config, (cell.row.preset,), local_rounds)[0]
 
 
 def scrub_paths(runs: Path, project: Path = PROJECT, only: tuple[str, ...] = ()) -> None:

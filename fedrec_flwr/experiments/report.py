@@ -174,9 +174,10 @@ def paired(results: list[RowResult]) -> list[str]:
     if missing:
         lines += [
             "",
-            f"Not compared ({len(missing)} pairs): a side has no `{PER_USER}` (runs made "
-            "before per-user files existed, and the reference rows, whose evaluation "
-            "returns means only) or fedrec_flwr.stats is missing.",
+            f"Not compared ({len(missing)} pairs): a side has no `{PER_USER}` (cells made "
+            "before per-user files existed, or reference rows taken from a "
+            "`baselines-*.json` file; `--backfill-per-user` adds them) or fedrec_flwr.stats "
+            "is missing.",
         ]
     return lines
 
