@@ -311,3 +311,5 @@ def test_a_reference_cell_is_given_per_user_values_only_if_its_means_reproduce()
     changed = {"val": {"hr@10": 0.25}, "test": {"hr@10": 0.125, "mrr": 0.1000001}}
     assert metrics_difference(committed, changed) == "test mrr: 0.1 vs 0.1000001"
     assert metrics_difference(committed, {"val": {}, "test": committed["test"]}) != ""
+    more = {"val": {"hr@10": 0.25, "s100-hr@10": 0.5}, "test": {**committed["test"], "x": 1}}
+    assert metrics_difference(committed, more) == ""  # metrics added since: not compared
