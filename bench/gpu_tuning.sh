@@ -9,8 +9,9 @@
 #   OUT=/tmp/tuning STOP=270 bash bench/gpu_tuning.sh
 #
 # Needs .whl/ (flwr, optuna and what they need that the machine lacks) and .data/
-# (ml-100k/u.data, lastfm-2k/user_taggedartists.dat). Writes $OUT/tuning-strict/<study>.*
-# (journal, md, json), $OUT/<study>.log and $OUT/pytest-cuda.log.
+# (ml-100k/u.data, lastfm-2k/user_taggedartists.dat). Writes $OUT/tuning.tgz (the studies'
+# journals, reports and logs: the device tool returns at most 8 files a call, so they travel
+# as one) and $OUT/pytest-cuda.log. STUDIES="stem:device:jobs ..." picks the studies.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 FLWR_TELEMETRY_ENABLED=0
 OUT=${OUT:-/tmp/gpu-tuning}
@@ -37,10 +38,14 @@ study() {  # study <preset stem> <device> <jobs>
         --out "$OUT/tuning-strict" > "$OUT/$1.log" 2>&1
     echo "$1: exit $? after $SECONDS s"
 }
-study fedrecgel-lastfm2k-strict cuda 5 &
-study fedrecgel-ml100k-strict cuda 4 &
-study fedrap-plgc-ml100k-strict cpu 3 &
-study fedncf-ml100k-strict cpu 3 &
+STUDIES=${STUDIES:-"fedrecgel-lastfm2k-strict:cuda:5 fedrecgel-ml100k-strict:cuda:4
+    fedrap-plgc-ml100k-strict:cpu:3 fedncf-ml100k-strict:cpu:3"}
+for entry in $STUDIES; do
+    IFS=: read -r stem device jobs <<< "$entry"
+    study "$stem" "$device" "$jobs" &
+done
 wait
 tail -3 "$OUT/pytest-cuda.log"
 for f in "$OUT"/tuning-strict/*.md; do sed -n '5p;9,12p' "$f"; done
+mv "$OUT"/*-strict.log "$OUT/tuning-strict/" 2>/dev/null
+tar czf "$OUT/tuning.tgz" -C "$OUT" tuning-strict && rm -rf "$OUT/tuning-strict"
