@@ -75,3 +75,7 @@ def test_a_study_reports_every_trial_and_resumes(tmp_path, private_cache):
         after = next(t for t in second["trials"] if t["number"] == before["number"])
         assert after["params"] == before["params"] and after["val_hr@10"] == before["val_hr@10"]
     assert "| trial |" in (out / "syn.md").read_text()
+    # out of time: no trial starts after --timeout, the report says what completed
+    tuning.main([*args, "--trials", "10", "--timeout", "0.001"])
+    third = json.loads((out / "syn.json").read_text())
+    assert 3 <= len(third["trials"]) <= 4 and "--timeout 0.001" in third["command"]
