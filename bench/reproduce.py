@@ -34,7 +34,7 @@ from pathlib import Path
 
 from fedrec_flwr.baselines import popularity
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.experiments.cells import SHORT, run_federated
+from fedrec_flwr.experiments.cells import SHORT, run_federated, scrub_paths
 from fedrec_flwr.experiments.command import parse_override
 from fedrec_flwr.experiments.tables import PAPER
 from fedrec_flwr.launch import PROJECT, merged_run_config, run
@@ -102,6 +102,7 @@ def main() -> None:
         else:
             pairs = [f"{k}={json.dumps(v)}" for k, v in overrides.items()]
             status, _ = run(merged_run_config(preset, pairs), nodes=args.nodes, stream=False)
+        scrub_paths(out / "runs", only=(name,))  # no path of this machine in the results
         print(f"{name}: {status} in {time.time() - started:.0f} s", flush=True)
         if status != "finished:completed":
             raise SystemExit(f"{name} failed: {status}")
