@@ -313,3 +313,15 @@ def test_a_reference_cell_is_given_per_user_values_only_if_its_means_reproduce()
     assert metrics_difference(committed, {"val": {}, "test": committed["test"]}) != ""
     more = {"val": {"hr@10": 0.25, "s100-hr@10": 0.5}, "test": {**committed["test"], "x": 1}}
     assert metrics_difference(committed, more) == ""  # metrics added since: not compared
+
+
+def test_committed_runs_hold_no_path_of_the_machine_that_made_them() -> None:
+    runs = Path(__file__).resolve().parents[1] / "bench" / "results" / "runs"
+    absolute = []
+    for config_file in sorted(runs.glob("*/config.json")):
+        config = json.loads(config_file.read_text())
+        for key in ("data-dir", "results-dir", "resume"):
+            value = config.get(key, "")
+            if isinstance(value, str) and Path(value).is_absolute():
+                absolute.append(f"{config_file.parent.name}: {key} = {value}")
+    assert not absolute, "absolute paths (runner.scrub_paths fixes them): " + "; ".join(absolute)
