@@ -9,21 +9,9 @@
 # installed into /tmp/site) and .data/ (ml-100k/u.data, lastfm-2k/user_taggedartists.dat).
 # Writes pytest-cuda.log, scale-*.json and a tarball of bench/results/scale to $OUT.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 FLWR_TELEMETRY_ENABLED=0
 OUT=${OUT:-/tmp/gpu-checks}
 mkdir -p "$OUT"
-if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
-fi
-export PYTHONPATH="$PWD:${PYTHONPATH:-}"
-export FEDREC_CACHE_DIR=/tmp/fedrec-cache FEDREC_DATA_DIR="$PWD/.data"
-# A copied tree has no git history: the caller names the commit (FEDREC_CODE_REVISION).
-export FEDREC_CODE_REVISION="${FEDREC_CODE_REVISION:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python3 -c "import torch, flwr; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'flwr', flwr.__version__)" || exit 1
-nproc
+source bench/gpu_env.sh
 
 timeout 300 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider -x 2>&1 | tee "$OUT/pytest-cuda.log" | tail -15
 

@@ -13,22 +13,12 @@
 # journals, reports and logs: the device tool returns at most 8 files a call, so they travel
 # as one) and $OUT/pytest-cuda.log. STUDIES="stem:device:jobs ..." picks the studies.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 FLWR_TELEMETRY_ENABLED=0
 OUT=${OUT:-/tmp/gpu-tuning}
 STOP=${STOP:-270}
 HARD=${HARD:-480}
 mkdir -p "$OUT/tuning-strict"
-if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
-fi
-export PYTHONPATH="$PWD:${PYTHONPATH:-}"
-export FEDREC_CACHE_DIR=/tmp/fedrec-cache FEDREC_DATA_DIR="$PWD/.data"
-export FEDREC_CODE_REVISION="${FEDREC_CODE_REVISION:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python3 -c "import torch, flwr, optuna; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'flwr', flwr.__version__, 'optuna', optuna.__version__)" || exit 1
-nproc
+GPU_MODULES=optuna
+source bench/gpu_env.sh
 
 timeout 200 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider > "$OUT/pytest-cuda.log" 2>&1 &
 

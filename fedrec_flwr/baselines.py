@@ -43,7 +43,6 @@ each user vector is a one-hot vector of the node's users and the item table is
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import json
 import logging
@@ -66,7 +65,7 @@ from fedrec_flwr.evaluation import metric_names
 from fedrec_flwr.node import NodeRuntime, NodeState
 from fedrec_flwr.partition import users_of_partition
 from fedrec_flwr.personal import PersonalRows
-from fedrec_flwr.results import PER_USER_FILE
+from fedrec_flwr.results import write_per_user_csv
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 USERS_PER_NODE = 128  # users scored by one NodeRuntime: the one-hot vectors are this wide
@@ -133,13 +132,8 @@ class PerUser:
         return cls(np.asarray(users), names, np.stack([columns[n] for n in names], axis=1))
 
     def write(self, folder: Path) -> None:
-        """``<folder>/per-user.csv``: ``user,<names>``, sorted by user, values as Python's
-        shortest exact float text (the format of :meth:`RunRecorder.write_per_user`)."""
-        with open(folder / PER_USER_FILE, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["user", *self.names])
-            for i in np.argsort(self.users, kind="stable"):
-                writer.writerow([int(self.users[i]), *(repr(float(v)) for v in self.values[i])])
+        """``<folder>/per-user.csv``, as a federated run writes it."""
+        write_per_user_csv(folder, self.users, self.names, self.values)
 
 
 @dataclass

@@ -58,6 +58,17 @@ TIMING_COLUMNS = ("seconds", "cpu-seconds")
 WIRE_COLUMNS = ("bytes-down", "bytes-up")
 
 
+def write_per_user_csv(folder: Path, users: Any, names: Any, values: Any) -> None:
+    """``<folder>/per-user.csv``: ``user,<names>``, one row per user sorted by user id, values
+    as Python's shortest exact float text."""
+    order = sorted(range(len(users)), key=lambda i: int(users[i]))
+    with open(folder / PER_USER_FILE, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["user", *names])
+        for i in order:
+            writer.writerow([int(users[i]), *(repr(float(v)) for v in values[i])])
+
+
 class RunRecorder:
     """Writes one run's results as it goes."""
 
@@ -143,12 +154,7 @@ class RunRecorder:
         names = [f"{split}-{m}" for split in ("val", "test") for m in self.metrics]
         if len(values) != len(users) or any(len(row) != len(names) for row in values):
             raise ValueError(f"per-user metrics must be [{len(users)}, {len(names)}]")
-        order = sorted(range(len(users)), key=lambda i: int(users[i]))
-        with open(self.run_dir / PER_USER_FILE, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["user", *names])
-            for i in order:
-                writer.writerow([int(users[i]), *(repr(float(v)) for v in values[i])])
+        write_per_user_csv(self.run_dir, users, names, values)
 
     def diverged_round(self) -> int | None:
         """The round the run stopped at because every update held NaN or inf, or the first
