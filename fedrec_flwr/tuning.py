@@ -79,13 +79,27 @@ PLGC = {
 SAM = {"sam-rho-private": Dim(0.001, 0.5), "sam-rho-shared": Dim(0.001, 0.5)}
 
 
-def space_for(preset: dict[str, Any]) -> dict[str, Dim]:
+def space_for(preset: dict[str, Any], plugin_only: bool = False) -> dict[str, Dim]:
     """The search space of a preset: its method's, plus PLGC's, SAM's and, where the method
     keeps personal rows that it only evaluates with, ``keep-personal-rows`` (the rule
-    :class:`~fedrec_flwr.config.RunConfig` enforces)."""
+    :class:`~fedrec_flwr.config.RunConfig` enforces). ``plugin_only``: PLGC's and SAM's
+    alone, the method's keys held at the preset's (a plug-in preset's base, tuned)."""
     from fedrec_flwr.config import RunConfig
     from fedrec_flwr.methods import build_method
 
+    if plugin_only:
+        space = {}
+        if preset.get("plgc", False):
+            space.update(PLGC)
+        if preset.get("sam-rho-private", 0.0) or preset.get("sam-rho-shared", 0.0):
+            space.update(SAM)
+        if not space:
+            raise ValueError(
+                "--plugin-only: this preset has no plug-in knob to tune (PLGC and SAM have "
+                "some; DualPer has none: its preset is its base's, `python -m "
+                "fedrec_flwr.presets sync`). Tune the base preset instead."
+            )
+        return space
     space = dict(SPACES[preset.get("method", "pfedrec")])
     method = build_method(RunConfig.from_mapping(preset), num_items=1)
     if method.personal_rows and not method.train_from_personal:
@@ -231,11 +245,19 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--out", type=Path, default=PROJECT / "bench" / "results" / "tuning")
     parser.add_argument("--write-preset", action="store_true", help="copy the best setting")
+    parser.add_argument(
+        "--plugin-only",
+        action="store_true",
+        help="tune only the plug-ins' knobs (PLGC, SAM), the method's keys as in the preset",
+    )
     args = parser.parse_args(argv)
     if not args.preset.is_file():
         parser.error(f"no preset {args.preset}: pass a conf/<preset>.toml file")
     preset = tomllib.loads(args.preset.read_text())
-    space = space_for(preset)
+    try:
+        space = space_for(preset, plugin_only=args.plugin_only)
+    except ValueError as error:
+        parser.error(str(error))
     fixed = {
         "seed": 0,
         "num-server-rounds": args.rounds,
@@ -263,6 +285,7 @@ def main(argv: list[str] | None = None) -> None:
         f"python -m fedrec_flwr.tuning conf/{args.preset.name} --data-dir DIR --trials "
         f"{args.trials} --rounds {args.rounds} --patience {args.patience} --seed {args.seed}"
         + (f" --device {args.device}" if args.device != "cpu" else "")
+        + (" --plugin-only" if args.plugin_only else "")
         + (f" --timeout {args.timeout:g}" if args.timeout is not None else "")
     )
     with tempfile.TemporaryDirectory(prefix="fedrec-tuning-") as scratch:

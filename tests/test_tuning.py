@@ -79,3 +79,13 @@ def test_a_study_reports_every_trial_and_resumes(tmp_path, private_cache):
     tuning.main([*args, "--trials", "10", "--timeout", "0.001"])
     third = json.loads((out / "syn.json").read_text())
     assert 3 <= len(third["trials"]) <= 4 and "--timeout 0.001" in third["command"]
+
+
+def test_plugin_only_tunes_the_plugin_knobs_alone():
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    sam_plgc = tomllib.loads((conf / "pfedrec-sam-plgc-ml100k-strict.toml").read_text())
+    space = tuning.space_for(sam_plgc, plugin_only=True)
+    assert set(space) == set(tuning.PLGC) | set(tuning.SAM)
+    dual = tomllib.loads((conf / "fedmf-dual-ml100k-strict.toml").read_text())
+    with pytest.raises(ValueError, match="DualPer has none"):
+        tuning.space_for(dual, plugin_only=True)
