@@ -193,7 +193,12 @@ def report(study, space: dict[str, Dim], fixed: dict, command: str) -> tuple[str
         "",
         "Objective: best validation HR@10 (seed 0); test metrics shown, never used. "
         f"Fixed: {', '.join(f'`{k} = {v}`' for k, v in fixed.items())}. "
-        f"Complete trials: {len(trials)} (of {len(study.trials)} started).",
+        f"Complete trials: {len(trials)} (of {len(study.trials)} started)."
+        + (
+            ""
+            if any(t.user_attrs.get("preset") for t in study.trials)
+            else " The preset's own setting is not among them (it lies outside the space)."
+        ),
         "",
         "Search space: " + "; ".join(f"`{k}` {d.describe()}" for k, d in space.items()),
         "",

@@ -89,3 +89,34 @@ def test_plugin_only_tunes_the_plugin_knobs_alone():
     dual = tomllib.loads((conf / "fedmf-dual-ml100k-strict.toml").read_text())
     with pytest.raises(ValueError, match="DualPer has none"):
         tuning.space_for(dual, plugin_only=True)
+
+
+def test_a_plugin_only_study_says_when_the_preset_is_outside_its_space(tmp_path, private_cache):
+    """FedMF + SAM on the shared rows only (private radius 0, outside the log space): the
+    study tunes both radii, keeps FedMF's keys, and its report says the preset is no trial."""
+    pytest.importorskip("optuna")
+    preset = tmp_path / "syn-sam.toml"
+    preset.write_text(
+        'method = "fedmf"\ndataset = "synthetic"\nsynthetic-users = 30\n'
+        "synthetic-items = 200\nsynthetic-mean-degree = 8\nlr = 0.3\n"
+        "sam-rho-private = 0.0\nsam-rho-shared = 0.05\n"
+    )
+    out = tmp_path / "out"
+    tuning.main(
+        [
+            str(preset),
+            "--data-dir",
+            str(tmp_path),
+            "--rounds",
+            "2",
+            "--out",
+            str(out),
+            "--trials",
+            "1",
+            "--plugin-only",
+        ]
+    )
+    data = json.loads((out / "syn-sam.json").read_text())
+    assert set(data["trials"][0]["params"]) == set(tuning.SAM)
+    assert "--plugin-only" in data["command"]
+    assert "not among them" in (out / "syn-sam.md").read_text()
