@@ -88,6 +88,18 @@ def _flwr() -> str:
     return _tool("flwr")
 
 
+def with_tools_on_path(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with this environment's scripts folder first on ``PATH``: the SuperLink and
+    SuperNodes start Flower's other processes (``flower-superexec``, ``flwr-simulation``,
+    ``flwr-clientapp``) by name, which fails in a virtual environment that was not activated
+    (``.venv/bin/python -m fedrec_flwr ...``)."""
+    scripts = str(Path(sys.executable).parent)
+    path = env.get("PATH", "")
+    if path.split(os.pathsep)[0] == scripts:
+        return env
+    return {**env, "PATH": scripts + (os.pathsep + path if path else "")}
+
+
 # --- run configuration ---------------------------------------------------------------------
 
 
@@ -249,7 +261,7 @@ def local_superlink(
     while control == port:
         control = _free_port()
     env = {
-        **os.environ,
+        **with_tools_on_path(dict(os.environ)),
         "FLWR_HOME": str(home),
         "FLWR_TELEMETRY_ENABLED": "0",
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",

@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from fedrec_flwr import processes
-from fedrec_flwr.launch import LocalSuperLink, Say, _flwr, _free_port, _quiet, _tool
+from fedrec_flwr.launch import (
+    LocalSuperLink,
+    Say,
+    _flwr,
+    _free_port,
+    _quiet,
+    _tool,
+    with_tools_on_path,
+)
 from fedrec_flwr.launch import write_run_config as _write_run_config
 from fedrec_flwr.secure import NodeKey, write_certificates, write_node_key
 
@@ -41,7 +49,7 @@ class LocalDeployment:
         self.port = _free_port()
         env = {k: v for k, v in os.environ.items() if k != "FEDREC_DATA_DIR"}  # no shared data
         self.env = {
-            **env,
+            **with_tools_on_path(dict(env)),
             "FLWR_HOME": str(self.home),
             "FLWR_TELEMETRY_ENABLED": "0",
             "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",

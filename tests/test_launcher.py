@@ -252,3 +252,21 @@ def test_sigint_stops_the_run_the_superlink_and_every_process_it_started(
     assert (results / "long" / "INCOMPLETE").exists()  # the stopped run is marked
     assert not (results / "long" / "summary.json").exists()
     assert "run status" not in out
+
+
+def test_the_superlink_starts_from_a_virtual_environment_that_was_not_activated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``.venv/bin/python -m fedrec_flwr ...`` with the venv's scripts off ``PATH``: the
+    SuperLink starts Flower's ``flower-superexec`` by name, so it must find this
+    environment's (it exited with code 3 before ``with_tools_on_path``)."""
+    from fedrec_flwr.launch import local_superlink, with_tools_on_path
+
+    scripts = str(Path(sys.executable).parent)
+    outside = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != scripts]
+    monkeypatch.setenv("PATH", os.pathsep.join(outside or ["/usr/bin", "/bin"]))
+    env = with_tools_on_path(dict(os.environ))
+    assert env["PATH"].split(os.pathsep)[0] == scripts
+    assert with_tools_on_path(env) == env  # once
+    with local_superlink() as link:
+        assert link.process.poll() is None  # healthy, still running
