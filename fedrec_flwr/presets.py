@@ -51,6 +51,26 @@ def load(path: Path) -> dict[str, Any]:
         return tomllib.load(handle)
 
 
+def set_keys(
+    path: Path, values: dict[str, Any], drop: set[str] = frozenset(), note: str | None = None
+) -> None:
+    """Set ``values`` in a preset file (in place, else appended) and remove the ``drop``
+    keys, keeping its other lines and comments; ``note`` becomes its first comment line."""
+    lines, remaining = [], dict(values)
+    for line in path.read_text().splitlines():
+        key = line.split("=", 1)[0].strip()
+        if "=" in line and not line.lstrip().startswith("#"):
+            if key in remaining:
+                line = f"{key} = {json.dumps(remaining.pop(key))}"
+            elif key in drop:
+                continue
+        lines.append(line)
+    lines += [f"{key} = {json.dumps(value)}" for key, value in remaining.items()]
+    if note is not None:
+        lines.insert(0, f"# {note}")
+    path.write_text("\n".join(lines) + "\n")
+
+
 def drift(path: Path, conf: Path = CONF) -> dict[str, tuple[Any, Any]]:
     """Keys where a plug-in preset departs from its base: ``{key: (base, plug-in)}``
     (``None`` for a key one side lacks and that has no default). Empty for a preset in
@@ -81,18 +101,7 @@ def sync(path: Path, conf: Path = CONF) -> dict[str, tuple[Any, Any]]:
     if not changed:
         return {}
     want = load(conf / f"{base_stem(path.stem)}.toml")
-    lines = path.read_text().splitlines()
-    out, placed = [], set()
-    for line in lines:
-        key = line.split("=", 1)[0].strip()
-        if "=" in line and not line.lstrip().startswith("#") and key in changed:
-            placed.add(key)
-            if key in want:
-                out.append(f"{key} = {json.dumps(want[key])}")
-            continue  # a key the base does not set is dropped
-        out.append(line)
-    out += [f"{key} = {json.dumps(want[key])}" for key in changed if key not in placed]
-    path.write_text("\n".join(out) + "\n")
+    set_keys(path, {k: want[k] for k in changed if k in want}, drop=set(changed) - set(want))
     return changed
 
 

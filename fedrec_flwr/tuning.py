@@ -87,28 +87,21 @@ def space_for(preset: dict[str, Any], plugin_only: bool = False) -> dict[str, Di
     from fedrec_flwr.config import RunConfig
     from fedrec_flwr.methods import build_method
 
+    sam = preset.get("sam-rho-private", 0.0) or preset.get("sam-rho-shared", 0.0)
+    plugins = {**(PLGC if preset.get("plgc", False) else {}), **(SAM if sam else {})}
     if plugin_only:
-        space = {}
-        if preset.get("plgc", False):
-            space.update(PLGC)
-        if preset.get("sam-rho-private", 0.0) or preset.get("sam-rho-shared", 0.0):
-            space.update(SAM)
-        if not space:
+        if not plugins:
             raise ValueError(
                 "--plugin-only: this preset has no plug-in knob to tune (PLGC and SAM have "
                 "some; DualPer has none: its preset is its base's, `python -m "
                 "fedrec_flwr.presets sync`). Tune the base preset instead."
             )
-        return space
+        return plugins
     space = dict(SPACES[preset.get("method", "pfedrec")])
     method = build_method(RunConfig.from_mapping(preset), num_items=1)
     if method.personal_rows and not method.train_from_personal:
         space["keep-personal-rows"] = KEEP
-    if preset.get("plgc", False):
-        space.update(PLGC)
-    if preset.get("sam-rho-private", 0.0) or preset.get("sam-rho-shared", 0.0):
-        space.update(SAM)
-    return space
+    return {**space, **plugins}
 
 
 def preset_point(preset: dict[str, Any], space: dict[str, Dim]) -> dict[str, Any] | None:
@@ -168,15 +161,9 @@ def objective_for(preset: dict, space: dict[str, Dim], fixed: dict[str, Any], sc
 
 def write_preset(path: Path, params: dict[str, Any], note: str) -> None:
     """Set ``params`` in a preset file, keeping its other lines and comments."""
-    lines = path.read_text().splitlines()
-    remaining = dict(params)
-    for i, line in enumerate(lines):
-        key = line.split("=", 1)[0].strip()
-        if "=" in line and not line.lstrip().startswith("#") and key in remaining:
-            lines[i] = f"{key} = {json.dumps(remaining.pop(key))}"
-    lines += [f"{key} = {json.dumps(value)}" for key, value in remaining.items()]
-    lines.insert(0, f"# {note}")
-    path.write_text("\n".join(lines) + "\n")
+    from fedrec_flwr.presets import set_keys
+
+    set_keys(path, params, note=note)
 
 
 def report(study, space: dict[str, Dim], fixed: dict, command: str) -> tuple[str, dict]:
