@@ -254,12 +254,14 @@ class FedRecStrategy(EvaluationRounds, Strategy):
                 self._reject(server_round, "train", node_id, error)
                 continue
             info = self.nodes[node_id]
-            uploads.append((info.partition_id, upload))
-            loss_sum += float(metrics["loss-sum"])
-            num_samples += int(metrics["num-samples"])
+            uploads.append((info.partition_id, upload, metrics))
             info.remember_request(arrays, metrics)
         self.log.train_failures += self._missing(server_round, "train", orders)
-        uploads = [upload for _, upload in sorted(uploads, key=lambda pair: pair[0])]
+        uploads.sort(key=lambda entry: entry[0])  # partition order, not arrival order
+        for _, _, metrics in uploads:
+            loss_sum += float(metrics["loss-sum"])
+            num_samples += int(metrics["num-samples"])
+        uploads = [upload for _, upload, _ in uploads]
         if not uploads:
             log(
                 WARNING,

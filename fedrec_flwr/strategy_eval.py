@@ -73,6 +73,7 @@ class EvaluationRounds:
         user_ids, user_metrics = [], []
         self.eval_per_user = None
         erank_sum, erank_users = 0.0, 0
+        evaluated: list[tuple[int, dict]] = []  # (partition id, metrics) of the valid replies
         sent, self.eval_sent = self.eval_sent, set()
         for reply in replies:
             node_id = self.sender(reply)
@@ -99,16 +100,19 @@ class EvaluationRounds:
             except ValueError as error:
                 self._reject(server_round, "evaluate", node_id, error)
                 continue
+            evaluated.append((self.nodes[node_id].partition_id, metrics))
+            user_ids.append(per_user["user-ids"])
+            user_metrics.append(np.asarray(per_user["user-metrics"], dtype=np.float64))
+            self.nodes[node_id].remember_request(arrays, metrics)
+        self.log.eval_failures += self._missing(server_round, "evaluate", sent)
+        # summed in partition order, not arrival order: the same float sums in every run
+        for _, metrics in sorted(evaluated, key=lambda pair: pair[0]):
             users += int(metrics["num-users"])
             if "erank-personal-users" in metrics:
                 erank_sum += float(metrics["erank-personal-sum"])
                 erank_users += int(metrics["erank-personal-users"])
             for name in names:
                 sums[name] += float(metrics[name])
-            user_ids.append(per_user["user-ids"])
-            user_metrics.append(np.asarray(per_user["user-metrics"], dtype=np.float64))
-            self.nodes[node_id].remember_request(arrays, metrics)
-        self.log.eval_failures += self._missing(server_round, "evaluate", sent)
         if users == 0:
             return None
         ids = np.concatenate(user_ids)
