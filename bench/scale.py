@@ -94,10 +94,13 @@ def run_case(text: str, args: argparse.Namespace, work: Path) -> dict:
         "workers": harness.get("workers", 1),
         "gpus": harness.get("gpus", 0),
     }
+    merged = {**project_defaults(), **config}
+    in_flight = None if mode == "inprocess" else window(merged)  # ours, and the floor's
     payload, floors = None, []
     if args.bracket and not args.no_floor:  # a floor before ours, one after
         probed = probe(spec, text, work)
         payload = record.probed_payload(probed["sizes"])
+        payload["max-in-flight"] = in_flight or 0
         floors.append(run_floor(spec, text, probed["nodes"], payload, args.rounds, work))
     print(f"scale: {text}: running {args.rounds} rounds ({mode})", flush=True)
     load_before = os.getloadavg()[0]
@@ -106,7 +109,6 @@ def run_case(text: str, args: argparse.Namespace, work: Path) -> dict:
     run_dir = Path(ours["run_dir"])
     described = json.loads((run_dir / "config.json").read_text())
     figures = record.run_figures(record.round_rows(run_dir))
-    merged = {**project_defaults(), **config}
     rec: dict[str, Any] = {
         "method": described["method"],
         "dataset": described["dataset"],
@@ -118,6 +120,7 @@ def run_case(text: str, args: argparse.Namespace, work: Path) -> dict:
         "device": merged.get("device", "cpu"),
         "fraction_train": merged.get("fraction-train"),
         "eval_users": merged.get("eval-users") or None,
+        "max_in_flight": in_flight,
         "mode": mode,
         **figures,
         "load_average": load,
@@ -139,9 +142,18 @@ def run_case(text: str, args: argparse.Namespace, work: Path) -> dict:
                 evaluates = merged.get("eval-every", 1) == 1
                 users = rec["users"] or 0
                 payload = record.floor_payload(figures, rec["nodes"], users, evaluates)
+        payload["max-in-flight"] = in_flight or 0  # the floor sends as ours does
         floors.append(run_floor(spec, text, rec["nodes"], payload, figures["rounds"], work))
         rec.update(record.floor_fields(floors, rec["seconds_per_round_median"], payload))
     return rec
+
+
+def window(config: dict) -> int:
+    """The most messages our server keeps in flight in a flwr mode (0: a round at once)."""
+    from fedrec_flwr.config import RunConfig
+    from fedrec_flwr.in_flight import message_window
+
+    return message_window(RunConfig.from_mapping(config))
 
 
 def probe(spec: dict, text: str, work: Path) -> dict:

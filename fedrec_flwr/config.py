@@ -96,6 +96,7 @@ class RunConfig:
     torch_threads: int = 1
     node_wait_timeout: float = 120.0
     round_timeout: float = 3600.0
+    max_in_flight: int = 32
     fault_fraction: float = 0.0
     fault_mode: str = "crash"
     ldp_mechanism: str = "none"
@@ -181,6 +182,11 @@ class RunConfig:
             )
         _positive("node-wait-timeout", self.node_wait_timeout)
         _positive("round-timeout", self.round_timeout)
+        if self.max_in_flight < 0:
+            raise ConfigError(
+                f"max-in-flight={self.max_in_flight} must be >= 0: the most messages the "
+                "server keeps in flight at once in simulation (0 = all of a round at once)."
+            )
         if not 0.0 <= self.fault_fraction < 1.0:
             raise ConfigError(
                 f"fault-fraction={self.fault_fraction} must be in [0, 1): the chance that a "

@@ -34,6 +34,7 @@ OPERATIONAL_KEYS = frozenset(
         "torch-threads",
         "node-wait-timeout",
         "round-timeout",
+        "max-in-flight",
     }
 )
 

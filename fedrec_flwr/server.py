@@ -15,6 +15,7 @@ from fedrec_flwr.checkpoint import Checkpoints
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import data_dir_read
 from fedrec_flwr.handshake import connect
+from fedrec_flwr.in_flight import message_window, windowed
 from fedrec_flwr.messages import array_record, dense_arrays
 from fedrec_flwr.methods import build_method
 from fedrec_flwr.results import RunRecorder
@@ -37,6 +38,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
     handshake (:mod:`fedrec_flwr.handshake`), which also refuses inconsistent nodes.
     """
     started = time.perf_counter()
+    grid = windowed(grid, message_window(config))
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     checkpoints = Checkpoints.open(config, started)  # a new run folder, or the resumed one

@@ -2,7 +2,8 @@
 ``train-messages`` nodes and one evaluate message to each of ``evaluate-messages`` nodes,
 with ``<kind>-down-floats`` float32 values, and a ClientApp that answers each with
 ``<kind>-up-floats`` values and does nothing else (no data, no torch, no state). The server
-writes the cumulative seconds at the end of each round to ``<results-dir>/echo-rounds.json``.
+keeps at most ``max-in-flight`` messages in flight (0: all at once), as ours does. The
+server writes the cumulative seconds at the end of each round to ``<results-dir>/echo-rounds.json``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
+
+from fedrec_flwr.in_flight import send_and_receive
 
 server = ServerApp()
 client = ClientApp()
@@ -63,7 +66,8 @@ def _exchange(grid: Grid, ids: list[int], kind: str, config, server_round: int) 
         )
         for node in ids
     ]
-    replies = list(grid.send_and_receive(messages))
+    window = int(config.get("max-in-flight", 0))
+    replies = send_and_receive(grid, messages, timeout=None, window=window)
     failed = [r for r in replies if r.has_error()]
     if len(replies) != len(messages) or failed:
         reason = failed[0].error.reason if failed else "missing replies"

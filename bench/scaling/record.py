@@ -32,6 +32,7 @@ FIELDS = (
     "device",
     "fraction_train",
     "eval_users",
+    "max_in_flight",
     "mode",
     "rounds",
     "seconds_per_round_median",
@@ -196,7 +197,7 @@ def floor_fields(
 
 def case_name(record: Mapping[str, Any]) -> str:
     """``<method>-<dataset>-<protocol>-<users>x<items>-<mode>-n<nodes>-w<workers>-<device>``
-    ``[-f<frac>][-e<eval users>]``."""
+    ``[-f<frac>][-e<eval users>][-m<max in flight>]``."""
     protocol = f"-{record['protocol']}" if record.get("protocol") else ""
     name = (
         f"{record['method']}-{record['dataset']}{protocol}-{record['users']}x{record['items']}-"
@@ -206,6 +207,8 @@ def case_name(record: Mapping[str, Any]) -> str:
         name += f"-f{record['fraction_train']}"
     if record.get("eval_users"):
         name += f"-e{record['eval_users']}"
+    if record.get("max_in_flight"):
+        name += f"-m{record['max_in_flight']}"
     return name.replace(":", "")
 
 
@@ -241,6 +244,7 @@ TABLE_COLUMNS = (
     ("device", "device", 0),
     ("fraction", "fraction_train", 2),
     ("eval users", "eval_users", 0),
+    ("in flight", "max_in_flight", 0),
     ("s/round (median)", "seconds_per_round_median", 3),
     ("min", "seconds_per_round_min", 3),
     ("max", "seconds_per_round_max", 3),

@@ -120,6 +120,7 @@ NEUTRAL_KEYS = frozenset(
         "torch-threads",
         "node-wait-timeout",
         "round-timeout",
+        "max-in-flight",
     }
 )
 
