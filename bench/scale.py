@@ -95,12 +95,11 @@ def run_case(text: str, args: argparse.Namespace, work: Path) -> dict:
         "gpus": harness.get("gpus", 0),
     }
     merged = {**project_defaults(), **config}
-    in_flight = None if mode == "inprocess" else window(merged)  # ours, and the floor's
+    in_flight = None if mode == "inprocess" else window(merged)
     payload, floors = None, []
     if args.bracket and not args.no_floor:  # a floor before ours, one after
         probed = probe(spec, text, work)
         payload = record.probed_payload(probed["sizes"])
-        payload["max-in-flight"] = in_flight or 0
         floors.append(run_floor(spec, text, probed["nodes"], payload, args.rounds, work))
     print(f"scale: {text}: running {args.rounds} rounds ({mode})", flush=True)
     load_before = os.getloadavg()[0]
@@ -142,7 +141,6 @@ def run_case(text: str, args: argparse.Namespace, work: Path) -> dict:
                 evaluates = merged.get("eval-every", 1) == 1
                 users = rec["users"] or 0
                 payload = record.floor_payload(figures, rec["nodes"], users, evaluates)
-        payload["max-in-flight"] = in_flight or 0  # the floor sends as ours does
         floors.append(run_floor(spec, text, rec["nodes"], payload, figures["rounds"], work))
         rec.update(record.floor_fields(floors, rec["seconds_per_round_median"], payload))
     return rec
@@ -172,6 +170,8 @@ def run_floor(
     """Flower's floor for the case: the echo app, same mode and nodes, ``payload``; its
     median seconds per round (after the first) and peak RSS in MB."""
     echo = {"num-server-rounds": rounds, "nodes": nodes, **payload, "node-wait-timeout": 600.0}
+    if spec["mode"] != "inprocess":  # the floor sends as ours does
+        echo["max-in-flight"] = window({**project_defaults(), **spec["config"]})
     floor_spec = {**spec, "what": "floor", "echo": echo}
     floor_spec["config"] = {"results-dir": str(work / f"floor-{uuid.uuid4().hex[:8]}")}
     print(f"scale: {text}: floor (echo app, {payload})", flush=True)
