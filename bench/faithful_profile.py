@@ -72,6 +72,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=943)
     parser.add_argument("--profile", action="store_true", help="cProfile the handlers")
     parser.add_argument("--sort", default="cumulative", help="pstats order (tottime, ...)")
+    parser.add_argument("--profile-out", help="also write the raw profile here (pstats file)")
     args = parser.parse_args()
     config = tomllib.loads((PROJECT / "conf" / f"{args.preset}.toml").read_text())
     results = tempfile.mkdtemp(prefix="fedrec-faithful-profile-")
@@ -102,6 +103,8 @@ def main() -> None:
         )
     if profiler:
         pstats.Stats(profiler).sort_stats(args.sort).print_stats(40)
+        if args.profile_out:
+            profiler.dump_stats(args.profile_out)
 
 
 if __name__ == "__main__":

@@ -223,3 +223,22 @@ def test_floor_fields_one_or_bracketing_floors() -> None:
     assert two["floor_seconds_per_round_median"] == 3.0 and two["cost_ratio"] == 1.0
     assert two["floor_runs_seconds_per_round_median"] == [2.0, 4.0]
     assert two["floor_peak_rss_mb"] == 120.0 and two["floor_payload"] == payload
+
+
+@pytest.mark.parametrize(
+    ("workers", "cores", "entries"),
+    [
+        (1, 2, ["client-resources-num-cpus=2"]),
+        (2, 2, ["client-resources-num-cpus=1"]),
+        (2, 16, ["client-resources-num-cpus=8"]),
+        (4, 2, ["client-resources-num-cpus=1", "init-args-num-cpus=4"]),
+        (3, 2, ["client-resources-num-cpus=1", "init-args-num-cpus=3"]),
+    ],
+)
+def test_federation_starts_as_many_ray_workers_as_asked(workers, cores, entries) -> None:
+    from bench.scaling.runner import federation
+
+    assert federation({"workers": workers}, cpu_count=cores) == entries
+    assert federation({"workers": workers, "gpus": 0.5}, cpu_count=cores)[-1] == (
+        "client-resources-num-gpus=0.5"
+    )
