@@ -366,6 +366,24 @@ def _describe_process(pid: int) -> list[str]:
 RAY_INIT_SIZES = ("init-args-num-cpus", "init-args-num-gpus")
 
 
+def worker_entries(workers: int, cores: int | None = None) -> list[str]:
+    """``--federation-config`` entries that start ``workers`` Ray workers (ClientApp actors)
+    on a new local Ray instance of ``cores`` CPUs (default: this machine's).
+
+    Flower starts one actor per ``client-resources-num-cpus`` of Ray's CPUs, a whole number:
+    up to ``cores`` workers share the cores; more get one CPU each of a Ray instance told it
+    has ``workers`` CPUs (``init-args-num-cpus``). More workers than cores pays off with
+    one-user nodes (faithful mode), whose messages mostly wait on Flower's own process.
+    """
+    if workers < 1:
+        raise ConfigError(f"--workers {workers}: give at least 1 Ray worker")
+    cores = cores or os.cpu_count() or 1
+    entries = [f"client-resources-num-cpus={max(1, cores // workers)}"]
+    if workers > cores:
+        entries.append(f"init-args-num-cpus={workers}")
+    return entries
+
+
 def resolve_ray_address(
     address: str | None, federation: Sequence[str] = (), timeout: float = 5.0
 ) -> str:
@@ -601,6 +619,13 @@ def _parser() -> argparse.ArgumentParser:
         help="extra --federation-config entries, e.g. client-resources-num-cpus=1",
     )
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="Ray workers (ClientApp actors) on this machine (default: Flower's, one per 2 "
+        "CPUs); more than the cores suits one-user nodes, e.g. --workers 4 on 2 cores",
+    )
+    parser.add_argument(
         "--ray-address",
         metavar="HOST:PORT",
         default=os.environ.get("RAY_ADDRESS") or None,
@@ -656,11 +681,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     nodes = args.nodes
     with _signals_interrupt():
         try:
+            federation = list(args.federation)
+            if args.workers is not None and args.ray_address:
+                raise ConfigError(
+                    "--workers sizes a new local Ray instance; on a cluster each node's "
+                    "`ray start --num-cpus` and --federation client-resources-num-cpus=K do"
+                )
+            if args.workers is not None:
+                federation = worker_entries(args.workers) + federation
             if args.resume:
                 config, nodes = _resumed(args.resume, config, nodes)
-            status, _ = run(
-                config, nodes or 2, args.federation, say=_say, ray_address=args.ray_address
-            )
+            status, _ = run(config, nodes or 2, federation, say=_say, ray_address=args.ray_address)
         except ConfigError as error:
             _say(f"error: {error}")
             return 2

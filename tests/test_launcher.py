@@ -270,3 +270,44 @@ def test_the_superlink_starts_from_a_virtual_environment_that_was_not_activated(
     assert with_tools_on_path(env) == env  # once
     with local_superlink() as link:
         assert link.process.poll() is None  # healthy, still running
+
+
+# --- --workers -------------------------------------------------------------------------------
+
+
+def test_worker_entries_start_that_many_actors_even_above_the_cores() -> None:
+    from fedrec_flwr.launch import worker_entries
+
+    assert worker_entries(1, cores=2) == ["client-resources-num-cpus=2"]
+    assert worker_entries(2, cores=2) == ["client-resources-num-cpus=1"]
+    assert worker_entries(3, cores=16) == ["client-resources-num-cpus=5"]
+    assert worker_entries(4, cores=2) == ["client-resources-num-cpus=1", "init-args-num-cpus=4"]
+    with pytest.raises(ConfigError, match="at least 1"):
+        worker_entries(0, cores=2)
+
+
+def test_workers_option_reaches_the_federation_config(monkeypatch, capsys) -> None:
+    from fedrec_flwr import launch
+
+    seen = {}
+
+    def fake_run(config, nodes, federation, **kwargs):
+        seen.update(nodes=nodes, federation=list(federation))
+        return "finished:completed", ""
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    monkeypatch.setattr(launch, "default_superlink_report", lambda: None)
+    monkeypatch.setattr(launch.os, "cpu_count", lambda: 2)
+    argv = ["--nodes", "7", "--workers", "4", "--federation", "client-resources-num-gpus=0.5"]
+    assert launch.main(argv) == 0
+    assert seen == {
+        "nodes": 7,
+        "federation": [
+            "client-resources-num-cpus=1",
+            "init-args-num-cpus=4",
+            "client-resources-num-gpus=0.5",
+        ],
+    }
+    seen.clear()
+    assert launch.main(["--workers", "2", "--ray-address", "10.0.0.5:6379"]) == 2
+    assert not seen and "--workers sizes a new local Ray instance" in capsys.readouterr().err

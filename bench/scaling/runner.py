@@ -30,16 +30,11 @@ def machine() -> dict[str, Any]:
 
 
 def federation(spec: dict[str, Any], cpu_count: int | None = None) -> list[str]:
-    """``--federation-config`` entries: ``workers`` Ray workers share the CPUs. More workers
-    than CPUs get one CPU each of a Ray instance told it has ``workers`` CPUs
-    (``init-args-num-cpus``): Flower sizes its actor pool by Ray's CPUs, so without it the
-    pool would silently stay at one actor per core."""
-    cores = cpu_count or os.cpu_count() or 1
-    workers = int(spec["workers"])
-    cpus = max(1, cores // workers)
-    entries = [f"client-resources-num-cpus={cpus}"]
-    if workers > cores:
-        entries.append(f"init-args-num-cpus={workers}")
+    """``--federation-config`` entries: ``workers`` Ray workers on this machine's CPUs
+    (:func:`fedrec_flwr.launch.worker_entries`: more workers than CPUs really start)."""
+    from fedrec_flwr.launch import worker_entries
+
+    entries = worker_entries(int(spec["workers"]), cpu_count)
     if spec.get("gpus"):
         entries.append(f"client-resources-num-gpus={spec['gpus']}")
     return entries
