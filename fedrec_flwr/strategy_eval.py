@@ -3,7 +3,10 @@ stopped: a mixin of :class:`fedrec_flwr.strategy.FedRecStrategy`, which holds th
 reads (``config``, ``nodes``, ``table``, ``log``, ...).
 
 - ``evaluate`` (every node, every ``eval-every`` rounds and after the last): the global rows
-  its users' evaluation reads, and ``eval-users`` (0 on the last round: every user). Reply:
+  its users' evaluation reads, and ``eval-users`` (0 on the last round: every user). With an
+  ``eval-users`` sample, a node holding none of the sampled users gets no rows, and no
+  message at all unless it owes its next-round request (it trains next round, not this one);
+  one-user nodes then do not each receive the table for nothing. Reply:
   metric sums over its evaluated users, and each evaluated user's metrics (the ``per-user``
   record, not counted in ``bytes-up``), checked (:mod:`fedrec_flwr.validation`) before use.
   The per-user metrics of the best validation round are kept (``best_per_user``) for
@@ -26,6 +29,7 @@ from flwr.serverapp import Grid
 
 from fedrec_flwr.evaluation import reported_metrics
 from fedrec_flwr.messages import ARRAYS, CONFIG, PER_USER, read_reply, record_arrays
+from fedrec_flwr.partition import eval_sample, participants
 from fedrec_flwr.spectrum import effective_rank
 from fedrec_flwr.validation import ReplyError, check_eval_reply
 
@@ -42,12 +46,19 @@ class EvaluationRounds:
             return []
         base = self.round_start_table if self.method.eval_table == "round-start" else self.table
         messages = []
-        self.eval_sent = set(self.nodes)
         config = self._config(server_round)
         config["eval-users"] = 0 if last else self.config.eval_users  # 0: all users
+        sampled, owing = self._eval_recipients(server_round, int(config["eval-users"]))
+        self.eval_sent = set()
         full = None  # one record for every node that ranks all items: Flower stores it once
         for node_id, info in self.nodes.items():
-            if info.eval_items is None:
+            if sampled is not None and node_id not in sampled:
+                if node_id not in owing:
+                    continue
+                # No sampled user: no rows, only the chance to send its next-round request.
+                no_items = np.empty(0, dtype=np.int64)
+                payload = self._payload(None, no_items, base[no_items])
+            elif info.eval_items is None:
                 if full is None:
                     full = self._payload(None, None, base)
                 payload = full
@@ -58,8 +69,32 @@ class EvaluationRounds:
             messages.append(
                 Message(content, dst_node_id=node_id, message_type=MessageType.EVALUATE)
             )
+            self.eval_sent.add(node_id)
         self.sent = messages
         return messages
+
+    def _eval_recipients(
+        self, server_round: int, sample_size: int
+    ) -> tuple[set[int] | None, set[int]]:
+        """(nodes holding a user of the round's ``eval-users`` sample, or None when every
+        user is evaluated; nodes without one that still owe their next-round request: they
+        train next round but did not train this one, so only an evaluate reply can carry
+        it). The sample is :func:`~fedrec_flwr.partition.eval_sample`, as the nodes draw it."""
+        if sample_size <= 0 or sample_size >= self.num_users:
+            return None, set()
+        chosen = eval_sample(self.config.seed, server_round, self.num_users, sample_size)
+        fraction = self.config.fraction_train
+        now = participants(self.config.seed, server_round, self.num_users, fraction)
+        following = np.empty(0, dtype=np.int64)
+        if server_round < self.config.num_server_rounds:
+            following = participants(self.config.seed, server_round + 1, self.num_users, fraction)
+        sampled, owing = set(), set()
+        for node_id, info in self.nodes.items():
+            if np.isin(info.users, chosen).any():
+                sampled.add(node_id)
+            elif np.isin(info.users, following).any() and not np.isin(info.users, now).any():
+                owing.add(node_id)
+        return sampled, owing
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]

@@ -8,7 +8,8 @@ import pytest
 from fedrec_flwr.client import app as client_app
 from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.local_grid import LocalGrid
-from fedrec_flwr.partition import eval_sample
+from fedrec_flwr.messages import record_arrays
+from fedrec_flwr.partition import eval_sample, participants
 from fedrec_flwr.server import run_federation
 
 SMALL = {
@@ -59,3 +60,60 @@ def test_the_sample_does_not_depend_on_the_packing(tmp_path):
     five = rounds(tmp_path / "five", 5, **{"eval-users": 12})
     for a, b in zip(one, five, strict=True):
         assert a["val-hr@10"] == b["val-hr@10"] and a["test-ndcg@10"] == b["test-ndcg@10"]
+
+
+def test_one_user_nodes_without_a_sampled_user_get_no_rows(tmp_path, monkeypatch):
+    """Faithful mode with a sample: only nodes holding a sampled user receive rows; those
+    that owe a next-round request get an empty message; the rest none. The figures are
+    those of every node receiving the table (the sampled users are the same)."""
+    from fedrec_flwr.strategy_eval import EvaluationRounds
+
+    overrides = {"eval-users": 8, "fraction-train": 0.25, "num-server-rounds": 4}
+
+    def run(folder, grid_nodes=40):
+        config = {**SMALL, "results-dir": str(tmp_path / folder), **overrides}
+        grid = LocalGrid(client_app, config, num_nodes=grid_nodes, keep_messages=True)
+        run_federation(grid, RunConfig.from_mapping(config))
+        (run_dir,) = (tmp_path / folder).iterdir()
+        with open(run_dir / "rounds.csv") as f:
+            return list(csv.DictReader(f)), grid.sent
+
+    pruned, sent = run("pruned")
+    monkeypatch.setattr(EvaluationRounds, "_eval_recipients", lambda self, r, n: (None, set()))
+    everyone, sent_all = run("everyone")
+    figures = [k for k in pruned[0] if k.startswith(("val-", "test-", "train-", "erank"))]
+    for a, b in zip(pruned, everyone, strict=True):
+        assert {k: a[k] for k in figures} == {k: b[k] for k in figures}
+        assert a["eval-users"] == b["eval-users"]
+    assert int(pruned[0]["bytes-down"]) < int(everyone[0]["bytes-down"])
+    assert pruned[-1]["bytes-down"] == everyone[-1]["bytes-down"]  # last round: all users
+
+    def evaluated(messages, server_round):
+        return [
+            m
+            for m in messages
+            if m.metadata.message_type == "evaluate"
+            and m.content["config"]["server-round"] == server_round
+        ]
+
+    config = RunConfig.from_mapping({**SMALL, **overrides})
+    for server_round in (1, 2, 3):
+        chosen = set(eval_sample(config.seed, server_round, 40, 8).tolist())
+        now = set(participants(config.seed, server_round, 40, 0.25).tolist())
+        following = set(participants(config.seed, server_round + 1, 40, 0.25).tolist())
+        owing = (following - now) - chosen
+        got = {m.metadata.dst_node_id: m for m in evaluated(sent, server_round)}
+        assert len(got) == len(chosen | owing) < 40
+        assert len(evaluated(sent_all, server_round)) == 40
+        rows = sorted(
+            int(record_arrays(m.content["arrays"])["item-rows"].shape[0]) for m in got.values()
+        )
+        assert rows.count(0) == len(owing) and set(rows[len(owing) :]) == {300}
+    assert len(evaluated(sent, 4)) == 40
+    # every node trained after round 1 had sent its request: only the rows it asked for
+    trained = [m for m in sent if m.metadata.message_type == "train"]
+    assert all(
+        "item-ids" in record_arrays(m.content["arrays"])
+        for m in trained
+        if m.content["config"]["server-round"] > 1
+    )
