@@ -88,13 +88,22 @@ class EvaluationRounds:
         following = np.empty(0, dtype=np.int64)
         if server_round < self.config.num_server_rounds:
             following = participants(self.config.seed, server_round + 1, self.num_users, fraction)
-        sampled, owing = set(), set()
-        for node_id, info in self.nodes.items():
-            if np.isin(info.users, chosen).any():
-                sampled.add(node_id)
-            elif np.isin(info.users, following).any() and not np.isin(info.users, now).any():
-                owing.add(node_id)
-        return sampled, owing
+        node_ids = list(self.nodes)
+        users = [self.nodes[node_id].users for node_id in node_ids]
+        owner = np.repeat(np.arange(len(node_ids)), [len(u) for u in users])
+        flat = np.concatenate(users) if users else np.empty(0, dtype=np.int64)
+
+        def holds(selected: np.ndarray) -> np.ndarray:  # per node: holds one of them?
+            mask = np.zeros(self.num_users, dtype=bool)
+            mask[selected] = True
+            return np.bincount(owner, weights=mask[flat], minlength=len(node_ids)) > 0
+
+        sampled_mask = holds(chosen)
+        owing_mask = ~sampled_mask & holds(following) & ~holds(now)
+        return (
+            {node_ids[i] for i in np.flatnonzero(sampled_mask)},
+            {node_ids[i] for i in np.flatnonzero(owing_mask)},
+        )
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
