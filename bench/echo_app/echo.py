@@ -58,9 +58,12 @@ def _exchange(grid: Grid, ids: list[int], kind: str, config, server_round: int) 
     if not ids:
         return
     down, up = int(config[f"{kind}-down-floats"]), int(config[f"{kind}-up-floats"])
+    # One record for every message of the kind, as ours sends one table to every node that
+    # ranks all items: building a fresh payload per message would be the floor's own cost.
+    content = _content(down, **{"up-floats": up})
     messages = [
         Message(
-            _content(down, **{"up-floats": up}),
+            RecordDict({"arrays": content["arrays"], "config": content["config"]}),
             dst_node_id=node,
             message_type=kind,
         )
