@@ -95,7 +95,8 @@ def run_case(text: str, args: argparse.Namespace, work: Path) -> dict:
         "gpus": harness.get("gpus", 0),
     }
     merged = {**project_defaults(), **config}
-    in_flight = None if mode == "inprocess" else window(merged)
+    # ours and its floor send with the same window (flwr modes only)
+    spec["max_in_flight"] = in_flight = None if mode == "inprocess" else window(merged)
     payload, floors = None, []
     if args.bracket and not args.no_floor:  # a floor before ours, one after
         probed = probe(spec, text, work)
@@ -170,8 +171,8 @@ def run_floor(
     """Flower's floor for the case: the echo app, same mode and nodes, ``payload``; its
     median seconds per round (after the first) and peak RSS in MB."""
     echo = {"num-server-rounds": rounds, "nodes": nodes, **payload, "node-wait-timeout": 600.0}
-    if spec["mode"] != "inprocess":  # the floor sends as ours does
-        echo["max-in-flight"] = window({**project_defaults(), **spec["config"]})
+    if spec.get("max_in_flight") is not None:  # the floor sends as ours does
+        echo["max-in-flight"] = spec["max_in_flight"]
     floor_spec = {**spec, "what": "floor", "echo": echo}
     floor_spec["config"] = {"results-dir": str(work / f"floor-{uuid.uuid4().hex[:8]}")}
     print(f"scale: {text}: floor (echo app, {payload})", flush=True)
