@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedrec_flwr.launch import PROJECT, merged_run_config
 from fedrec_flwr.results import TIMING_COLUMNS
+from fedrec_lab.launch import PROJECT, merged_run_config
 
 CASES = [
     f"{method}-ml100k-{protocol}"
@@ -43,10 +43,10 @@ RUNNER = """\
 import json, sys
 import fedrec_flwr
 print("FEDREC_FLWR_FILE=" + fedrec_flwr.__file__, flush=True)
-from fedrec_flwr.client import app as client_app
+from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.local_grid import LocalGrid
-from fedrec_flwr.server import run_federation
+from fedrec_lab.local_grid import LocalGrid
+from fedrec_flwr.server_app import run_federation
 spec = json.loads(sys.argv[1])
 grid = LocalGrid(client_app, spec["config"], spec["nodes"])
 run_federation(grid, RunConfig.from_mapping(spec["config"]))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from reproduce import PAPER
 
-from fedrec_flwr.experiments.cells import scrub_paths
+from fedrec_lab.experiments.cells import scrub_paths
 
 PROJECT = Path(__file__).resolve().parents[1]
 NAME = re.compile(
@@ -41,7 +41,7 @@ def main() -> None:
     groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for summary_file in sorted(Path(args.runs).glob("*/summary.json")):
         match = NAME.match(summary_file.parent.name)
-        # Reference rows (python -m fedrec_flwr.experiments: popularity, itemknn, ...) have
+        # Reference rows (python -m fedrec_lab.experiments: popularity, itemknn, ...) have
         # no rounds.csv: they are tables of their own, not federated runs.
         if match and (summary_file.parent / "rounds.csv").exists():
             key = (match["protocol"], DATASET[match["short"]], match["family"])

@@ -23,10 +23,10 @@ import tomllib
 from collections import defaultdict
 from pathlib import Path
 
-from fedrec_flwr.client import app as client_app
+from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.local_grid import LocalGrid
-from fedrec_flwr.server import run_federation
+from fedrec_flwr.server_app import run_federation
+from fedrec_lab.local_grid import LocalGrid
 
 PROJECT = Path(__file__).resolve().parents[1]
 

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fedrec_flwr.launch import PROJECT, merged_run_config, run
+from fedrec_lab.launch import PROJECT, merged_run_config, run
 
 SHORT = {"ml-100k": "ml100k", "lastfm-2k": "lastfm2k"}
 

@@ -25,7 +25,7 @@ source bench/gpu_env.sh
 timeout 200 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider > "$OUT/pytest-cuda.log" 2>&1 &
 
 study() {  # study <preset stem> <device> <jobs> <patience> [plugin]
-    timeout "$HARD" python3 -m fedrec_flwr.tuning "conf/$1.toml" --data-dir .data --trials 16 \
+    timeout "$HARD" python3 -m fedrec_lab.tuning "conf/$1.toml" --data-dir .data --trials 16 \
         --rounds 100 --patience "$4" --device "$2" --jobs "$3" --timeout "$STOP" \
         ${5:+--plugin-only} --out "$OUT/tuning-strict" > "$OUT/$1.log" 2>&1
     echo "$1: exit $? after $SECONDS s"

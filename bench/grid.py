@@ -21,7 +21,7 @@ import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from fedrec_flwr.tuning import run_trial as run_one
+from fedrec_lab.tuning import run_trial as run_one
 
 PROJECT = Path(__file__).resolve().parents[1]
 

@@ -24,8 +24,8 @@ import torch
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
-from fedrec_flwr.node import NodeRuntime
-from fedrec_flwr.server import initial_item_table
+from fedrec_flwr.node.runtime import NodeRuntime
+from fedrec_flwr.server_app import initial_item_table
 
 PROJECT = Path(__file__).resolve().parents[1]
 PLUG_INS = ("-sam", "-dual")

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The privacy audit's runs in one batch (issue 8), on a 16-core machine without Flower:
-# the plain round loop (fedrec_flwr/privacy/loop.py) on prepared ML-100K splits copied to
+# the plain round loop (fedrec_lab/audit/loop.py) on prepared ML-100K splits copied to
 # $PREPARED/{strict,paper} (from $FEDREC_CACHE_DIR/prepared), results under $OUT.
 #   OUT=out PREPARED=results/privacy-carry bash bench/privacy_batch.sh
 set -u
 export PYTHONPATH=$PWD OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 P=${PREPARED:-results/privacy-carry}
 LIMIT=${LIMIT:-540}
-A="python -m fedrec_flwr.audit --nodes 0 --users 100 --audit-rounds 1 50 100 --rounds 100"
+A="python -m fedrec_lab.audit.command --nodes 0 --users 100 --audit-rounds 1 50 100 --rounds 100"
 S="$A --prepared $P/strict --out $OUT --seeds 0 --methods pfedrec fedmf"
 run() { timeout "$LIMIT" "$@"; }
 # the table: none / ldp / decoys / both, 3 seeds (seed-major: seed 0 finishes first)

@@ -30,12 +30,12 @@ import time
 import traceback
 from pathlib import Path
 
-from fedrec_flwr.client import app as client_app
+from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.launch import PROJECT, merged_run_config
-from fedrec_flwr.local_grid import LocalGrid
 from fedrec_flwr.results import TIMING_COLUMNS, WIRE_COLUMNS
-from fedrec_flwr.server import run_federation
+from fedrec_flwr.server_app import run_federation
+from fedrec_lab.launch import PROJECT, merged_run_config
+from fedrec_lab.local_grid import LocalGrid
 
 PRESETS = [
     f"{method}-{dataset}-{protocol}"

@@ -1,6 +1,6 @@
 """Reproduction table: presets x datasets x protocols x seeds through ``flwr run``.
 
-The tables of issue 10 have their own command, ``python -m fedrec_flwr.experiments <table>``
+The tables of issue 10 have their own command, ``python -m fedrec_lab.experiments <table>``
 (README, Experiments); this script is the free-form grid (any presets, ``--set`` ablations).
 
 Each cell is one run of a preset ``conf/<preset>-<dataset>-<protocol>.toml`` (``--methods``
@@ -32,12 +32,12 @@ import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from fedrec_flwr.baselines import popularity
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.experiments.cells import SHORT, run_federated, scrub_paths
-from fedrec_flwr.experiments.command import parse_override
-from fedrec_flwr.experiments.tables import PAPER
-from fedrec_flwr.launch import PROJECT, merged_run_config, run
+from fedrec_lab.baselines import popularity
+from fedrec_lab.experiments.cells import SHORT, run_federated, scrub_paths
+from fedrec_lab.experiments.command import parse_override
+from fedrec_lab.experiments.tables import PAPER
+from fedrec_lab.launch import PROJECT, merged_run_config, run
 
 __all__ = ["PAPER", "main"]  # bench/collect.py reads PAPER from here
 

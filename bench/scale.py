@@ -17,7 +17,7 @@ Each case runs ``--rounds`` rounds in a process of its own (fresh memory and imp
 Flower's floor: the trivial echo app (``bench/echo_app``) in the same mode on the same nodes,
 moving the same float32 values per round. While each runs, a thread sums the RSS of the whole
 process tree (Ray workers, the SuperLink and its simulation process included; in the flwr
-modes not the launcher's own process): ``bench/scaling/rss.py``. Writes
+modes not the launcher's own process): ``fedrec_lab/scaling/rss.py``. Writes
 ``bench/results/scale/<name>.json`` per case and regenerates ``table.md`` from every JSON there.
 """
 
@@ -60,13 +60,13 @@ def case_config(harness: dict, overrides: dict, rounds: int, data_dir: str | Non
 
 
 def measure(spec: dict, work: Path, label: str) -> tuple[dict, PeakRss]:
-    """Run ``spec`` in a child process (``bench/scaling/runner.py``) while sampling RSS."""
+    """Run ``spec`` in a child process (``fedrec_lab/scaling/runner.py``) while sampling RSS."""
     spec_path, out_path = work / f"{label}-spec.json", work / f"{label}-out.json"
     spec_path.write_text(json.dumps(spec))
     tag = uuid.uuid4().hex
     path = os.pathsep.join(p for p in (str(PROJECT), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, TAG_ENV: tag, "PYTHONPATH": path}
-    command = [sys.executable, "-m", "bench.scaling.runner", str(spec_path), str(out_path)]
+    command = [sys.executable, "-m", "fedrec_lab.scaling.runner", str(spec_path), str(out_path)]
     with PeakRss(include_self=False, tag=tag) as peak:
         child = subprocess.Popen(command, cwd=PROJECT, env=env)
         if spec["mode"] != "inprocess":  # the launcher is not the run
@@ -150,7 +150,7 @@ def run_case(text: str, args: argparse.Namespace, work: Path) -> dict:
 def window(config: dict) -> int:
     """The most messages our server keeps in flight in a flwr mode (0: a round at once)."""
     from fedrec_flwr.config import RunConfig
-    from fedrec_flwr.in_flight import message_window
+    from fedrec_flwr.server.in_flight import message_window
 
     return message_window(RunConfig.from_mapping(config))
 
@@ -200,7 +200,7 @@ def code_revision() -> str:
                 "--",
                 "fedrec_flwr",
                 "bench/scale.py",
-                "bench/scaling",
+                "fedrec_lab/scaling",
             ],
             cwd=PROJECT,
             capture_output=True,

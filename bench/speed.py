@@ -21,11 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from fedrec_flwr.client import app as client_app
+from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.launch import PROJECT, merged_run_config, run
-from fedrec_flwr.local_grid import LocalGrid
-from fedrec_flwr.server import run_federation
+from fedrec_flwr.server_app import run_federation
+from fedrec_lab.launch import PROJECT, merged_run_config, run
+from fedrec_lab.local_grid import LocalGrid
 
 
 def round_seconds(run_dir: Path) -> list[float]:

@@ -18,10 +18,10 @@ measurement the server keeps for ``per-user.csv``, not part of the recommender's
 
 Scalars travel in ``metrics`` (MetricRecord) and ``config`` (ConfigRecord: ``server-round``,
 and what a node needs to keep its state on disk: ``run-key``, ``session``, ``restore-round``,
-``checkpoint-dir``, see :mod:`fedrec_flwr.state_store`; in the handshake reply, the ``data-*``
+``checkpoint-dir``, see :mod:`fedrec_flwr.node.state_store`; in the handshake reply, the ``data-*``
 fields of the node's data identity, :class:`fedrec_flwr.data.device.DataIdentity`). Besides
 the handshake (``query``), ``query.checkpoint`` and ``query.restore`` carry only a config
-(:mod:`fedrec_flwr.checkpoint`).
+(:mod:`fedrec_flwr.server.checkpoint`).
 
 On the wire, a record of two or more arrays holds them in one Flower ``Array``, ``packed``
 (:func:`pack`): every Flower ``Array`` is two objects (array and chunk) that the SuperLink
@@ -221,7 +221,7 @@ def allowed_upload_keys(shared_dense: tuple[str, ...]) -> frozenset[str]:
 
 def read_reply(msg: Message) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """(arrays as numpy, metrics) of a reply; ``ValueError`` saying what is missing or
-    unreadable (the reply is then rejected, see :mod:`fedrec_flwr.validation`)."""
+    unreadable (the reply is then rejected, see :mod:`fedrec_flwr.server.validation`)."""
     records = {}
     for name, kind in ((ARRAYS, ArrayRecord), (METRICS, MetricRecord)):
         if name not in msg.content or not isinstance(msg.content[name], kind):

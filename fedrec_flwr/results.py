@@ -80,7 +80,7 @@ class RunRecorder:
         resumed_rows: list[dict[str, Any]] | None = None,
     ) -> None:
         """``resumed_rows``: a resumed run's rows up to its checkpoint, whose
-        ``rounds.csv`` holds them already (:mod:`fedrec_flwr.checkpoint`)."""
+        ``rounds.csv`` holds them already (:mod:`fedrec_flwr.server.checkpoint`)."""
         self.run_dir = run_dir
         self.config = config
         self.metrics = reported_metrics(config.protocol)

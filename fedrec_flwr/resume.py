@@ -1,7 +1,7 @@
 """Resuming a stopped or crashed run: ``resume = "<run-dir>"`` (or ``fedrec --resume``).
 
 The run continues in its own folder from its last committed checkpoint
-(:mod:`fedrec_flwr.checkpoint`), once its configuration is checked: every key must have the
+(:mod:`fedrec_flwr.server.checkpoint`), once its configuration is checked: every key must have the
 value the run was started with (``config.json``), except the :data:`OPERATIONAL_KEYS`, which
 do not change what is computed; the nodes' data must be the data it started on. What differs
 is refused, naming the keys. A run without a committed checkpoint starts again at round 1 in

@@ -28,17 +28,17 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, RecordDict
 
-from fedrec_flwr.client import STATE_KEY, load_state, save_state
-from fedrec_flwr.client import app as client_app
+from fedrec_flwr.client_app import STATE_KEY, load_state, save_state
+from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
-from fedrec_flwr.local_grid import LocalGrid
 from fedrec_flwr.messages import DENSE_PREFIX, allowed_upload_keys, record_arrays
 from fedrec_flwr.methods import ROWS, Method, Role, build_method
-from fedrec_flwr.node import NodeRuntime, NodeState
+from fedrec_flwr.node.runtime import NodeRuntime, NodeState
+from fedrec_flwr.node.training import RoundSamples, autograd_grads, epoch_steps, local_update
 from fedrec_flwr.results import TIMING_COLUMNS, RunRecorder
-from fedrec_flwr.server import initial_item_table, run_federation
-from fedrec_flwr.training import RoundSamples, autograd_grads, epoch_steps, local_update
+from fedrec_flwr.server_app import initial_item_table, run_federation
+from fedrec_lab.local_grid import LocalGrid
 
 #: The small federation every run-level test uses (20 users x 200 items, 3 rounds).
 TINY: dict[str, Any] = {

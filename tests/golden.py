@@ -5,7 +5,7 @@ change to any number fails CI.
 Each family takes the method keys of its ``conf/<family>-ml100k-strict.toml`` preset (and
 ``pfedrec-paper`` those of ``conf/pfedrec-ml100k-paper.toml``, for the paper protocol's code)
 but runs on the synthetic dataset (40 users x 300 items), 3 rounds, in-process on 2 nodes
-(the real ServerApp and ClientApp through :class:`~fedrec_flwr.local_grid.LocalGrid`).
+(the real ServerApp and ClientApp through :class:`~fedrec_lab.local_grid.LocalGrid`).
 Recorded: the train loss of every round and the validation and test metrics of the last
 round.
 
@@ -66,10 +66,10 @@ def preset(family: str) -> Path:
 
 def run_family(family: str, folder: Path) -> dict:
     """Run one family; return its recorded numbers."""
-    from fedrec_flwr.client import app as client_app
+    from fedrec_flwr.client_app import app as client_app
     from fedrec_flwr.config import RunConfig
-    from fedrec_flwr.local_grid import LocalGrid
-    from fedrec_flwr.server import run_federation
+    from fedrec_flwr.server_app import run_federation
+    from fedrec_lab.local_grid import LocalGrid
 
     mapping = {
         **tomllib.loads(preset(family).read_text()),

@@ -17,7 +17,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedrec_flwr.in_flight import send_and_receive
+from fedrec_flwr.server.in_flight import send_and_receive
 
 server = ServerApp()
 client = ClientApp()

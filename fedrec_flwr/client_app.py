@@ -1,0 +1,235 @@
+"""Flower ClientApp: thin glue between Flower messages and :class:`NodeRuntime`."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from flwr.app import ConfigRecord, Context, Message
+from flwr.clientapp import ClientApp
+
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data.device import DataIdentity, DeviceData, run_conflict, shared_identity
+from fedrec_flwr.data.prepared import PreparedData, prepare
+from fedrec_flwr.messages import (
+    ARRAYS,
+    CONFIG,
+    PER_USER,
+    array_record,
+    dense_arrays,
+    read_dense,
+    read_rows,
+    record_arrays,
+    reply,
+)
+from fedrec_flwr.node import state_store
+from fedrec_flwr.node import timing as node_timing
+from fedrec_flwr.node.faults import inject_fault
+from fedrec_flwr.node.runtime import NodeRuntime, NodeState
+
+app = ClientApp(mods=node_timing.mods(lambda context: node_runtime(context)))
+STATE_KEY = "node-state"
+_RUNTIMES: dict[tuple, NodeRuntime] = {}
+_DEVICES: dict[str, DeviceData] = {}
+
+
+def node_data(context: Context) -> tuple[PreparedData, int, int]:
+    """(data, partition-id, num-partitions) of this node.
+
+    With node config ``data-path`` the node reads only that device folder (written by
+    ``python -m fedrec_flwr.data.export``; its manifest gives the partition, and
+    ``partition-id``/``num-partitions``, if given, must agree); else the shared prepared split
+    of the run's dataset, and ``partition-id``/``num-partitions`` say which users are its own.
+    """
+    node_config = context.node_config
+    path = str(node_config.get("data-path", "") or "")
+    if not path:
+        config = RunConfig.from_mapping(context.run_config)
+        partition = int(node_config["partition-id"])
+        return prepare(config), partition, int(node_config["num-partitions"])
+    if path not in _DEVICES:
+        _DEVICES[path] = DeviceData(path)
+    data = _DEVICES[path]
+    own = {"partition-id": data.partition_id, "num-partitions": data.num_partitions}
+    for key, value in own.items():
+        if key in node_config and int(node_config[key]) != value:
+            raise ValueError(
+                f"node config {key}={node_config[key]} but data-path {path} holds "
+                f"{key}={value}: give the device its own folder, or drop {key}."
+            )
+    return data, data.partition_id, data.num_partitions
+
+
+def data_identity(context: Context) -> DataIdentity:
+    """What this node's data is (told to the server in the handshake)."""
+    data, _, _ = node_data(context)
+    if isinstance(data, DeviceData):
+        return data.identity()
+    return shared_identity(data, RunConfig.from_mapping(context.run_config).seed)
+
+
+def node_runtime(context: Context) -> NodeRuntime:
+    """This node's runtime (cached per process: data and config are loaded once)."""
+    key = (
+        tuple(sorted(context.node_config.items())),
+        tuple(sorted(context.run_config.items())),
+    )
+    if key not in _RUNTIMES:
+        config = RunConfig.from_mapping(context.run_config)
+        if config.torch_threads:
+            torch.set_num_threads(config.torch_threads)
+        data, partition, num_partitions = node_data(context)
+        _RUNTIMES[key] = NodeRuntime(config, data, partition, num_partitions)
+    return _RUNTIMES[key]
+
+
+def load_state(
+    context: Context, runtime: NodeRuntime, msg: Message | None = None, max_round: int = 0
+) -> NodeState:
+    """The node's private state from ``context.state``; when that is empty, from disk if the
+    node kept it there (:func:`fedrec_flwr.node.state_store.recover`, a state written after
+    ``max_round`` at most), else fresh."""
+    if STATE_KEY in context.state:
+        return NodeState.from_arrays(record_arrays(context.state[STATE_KEY], "state array"))
+    state = None if msg is None else state_store.recover(context, runtime, msg, max_round)
+    if state is None:
+        return runtime.initial_state()
+    save_state(context, state)
+    return state
+
+
+def save_state(context: Context, state: NodeState) -> None:
+    context.state[STATE_KEY] = array_record(**state.to_arrays())
+
+
+def _with_request(runtime: NodeRuntime, server_round: int, arrays: dict, metrics: dict) -> None:
+    """Add the ids of the rows this node's users train next round (if there is one)."""
+    next_round = server_round + 1
+    if next_round <= runtime.config.num_server_rounds:
+        arrays["next_items"] = runtime.train_request(next_round)
+        metrics["next-round"] = next_round
+    else:
+        metrics["next-round"] = 0
+
+
+@app.query()
+def hello(msg: Message, context: Context) -> Message:
+    """Handshake: what data this node holds, its users and the rows it needs.
+
+    Data that does not fit the run (dataset, protocol, seed) is reported without the rest:
+    the server refuses it with the reason.
+    """
+    identity = data_identity(context)
+    run = RunConfig.from_mapping(context.run_config)
+    known = {CONFIG: ConfigRecord(identity.to_record())}
+    if run_conflict(identity, run.dataset, run.protocol, run.seed):
+        return _reply(msg, {}, {}, records=known)
+    runtime = node_runtime(context)
+    arrays: dict[str, np.ndarray] = {"users": runtime.users}
+    eval_items = runtime.eval_items()
+    if eval_items is not None:
+        arrays["eval_items"] = eval_items
+    metrics = {
+        "partition-id": runtime.partition_id,
+        "num-partitions": runtime.num_partitions,
+        "num-items": runtime.prepared.num_items,
+    }
+    _with_request(runtime, 0, arrays, metrics)
+    return _reply(msg, arrays, metrics, records=known)
+
+
+def _received(msg: Message) -> tuple[int, np.ndarray | None, np.ndarray, dict, dict]:
+    """(server round, item ids or None for the full table, item rows, shared-dense
+    parameters, every array by name) of a message (rows sent as zero ids come back as zero
+    rows)."""
+    received = record_arrays(msg.content[ARRAYS])
+    item_ids, item_rows = read_rows(received)
+    return (
+        int(msg.content[CONFIG]["server-round"]),
+        item_ids,
+        item_rows,
+        read_dense(received),
+        received,
+    )
+
+
+def _reply(
+    msg: Message, arrays: dict[str, np.ndarray], metrics: dict, dense=None, records=None
+) -> Message:
+    out = reply(msg, array_record(dense_arrays(dense or {}), **arrays), metrics)
+    for name, extra in (records or {}).items():
+        out.content[name] = extra
+    return out
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    """Train the selected users on the rows received; upload their summed tuned rows
+    (unless ``fault-fraction`` draws this node to fail: :mod:`fedrec_flwr.node.faults`)."""
+    runtime = node_runtime(context)
+    inject_fault(runtime.config, int(msg.content[CONFIG]["server-round"]), runtime.partition_id)
+    server_round, item_ids, item_rows, dense, received = _received(msg)
+    users = received["train-users"]
+    result, state = runtime.train(
+        load_state(context, runtime, msg, server_round - 1),
+        server_round,
+        users,
+        item_ids,
+        item_rows,
+        dense,
+    )
+    save_state(context, state)
+    state_store.persist_latest(context, runtime, msg, state, server_round)
+    arrays = {
+        "item_ids": result.item_ids,
+        "row_sums": result.row_sums,
+        "row_counts": result.row_counts,
+    }
+    if len(result.zero_ids):
+        arrays.update(zero_ids=result.zero_ids, zero_counts=result.zero_counts)
+    metrics = {
+        "num-users": result.num_users,
+        "num-samples": result.num_samples,
+        "loss-sum": result.loss_sum,
+    }
+    _with_request(runtime, server_round, arrays, metrics)
+    return _reply(msg, arrays, metrics, result.dense_sums)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    """Score this node's users (all, or those of the round's ``eval-users`` sample) under
+    the run's protocol; reply with metric sums, and each evaluated user's metrics in the
+    ``per-user`` record."""
+    runtime = node_runtime(context)
+    server_round, item_ids, item_rows, dense, _ = _received(msg)
+    state = load_state(context, runtime, msg, server_round)
+    config = msg.content[CONFIG]
+    sample = int(config["eval-users"]) if "eval-users" in config else 0
+    users = runtime.eval_positions(server_round, sample)
+    metrics, user_ids, user_metrics = runtime.evaluate_users(
+        state, item_ids, item_rows, dense, users
+    )
+    arrays: dict[str, np.ndarray] = {}
+    if not runtime.trains_in(server_round):  # else its train reply already asked
+        _with_request(runtime, server_round, arrays, metrics)
+    per_user = array_record(user_ids=user_ids, user_metrics=user_metrics)
+    return _reply(msg, arrays, metrics, records={PER_USER: per_user})
+
+
+@app.query("checkpoint")
+def checkpoint(msg: Message, context: Context) -> Message:
+    """The server checkpoints round ``server-round``: write this node's state after it
+    (:mod:`fedrec_flwr.node.state_store`); reply with the bytes written."""
+    runtime = node_runtime(context)
+    state = load_state(context, runtime, msg, int(msg.content[CONFIG]["server-round"]))
+    written = state_store.write_checkpoint(context, runtime, msg, state)
+    return _reply(msg, {}, {"partition-id": runtime.partition_id, "bytes": written})
+
+
+@app.query("restore")
+def restore(msg: Message, context: Context) -> Message:
+    """A resumed run starts: load this node's state of the checkpoint round (refused, with
+    the reason, if it does not belong to this run, partition, configuration or data)."""
+    runtime = node_runtime(context)
+    save_state(context, state_store.restore(context, runtime, msg))
+    return _reply(msg, {}, {"partition-id": runtime.partition_id})

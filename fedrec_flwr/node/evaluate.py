@@ -1,0 +1,141 @@
+"""A node's evaluation: its users' ranks under the run's protocol, as metric sums and per-user
+values, on all users or the round's ``eval-users`` sample, and the effective rank of the rows
+a seeded sample of users scores with (:class:`NodeEvaluation`, mixed into
+:class:`fedrec_flwr.node.runtime.NodeRuntime`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from fedrec_flwr.evaluation import metric_terms, sampled_metric_terms, stacked
+from fedrec_flwr.node.protocols import held_items, user_rows
+from fedrec_flwr.partition import eval_sample
+from fedrec_flwr.spectrum import effective_rank, erank_users
+
+if TYPE_CHECKING:
+    from fedrec_flwr.node.runtime import NodeState
+
+
+class NodeEvaluation:
+    """Evaluation of a node's users. The runtime provides ``config``, ``prepared``,
+    ``method``, ``protocol``, ``users``, ``partition_id``, ``num_partitions``, ``device`` and
+    ``positions_of``."""
+
+    @torch.no_grad()
+    def evaluate(
+        self,
+        state: NodeState,
+        item_ids: np.ndarray | None,
+        item_rows: np.ndarray,
+        dense: dict[str, np.ndarray] | None = None,
+        positions: np.ndarray | None = None,
+    ) -> dict[str, float]:
+        """Metric sums over this node's users (those at ``positions``; None = all):
+        ``val-hr@10``, ..., ``test-mrr`` (and under ``strict`` ``val-s100-hr@10``, ...,
+        ``test-s100-ndcg@10``), ``num-users``."""
+        return self.evaluate_users(state, item_ids, item_rows, dense, positions)[0]
+
+    @torch.no_grad()
+    def evaluate_users(
+        self,
+        state: NodeState,
+        item_ids: np.ndarray | None,
+        item_rows: np.ndarray,
+        dense: dict[str, np.ndarray] | None = None,
+        positions: np.ndarray | None = None,
+    ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+        """:meth:`evaluate`'s sums, the evaluated users' global ids (int64 [a]) and their
+        per-user values (float64 [a, 2 * metrics]: the ``val-*`` metrics, then the ``test-*``
+        ones, each in ``reported_metrics`` order, whose column sums are the sums)."""
+        protocol = self.protocol
+        totals = {f"{split}-{name}": 0.0 for split in ("val", "test") for name in protocol.metrics}
+        per_user = []
+        chunk = self.method.eval_chunk
+        evaluated = np.arange(len(self.users)) if positions is None else positions
+        for lo in range(0, len(evaluated), chunk):
+            positions = evaluated[lo : lo + chunk]
+            params = self._eval_params(state, positions, dense or {})
+            ranks = protocol.ranks(
+                self.method,
+                params,
+                state.personal,
+                positions,
+                self.users[positions],
+                item_ids,
+                item_rows,
+                state.private_rows,
+            )
+            columns = []
+            for split, full, sampled in (
+                ("val", ranks.val, ranks.sampled_val),
+                ("test", ranks.test, ranks.sampled_test),
+            ):
+                terms = metric_terms(full, protocol.name)
+                if sampled is not None:  # strict: the sampled-100 metrics of the same scores
+                    terms |= sampled_metric_terms(sampled)
+                for name, values in terms.items():
+                    totals[f"{split}-{name}"] += float(values.sum())
+                columns.append(stacked(terms, len(positions)))
+            per_user.append(np.concatenate(columns, axis=1))
+            for j in np.flatnonzero(np.isin(positions, self.erank_positions)):
+                erank = self._personal_erank(state, params, positions, j, item_ids, item_rows)
+                if erank is not None:
+                    totals["erank-personal-sum"] = totals.get("erank-personal-sum", 0.0) + erank
+                    totals["erank-personal-users"] = totals.get("erank-personal-users", 0.0) + 1
+        totals["num-users"] = float(len(evaluated))
+        width = 2 * len(protocol.metrics)
+        values = np.concatenate(per_user) if per_user else np.empty((0, width), np.float64)
+        return totals, np.asarray(self.users[evaluated], dtype=np.int64), values
+
+    def eval_positions(self, server_round: int, sample: int) -> np.ndarray | None:
+        """Positions of this node's users in the round's evaluation sample of ``sample``
+        users (``eval-users``; None = all users)."""
+        if sample <= 0 or sample >= self.prepared.num_users:
+            return None
+        chosen = eval_sample(self.config.seed, server_round, self.prepared.num_users, sample)
+        return self.positions_of(chosen[chosen % self.num_partitions == self.partition_id])
+
+    @property
+    def erank_positions(self) -> np.ndarray:
+        """Positions of this node's users in the seeded sample whose personal rows are
+        measured (none if the method keeps no personal or private rows)."""
+        if not (self.method.personal_rows or self.method.private_row_names()):
+            return np.empty(0, dtype=np.int64)
+        sample = erank_users(self.config.seed, self.prepared.num_users)
+        return self.positions_of(sample[sample % self.num_partitions == self.partition_id])
+
+    def _personal_erank(self, state, params, positions, j, item_ids, item_rows) -> float | None:
+        """Effective rank of what user ``positions[j]``'s score function reads for the items
+        it holds personal or private rows of (among the rows evaluation received)."""
+        position = int(positions[j])
+        items = held_items(state.personal, state.private_rows, position)
+        if item_ids is not None:
+            items = items[np.isin(items, item_ids)]
+        if len(items) < 2:
+            return None
+        rows, extras = user_rows(
+            self.method,
+            state.personal,
+            state.private_rows,
+            positions[j : j + 1],
+            items[None],
+            item_ids,
+            item_rows,
+        )
+        user = {n: v[j : j + 1] for n, v in params.items()}
+        user.update({n: torch.from_numpy(v).to(self.device) for n, v in extras.items()})
+        reps = self.method.represent(user, torch.from_numpy(rows).to(self.device))[0]
+        return effective_rank(reps.cpu())
+
+    def _eval_params(
+        self, state: NodeState, positions: np.ndarray, dense: dict[str, np.ndarray]
+    ) -> dict[str, torch.Tensor]:
+        index = torch.from_numpy(positions)
+        params = {k: v[index].to(self.device) for k, v in state.private.items()}
+        for name in self.method.shared_dense_names():
+            value = torch.from_numpy(np.asarray(dense[name], np.float32)).to(self.device)
+            params[name] = value.unsqueeze(0).expand(len(positions), *value.shape)
+        return params

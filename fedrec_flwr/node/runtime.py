@@ -1,0 +1,376 @@
+"""One node's work, without Flower: its users, their private state, train and evaluate.
+
+Node ``p`` of ``N`` holds the users ``u`` with ``u mod N == p``: ``N`` = number of users is one
+user per node (the faithful mode), a smaller ``N`` packs users (the fast mode). Every draw
+is keyed by (seed, user, round), and the users of a node are trained as one batch of
+disjoint per-user parameters, so the metrics do not depend on ``N``.
+
+What leaves a node is decided by the method's parameter roles: the sums over its users of
+their tuned item rows (ids, counts) and of their tuned shared-dense parameters, the ids of the
+rows it needs next, and metric sums. What stays (``NodeState``): every private parameter and
+the personal-row store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data.prepared import PreparedData
+from fedrec_flwr.methods import ROWS, Method, build_method
+from fedrec_flwr.node.accelerator import torch_device
+from fedrec_flwr.node.evaluate import NodeEvaluation
+from fedrec_flwr.node.personal import KEY_STRIDE, PersonalRows
+from fedrec_flwr.node.protocols import build_protocol, lookup_rows
+from fedrec_flwr.node.training import (
+    build_round_samples,
+    distinct_items,
+    local_update,
+    max_samples_per_user,
+    user_round_items,
+    users_round_items,
+)
+from fedrec_flwr.partition import participants, users_of_partition
+from fedrec_flwr.privacy import uploads
+
+
+@dataclass
+class NodeState:
+    """Private state of a node's users, indexed by position in the node's user list:
+    private parameters, personal rows (tuned copies of item rows) and, per ``private-rows``
+    parameter, the rows each user has trained (rows it never trained are zero)."""
+
+    private: dict[str, torch.Tensor]
+    personal: PersonalRows
+    private_rows: dict[str, PersonalRows] = field(default_factory=dict)
+
+    PREFIX = "private/"
+    ROWS_PREFIX = "private-rows/"
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Flat numpy arrays (for ``context.state``)."""
+        arrays = {self.PREFIX + k: v.cpu().numpy() for k, v in self.private.items()}
+        arrays.update(self.personal.to_arrays())
+        for name, store in self.private_rows.items():
+            prefix = f"{self.ROWS_PREFIX}{name}/"
+            arrays.update({prefix + k: v for k, v in store.to_arrays().items()})
+        return arrays
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> NodeState:
+        """Inverse of :meth:`to_arrays`."""
+        private = {
+            k[len(cls.PREFIX) :]: torch.from_numpy(np.array(v))
+            for k, v in arrays.items()
+            if k.startswith(cls.PREFIX)
+        }
+        stores: dict[str, dict[str, np.ndarray]] = {}
+        for key, value in arrays.items():
+            if key.startswith(cls.ROWS_PREFIX):
+                name, _, array = key[len(cls.ROWS_PREFIX) :].rpartition("/")
+                stores.setdefault(name, {})[array] = value
+        return cls(
+            private=private,
+            personal=PersonalRows.from_arrays(arrays),
+            private_rows={name: PersonalRows.from_arrays(a) for name, a in stores.items()},
+        )
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a node uploads after training (and the metrics it reports)."""
+
+    item_ids: np.ndarray  # sorted distinct items its users trained (non-zero sums)
+    row_sums: np.ndarray  # [k, r]: sum over its users of their tuned rows
+    row_counts: np.ndarray  # [k]: number of its users that trained each row
+    num_users: int
+    num_samples: int
+    loss_sum: float
+    dense_sums: dict[str, np.ndarray] = field(default_factory=dict)
+    # Trained rows whose sum is zero (sparse methods: sent as ids only) and their counts.
+    zero_ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    zero_counts: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+
+
+SUM_CHUNK = 1 << 16  # rows converted to float64 at a time by float64_row_sums
+
+
+def float64_row_sums(inverse: np.ndarray, rows: np.ndarray, num_out: int) -> torch.Tensor:
+    """``out[inverse[k]] += rows[k]`` in float64, in row order, a chunk at a time (the same
+    sums as one ``index_add_`` without a float64 copy of the whole flat table)."""
+    sums = torch.zeros((num_out, rows.shape[1]), dtype=torch.float64)
+    index, source = torch.from_numpy(inverse), torch.from_numpy(rows)
+    for lo in range(0, len(rows), SUM_CHUNK):
+        sums.index_add_(0, index[lo : lo + SUM_CHUNK], source[lo : lo + SUM_CHUNK].double())
+    return sums
+
+
+class NodeRuntime(NodeEvaluation):
+    """The users of partition ``partition_id`` of ``num_partitions`` and their method."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        prepared: PreparedData,
+        partition_id: int,
+        num_partitions: int,
+    ) -> None:
+        if not 0 <= partition_id < num_partitions:
+            raise ValueError(
+                f"partition-id={partition_id} must lie in [0, num-partitions={num_partitions})."
+            )
+        self.config = config
+        self.prepared = prepared
+        self.partition_id = partition_id
+        self.num_partitions = num_partitions
+        self.users = users_of_partition(partition_id, num_partitions, prepared.num_users)
+        self.method: Method = build_method(config, prepared.num_items)
+        self.protocol = build_protocol(config.protocol, prepared, config.seed)
+        self.device = torch_device(config)
+        self.max_samples = max_samples_per_user(prepared, config)
+        self._planned: tuple[int, dict] = (0, {})  # (round, user -> (items, labels))
+        self._selected: tuple[int, np.ndarray] = (-1, self.users[:0])
+
+    # ------------------------------------------------------------------ state
+    def initial_state(self) -> NodeState:
+        """Fresh private parameters (keyed by (seed, user)) and no personal rows.
+
+        Dense parameters that the method keeps private (dual personalisation) start, for
+        every user, from the method's one dense initialisation.
+        """
+        private = self.method.init_private(self.users)
+        dense = self.method.init_dense()
+        for name in self.method.kept_private_names():
+            if name in dense:
+                value = torch.from_numpy(dense[name])
+                private[name] = value.unsqueeze(0).repeat(len(self.users), *[1] * value.dim())
+        empty = PersonalRows.empty(len(self.users), self.method.row_dim)
+        return NodeState(private, empty, {name: empty for name in self.method.private_row_names()})
+
+    def positions_of(self, users: np.ndarray) -> np.ndarray:
+        """Positions in this node's user list of global user ids (which must belong here)."""
+        users = np.asarray(users, dtype=np.int64)
+        if np.any(users % self.num_partitions != self.partition_id) or np.any(
+            users >= self.prepared.num_users
+        ):
+            raise ValueError(
+                f"node {self.partition_id}/{self.num_partitions} was asked about users it does "
+                "not hold; check that every node has the same num-partitions."
+            )
+        return (users - self.partition_id) // self.num_partitions
+
+    # --------------------------------------------------------------- requests
+    def eval_items(self) -> np.ndarray | None:
+        """Item rows evaluation needs (sorted), or None for all of them (full ranking)."""
+        return self.protocol.eval_items(self.users)
+
+    def train_request(self, server_round: int) -> np.ndarray:
+        """Items this node's participants of ``server_round`` will train (sorted).
+
+        The draws are kept for that round's training (when this process runs it).
+        """
+        selected = self.selected(server_round)
+        drawn = users_round_items(self.prepared, self.config, selected, server_round)
+        planned = {int(u): pair for u, pair in zip(selected, drawn, strict=True)}
+        self._planned = (server_round, planned)
+        if not planned:
+            return np.empty(0, dtype=np.int64)
+        requested = [
+            uploads.with_decoys(self.prepared, self.config, user, items)
+            for user, (items, _) in planned.items()
+        ]
+        return distinct_items(np.concatenate(requested), self.prepared.num_items)[0]
+
+    def _items_of(self, server_round: int):
+        """The (items, labels) of a user in ``server_round``, reusing planned draws."""
+        planned_round, planned = self._planned
+        planned = planned if planned_round == server_round else {}
+        self._planned = (0, {})
+
+        def items_of(user: int) -> tuple[np.ndarray, np.ndarray]:
+            if user in planned:
+                return planned[user]
+            return user_round_items(self.prepared, self.config, user, server_round)
+
+        return items_of
+
+    def trains_in(self, server_round: int) -> bool:
+        """Does any user of this node train in ``server_round``?"""
+        return len(self.selected(server_round)) > 0
+
+    def participants(self, server_round: int) -> np.ndarray:
+        return participants(
+            self.config.seed, server_round, self.prepared.num_users, self.config.fraction_train
+        )
+
+    def selected(self, server_round: int) -> np.ndarray:
+        """This node's users that train in ``server_round`` (sorted; the latest round's are
+        kept: a message asks for them two or three times)."""
+        if self._selected[0] != server_round:
+            chosen = self.participants(server_round)  # sorted, distinct
+            users = self.users[:0]
+            if len(chosen):
+                where = np.minimum(np.searchsorted(chosen, self.users), len(chosen) - 1)
+                users = self.users[chosen[where] == self.users]
+            self._selected = (server_round, users)
+        return self._selected[1]
+
+    # ------------------------------------------------------------------ train
+    def train(
+        self,
+        state: NodeState,
+        server_round: int,
+        users: np.ndarray,
+        item_ids: np.ndarray | None,
+        item_rows: np.ndarray,
+        dense: dict[str, np.ndarray] | None = None,
+    ) -> tuple[TrainResult, NodeState]:
+        """Train ``users`` starting from the global rows (``item_ids`` None = full table)
+        and the global shared-dense parameters ``dense``."""
+        positions = self.positions_of(users)
+        samples = build_round_samples(
+            self.prepared,
+            self.config,
+            users,
+            positions,
+            server_round,
+            items_of=self._items_of(server_round),
+        )
+        params = self._round_params(state, positions, dense or {})
+        received = lookup_rows(samples.row_items, item_ids, item_rows)
+        per_user = uploads.per_user_uploads(self.config)
+        sent = received.copy() if per_user else received  # the global rows, for LDP
+        for name in self.method.global_row_names():  # the frozen global view
+            params[name] = torch.from_numpy(received.copy()).to(self.device)
+        if self.method.train_from_personal:  # the local rows persist
+            local = state.personal.gathered(self._row_positions(samples), samples.row_items)
+            held = np.isin(
+                self._row_positions(samples) * KEY_STRIDE + samples.row_items,
+                state.personal.keys(),
+            )
+            received = np.where(held[:, None], local, received)
+        params[ROWS] = torch.from_numpy(received).to(self.device)
+        for name in self.method.private_row_names():
+            params[name] = torch.from_numpy(self._gathered(state.private_rows[name], samples)).to(
+                self.device
+            )
+        loss_sum, num_samples = local_update(
+            self.method, samples, params, self.config, server_round, self.max_samples
+        )
+        tuned = params[ROWS].cpu().numpy()
+        threshold = self.method.zero_threshold
+        if threshold is not None:  # rows at or below the threshold count (and travel) as zero
+            tuned[np.abs(tuned).max(axis=1, initial=0.0) <= threshold] = 0.0
+
+        up_items, up_rows = samples.row_items, tuned
+        if per_user:  # each user's upload on its own: LDP, decoys (fedrec_flwr/privacy)
+            up_items, up_rows = uploads.user_uploads(
+                self.prepared,
+                self.config,
+                server_round,
+                samples.users,
+                samples.row_offsets,
+                samples.row_items,
+                tuned,
+                sent,
+                lambda items: lookup_rows(items, item_ids, item_rows),
+            )
+        item_ids_up, inverse = distinct_items(up_items, self.prepared.num_items)
+        sums = float64_row_sums(inverse, up_rows, len(item_ids_up))
+        counts = np.bincount(inverse, minlength=len(item_ids_up)).astype(np.int64)
+        one = len(users) == 1
+        # One user: its float32 values as they are; several: exact float64 sums, so the
+        # server's aggregate does not depend on how users are packed into nodes.
+        row_sums = up_rows if one else sums.numpy()
+        nonzero = np.ones(len(item_ids_up), dtype=bool)
+        if threshold is not None:
+            nonzero = row_sums.any(axis=1)
+        result = TrainResult(
+            item_ids=item_ids_up[nonzero],
+            row_sums=row_sums[nonzero],
+            row_counts=counts[nonzero],
+            zero_ids=item_ids_up[~nonzero],
+            zero_counts=counts[~nonzero],
+            num_users=len(users),
+            num_samples=num_samples,
+            loss_sum=loss_sum,
+            dense_sums={
+                name: params[name][0].cpu().numpy()
+                if one
+                else params[name].cpu().double().sum(0).numpy()
+                for name in self.method.shared_dense_names()
+            },
+        )
+        private = {k: v.clone() for k, v in state.private.items()}
+        index = torch.from_numpy(positions)
+        for name in private:
+            private[name][index] = params[name].cpu()
+        personal = state.personal
+        if self.method.personal_rows:
+            personal = self._kept_rows(personal, samples, tuned)
+        private_rows = {  # rows at or below the zero threshold are zero: not kept
+            name: store.merged(
+                self._row_positions(samples),
+                samples.row_items,
+                params[name].cpu().numpy(),
+                zero_at=threshold,
+            )
+            for name, store in state.private_rows.items()
+        }
+        return result, NodeState(private, personal, private_rows)
+
+    @staticmethod
+    def _row_positions(samples) -> np.ndarray:
+        """The node position of the user owning each flat row of the round."""
+        return np.repeat(samples.positions, np.diff(samples.row_offsets))
+
+    def _gathered(self, store: PersonalRows, samples) -> np.ndarray:
+        """The flat table of the round's row blocks from a private-row store (zero rows for
+        items a user never trained)."""
+        return store.gathered(self._row_positions(samples), samples.row_items)
+
+    def _round_params(
+        self, state: NodeState, positions: np.ndarray, dense: dict[str, np.ndarray]
+    ) -> dict[str, torch.Tensor]:
+        """The round users' tensors: their private parameters, and a copy per user of the
+        global shared-dense parameters."""
+        index = torch.from_numpy(positions)
+        params = {k: v[index].to(self.device) for k, v in state.private.items()}
+        for name in self.method.shared_dense_names():
+            if name not in dense:
+                raise RuntimeError(
+                    f"the server sent no '{name}' (shared-dense parameter of "
+                    f"{self.method.name}): do server and node run the same method?"
+                )
+            value = torch.from_numpy(np.asarray(dense[name], np.float32)).to(self.device)
+            params[name] = value.unsqueeze(0).repeat(len(positions), *[1] * value.dim())
+        return params
+
+    def _kept_rows(self, personal: PersonalRows, samples, tuned: np.ndarray) -> PersonalRows:
+        """The trained users' personal rows become this round's tuned rows (filtered by the
+        protocol: under ``paper`` only rows among the user's candidates are kept)."""
+        if self.method.train_from_personal:  # local rows persist: keep every trained row
+            return personal.merged(self._row_positions(samples), samples.row_items, tuned)
+        keep = self.protocol.keep_personal_rows(
+            samples.users, samples.row_offsets, samples.row_items
+        )
+        if self.config.keep_personal_rows == "positives":
+            keep &= self._train_positive_rows(samples)
+        positions, items = self._row_positions(samples), samples.row_items
+        if not keep.all():
+            positions, items, tuned = positions[keep], items[keep], tuned[keep]
+        return personal.replaced(samples.positions, positions, items, tuned)
+
+    @staticmethod
+    def _train_positive_rows(samples) -> np.ndarray:
+        """Mask of the round's flat rows whose item is a train positive of its user
+        (``keep-personal-rows = "positives"``: the rows of sampled negatives are not kept).
+
+        A user trains on all its train positives every round (``user_round_items``) and its
+        negatives avoid them, so these are exactly the rows with a positive sample."""
+        mask = np.zeros(int(samples.row_offsets[-1]), dtype=bool)
+        mask[samples.sample_rows[samples.sample_labels > 0]] = True
+        return mask

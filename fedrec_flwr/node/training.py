@@ -1,0 +1,423 @@
+"""The local update of a node's users, batched: samples, mini-batch plan, epochs.
+
+Per user and round: its train rows as positives plus ``num-negatives`` fresh uniform
+negatives per positive (generator keyed by (seed, user, round)); each epoch shuffles them
+(keyed by (seed, user, round, epoch)) and cuts them into batches of ``batch-size``. Step ``s``
+of the epoch takes batch ``s`` of every user that has one, so users with more data simply
+take more steps, exactly as if each trained alone. A step runs the phases of the method's
+stage in order (:mod:`fedrec_flwr.methods.base`), each with the local optimiser (SGD, or SAM
+around it: :mod:`fedrec_flwr.node.optim`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data.prepared import PreparedData
+from fedrec_flwr.methods.base import ROWS, Method, RoundContext, Step, bce_losses
+from fedrec_flwr.node.optim import build_optimizer
+from fedrec_flwr.sampling import is_member, sample_excluding
+from fedrec_flwr.seeding import keyed_rng
+
+PAD_TO = 64  # entries; see epoch_steps
+MAX_STEP_ENTRIES = 1 << 20  # users x padded batch of one step; more are cut into several steps
+FULL_PAD_LIMIT = 1024  # batches above it are padded to the user's own size (see epoch_steps)
+
+
+def user_round_items(
+    prepared: PreparedData, config: RunConfig, user: int, server_round: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(items, labels) a user trains on in a round: its positives, then its negatives."""
+    positives = prepared.train_positives(user)
+    rng = keyed_rng(config.seed, "train-negatives", user, server_round)
+    negatives = sample_excluding(
+        rng,
+        prepared.num_items,
+        prepared.negative_exclusion(user),
+        config.num_negatives * len(positives),
+    )
+    labels = np.r_[np.ones(len(positives), np.float32), np.zeros(len(negatives), np.float32)]
+    return np.r_[positives, negatives], labels
+
+
+def distinct_items(items: np.ndarray, num_items: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(items, return_inverse=True)`` for item ids in ``range(num_items)``, by a
+    mask over the items instead of a sort (linear in the rows and the catalogue)."""
+    items = np.asarray(items, dtype=np.int64)
+    mask = np.zeros(num_items, dtype=bool)
+    mask[items] = True
+    ids = np.flatnonzero(mask).astype(np.int64)
+    where = np.zeros(num_items, dtype=np.int64)
+    where[ids] = np.arange(len(ids), dtype=np.int64)
+    return ids, where[items]
+
+
+#: (user, item) slots :func:`distinct_user_items` marks at a time (a bool and an int64 each).
+DENSE_SLOTS = 1 << 22
+
+
+def distinct_user_items(
+    owner: np.ndarray,
+    items: np.ndarray,
+    num_items: int,
+    num_users: int,
+    slots: int = DENSE_SLOTS,
+    min_keys: int = 1 << 16,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(owner * num_items + items, return_inverse=True)`` for ``owner`` in
+    ``range(num_users)``, non-decreasing: where the keys are many and dense, by masks over
+    ``slots`` (user, item) slots at a time (linear) instead of a sort."""
+    keys = owner * num_items + items
+    if len(keys) < min_keys or num_users * num_items > 8 * len(keys):  # few or sparse: sort
+        return np.unique(keys, return_inverse=True)
+    per_chunk = max(1, slots // max(num_items, 1))
+    starts = np.arange(0, num_users + 1, per_chunk)
+    bounds = np.searchsorted(owner, np.r_[starts, num_users])
+    distinct, inverse, found = [], np.empty(len(keys), dtype=np.int64), 0
+    for first_user, lo, hi in zip(starts, bounds[:-1], bounds[1:], strict=False):
+        if hi == lo:
+            continue
+        base = int(first_user) * num_items
+        ids, where = distinct_items(keys[lo:hi] - base, per_chunk * num_items)
+        distinct.append(ids + base)
+        inverse[lo:hi] = where + found
+        found += len(ids)
+    return (np.concatenate(distinct) if distinct else keys[:0]), inverse
+
+
+def users_round_items(
+    prepared: PreparedData, config: RunConfig, users: np.ndarray, server_round: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`user_round_items` of each of ``users``, the same draws from the same keyed
+    generators, with the membership tests against the exclusion sets made for all of them
+    at once (a Python loop remains only over the generators)."""
+    users = np.asarray(users, dtype=np.int64)
+    if len(users) < 2:  # one user (a faithful-mode node): no batching to gain
+        return [user_round_items(prepared, config, int(u), server_round) for u in users]
+    counts, excluded = prepared.exclusions_of(users)
+    n = prepared.num_items
+    positives = [prepared.train_positives(int(u)) for u in users]
+    sizes = np.array([config.num_negatives * len(p) for p in positives], dtype=np.int64)
+    fallback = (sizes == 0) | (counts >= n)  # nothing to draw, or the per-user error
+    rngs = [
+        None if fallback[j] else keyed_rng(config.seed, "train-negatives", int(u), server_round)
+        for j, u in enumerate(users)
+    ]
+    sizes[fallback] = 0  # those draw user by user below
+    draws = [
+        rng.integers(0, n, size=int(size), dtype=np.int64) if size else np.empty(0, np.int64)
+        for rng, size in zip(rngs, sizes, strict=True)
+    ]
+    # (position in users, item) keys: the exclusion sets' are sorted, as the users' order is.
+    excluded_keys = np.repeat(np.arange(len(users), dtype=np.int64), counts) * n + excluded
+    draw_owner = np.repeat(np.arange(len(users), dtype=np.int64), sizes)
+    flat = np.concatenate(draws)
+    # sample_excluding's rejection loop, every user's in lockstep: each redraws its rejected
+    # entries from its own generator, in the same order, until none is excluded.
+    wrong = np.flatnonzero(is_member(draw_owner * n + flat, excluded_keys))
+    while len(wrong):
+        owners, counts_wrong = np.unique(draw_owner[wrong], return_counts=True)
+        flat[wrong] = np.concatenate(
+            [
+                rngs[j].integers(0, n, size=int(c), dtype=np.int64)
+                for j, c in zip(owners, counts_wrong, strict=True)
+            ]
+        )
+        wrong = wrong[is_member(draw_owner[wrong] * n + flat[wrong], excluded_keys)]
+    draws = np.split(flat, np.cumsum(sizes)[:-1])
+    result = []
+    for j, user in enumerate(users):
+        if fallback[j]:
+            result.append(user_round_items(prepared, config, int(user), server_round))
+            continue
+        labels = np.zeros(len(positives[j]) + len(draws[j]), np.float32)
+        labels[: len(positives[j])] = 1.0
+        result.append((np.concatenate([positives[j], draws[j]]), labels))
+    return result
+
+
+@dataclass(frozen=True)
+class RoundSamples:
+    """Training samples of several users, each with its own block of item rows.
+
+    User ``j`` owns flat rows ``row_offsets[j]:row_offsets[j+1]`` (items ``row_items``) and
+    samples ``sample_offsets[j]:sample_offsets[j+1]`` (flat row ``sample_rows``, label).
+    """
+
+    users: np.ndarray
+    positions: np.ndarray
+    row_offsets: np.ndarray
+    row_items: np.ndarray
+    sample_offsets: np.ndarray
+    sample_rows: np.ndarray
+    sample_labels: np.ndarray
+
+
+def build_round_samples(
+    prepared: PreparedData,
+    config: RunConfig,
+    users: np.ndarray,
+    positions: np.ndarray,
+    server_round: int,
+    items_of: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None,
+) -> RoundSamples:
+    """Samples of ``users`` (global ids; ``positions`` in the node's private tensors).
+
+    ``items_of(user)`` may supply the user's (items, labels) if they were drawn already.
+    """
+    if items_of is None:
+
+        def items_of(user: int) -> tuple[np.ndarray, np.ndarray]:
+            return user_round_items(prepared, config, user, server_round)
+
+    drawn = [items_of(int(user)) for user in users]
+    sample_counts = np.array([len(items) for items, _ in drawn], dtype=np.int64)
+    owner = np.repeat(np.arange(len(drawn), dtype=np.int64), sample_counts)
+    items = np.concatenate([i for i, _ in drawn]).astype(np.int64) if drawn else owner
+    # Each user's distinct items (sorted) as its block of rows, and each sample's row: one
+    # unique over (user, item) keys, which sorts by user, then item.
+    keys, sample_rows = distinct_user_items(owner, items, prepared.num_items, len(drawn))
+    row_owner = keys // prepared.num_items
+    row_counts = np.bincount(row_owner, minlength=len(drawn))
+    labels = [lab for _, lab in drawn]
+    return RoundSamples(
+        users=np.asarray(users, dtype=np.int64),
+        positions=np.asarray(positions, dtype=np.int64),
+        row_offsets=np.r_[0, np.cumsum(row_counts)].astype(np.int64),
+        row_items=(keys - row_owner * prepared.num_items).astype(np.int64),
+        sample_offsets=np.r_[0, np.cumsum(sample_counts)].astype(np.int64),
+        sample_rows=sample_rows.astype(np.int64).reshape(-1),
+        sample_labels=np.concatenate(labels).astype(np.float32)
+        if labels
+        else np.empty(0, np.float32),
+    )
+
+
+def epoch_steps(
+    samples: RoundSamples,
+    config: RunConfig,
+    server_round: int,
+    epoch: int,
+    device: torch.device,
+    stage: int = 0,
+    max_samples: int | None = None,
+) -> list[Step]:
+    """The mini-batch steps of one epoch for all users of ``samples``.
+
+    ``step.users`` indexes the users of ``samples``. Each user's batch is padded to a
+    multiple of ``PAD_TO`` entries: vectorised CPU kernels (``sigmoid``, ``exp``) treat a
+    tail shorter than their vector width with scalar code that rounds differently, so
+    aligned rows keep every user's arithmetic bit-identical whatever other users share the
+    step. The padded width depends only on the user itself: the batch size (rounded up)
+    for batches up to ``FULL_PAD_LIMIT``; above it (full-batch training) the user's own
+    sample count (rounded up), so that one large user does not pad every other one. Users
+    of different widths go to different steps; a step of more than ``MAX_STEP_ENTRIES``
+    entries is cut into several steps of fewer users. (``max_samples`` is kept for callers;
+    the widths no longer need it.)
+    """
+    batch = config.batch_size
+    counts = np.diff(samples.sample_offsets)
+    widths = user_widths(counts, batch)
+    num_batches = -(-counts // batch)
+    by_batches = np.argsort(-num_batches, kind="stable")  # users with most batches first
+    rank = np.empty_like(by_batches)
+    rank[by_batches] = np.arange(len(by_batches))
+    keys = (epoch,) if stage == 0 else (epoch, stage)
+
+    # Each user's samples in its own shuffled order.
+    order = (
+        np.concatenate(
+            [
+                samples.sample_offsets[j]
+                + keyed_rng(config.seed, "shuffle", int(user), server_round, *keys).permutation(
+                    int(counts[j])
+                )
+                for j, user in enumerate(samples.users)
+            ]
+        )
+        if len(samples.users)
+        else np.empty(0, dtype=np.int64)
+    )
+    owner = np.repeat(np.arange(len(counts)), counts)
+    position = np.arange(len(order)) - np.repeat(samples.sample_offsets[:-1], counts)
+    step_of, slot_of = position // batch, position % batch
+    # Size of the batch each sample belongs to (the last batch of a user may be short).
+    batch_size_of = np.minimum(batch, counts[owner] - step_of * batch)
+
+    steps = []
+    # Stable: the order of each step's entries is fixed. Small integers sort by radix (O(n)).
+    narrow = np.uint16 if len(step_of) and step_of.max() < 1 << 16 else np.int64
+    by_step = np.argsort(step_of.astype(narrow), kind="stable")
+    bounds = np.searchsorted(step_of[by_step], np.arange(int(num_batches.max(initial=0)) + 1))
+    for s in range(len(bounds) - 1):
+        idx = by_step[bounds[s] : bounds[s + 1]]
+        active = int((num_batches > s).sum())
+        width = int(widths.max(initial=PAD_TO))
+        rows = np.zeros((active, width), dtype=np.int64)
+        labels = np.zeros((active, width), dtype=np.float32)
+        weights = np.zeros((active, width), dtype=np.float32)
+        r, slot = rank[owner[idx]], slot_of[idx]
+        rows[r, slot] = samples.sample_rows[order[idx]]
+        labels[r, slot] = samples.sample_labels[order[idx]]
+        weights[r, slot] = 1.0 / batch_size_of[idx]
+        active_widths = widths[by_batches[:active]]
+        for w in np.unique(active_widths):
+            members = np.flatnonzero(active_widths == w)
+            per_step = max(1, MAX_STEP_ENTRIES // int(w))
+            for lo in range(0, len(members), per_step):
+                part = members[lo : lo + per_step]
+                steps.append(
+                    Step(
+                        users=torch.from_numpy(by_batches[part].astype(np.int64)).to(device),
+                        rows=torch.from_numpy(rows[part, :w]).to(device),
+                        labels=torch.from_numpy(labels[part, :w]).to(device),
+                        weights=torch.from_numpy(weights[part, :w]).to(device),
+                    )
+                )
+    return steps
+
+
+def user_widths(counts: np.ndarray, batch: int) -> np.ndarray:
+    """Padded batch width of each user (see :func:`epoch_steps`): a function of the batch
+    size and of the user's own sample count only."""
+    batch_width = -(-batch // PAD_TO) * PAD_TO
+    if batch <= FULL_PAD_LIMIT:
+        return np.full(len(counts), batch_width, dtype=np.int64)
+    own = -(-np.minimum(counts, batch) // PAD_TO) * PAD_TO
+    return np.maximum(own, PAD_TO).astype(np.int64)
+
+
+def local_update(
+    method: Method,
+    samples: RoundSamples,
+    params: dict[str, torch.Tensor],
+    config: RunConfig,
+    server_round: int,
+    max_samples: int | None = None,
+) -> tuple[float, int]:
+    """Run the method's stages in place on ``params`` (``ROWS``: the flat row table; every
+    other parameter [users of ``samples``, ...]).
+
+    Returns (sum of per-sample BCE over the logged stage, number of its samples).
+    """
+    optimizer = build_optimizer(method, config.sam_rho_private, config.sam_rho_shared)
+    device = params[ROWS].device
+    method.begin_round(params, samples.users, server_round)
+    context = round_context(samples, config, server_round, device)
+    method.begin_local_update(params, context)
+    row_names = method.row_names()
+    custom_after_step = type(method).after_step is not Method.after_step
+    loss_sum, num_samples = 0.0, 0
+    for index, stage in enumerate(method.stages()):
+        for epoch in range(stage.epochs):
+            for step in epoch_steps(
+                samples, config, server_round, epoch, device, index, max_samples
+            ):
+                logits = None
+                gathered: dict[str, torch.Tensor] = {}  # this step's slices, while unchanged
+                for phase in stage.phases:
+                    gradients = _gradient_fn(method, params, step, phase, row_names, gathered)
+                    at = optimizer.step(params, step, gradients)
+                    method.after_step(params, step, phase, context)
+                    if custom_after_step:
+                        gathered.clear()
+                    for name in phase.params:
+                        gathered.pop(name, None)
+                    logits = at if logits is None else logits
+                if stage.logged:
+                    real = step.weights > 0
+                    loss_sum += float(bce_losses(logits, step)[real].double().sum())
+                    num_samples += int(real.sum())
+    method.end_local_update(params, context)
+    return loss_sum, num_samples
+
+
+def round_context(
+    samples: RoundSamples, config: RunConfig, server_round: int, device: torch.device
+) -> RoundContext:
+    """The round's row blocks, sample counts and row labels, as tensors on ``device``."""
+    row_labels = np.zeros(int(samples.row_offsets[-1]), dtype=np.float32)
+    row_labels[samples.sample_rows[samples.sample_labels > 0]] = 1.0
+    return RoundContext(
+        server_round=server_round,
+        num_rounds=config.num_server_rounds,
+        row_offsets=torch.from_numpy(np.asarray(samples.row_offsets, np.int64)).to(device),
+        sample_counts=torch.from_numpy(np.diff(samples.sample_offsets).astype(np.float32)).to(
+            device
+        ),
+        row_labels=torch.from_numpy(row_labels).to(device),
+    )
+
+
+def _gradient_fn(
+    method: Method,
+    params: dict[str, torch.Tensor],
+    step: Step,
+    phase,
+    row_names: tuple[str, ...] = (ROWS,),
+    gathered: dict[str, torch.Tensor] | None = None,
+):
+    """Gradients of the method's loss w.r.t. ``phase.params`` at the current parameters plus
+    optional offsets: closed form if the method gives it, else autograd. Row tables other
+    than ``ROWS`` (private and global rows) are gathered per batch entry like the item rows.
+    ``gathered`` caches the step's slices across phases (the caller drops those a phase
+    changed): PFedRec's item phase reuses the rows its score phase gathered, and SAM's second
+    gradient the slices of its first."""
+    gathered = {} if gathered is None else gathered
+
+    def take(name: str) -> torch.Tensor:
+        if name not in gathered:
+            tensor = params[name]
+            if name == ROWS or name in row_names:  # index_select: a row copy, not per element
+                flat = tensor.index_select(0, step.rows.reshape(-1))
+                gathered[name] = flat.view(*step.rows.shape, *tensor.shape[1:])
+            else:
+                gathered[name] = tensor[step.users]
+        return gathered[name]
+
+    def gradients(offsets):
+        others = {n: take(n) for n in params if n != ROWS}
+        rows = take(ROWS)
+        if offsets:
+            others = {n: p + offsets[n] if n in offsets else p for n, p in others.items()}
+            rows = rows + offsets[ROWS] if ROWS in offsets else rows
+        if method.use_closed_form:
+            fast = method.closed_form_grads(step, others, rows, phase.params)
+            if fast is not None:
+                return fast
+        return autograd_grads(method, step, others, rows, phase.params)
+
+    return gradients
+
+
+def autograd_grads(
+    method: Method,
+    step: Step,
+    others: dict[str, torch.Tensor],
+    rows: torch.Tensor,
+    wrt: tuple[str, ...],
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Gradients of ``method.loss`` w.r.t. ``wrt`` by autograd (rows: per batch entry)."""
+    with torch.enable_grad():
+        others = {n: p.detach().requires_grad_(n in wrt) for n, p in others.items()}
+        rows = rows.detach().requires_grad_(ROWS in wrt)
+        logits = method.logits(others, rows)
+        loss = method.loss(step, others, rows, logits)
+        leaves = [rows if n == ROWS else others[n] for n in wrt]
+        grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+    out = {
+        n: torch.zeros_like(leaf) if g is None else g
+        for n, leaf, g in zip(wrt, leaves, grads, strict=True)
+    }
+    return out, logits.detach()
+
+
+def max_samples_per_user(prepared: PreparedData, config: RunConfig) -> int:
+    """The most samples any user of the dataset trains on in a round (caps padding)."""
+    most = int(np.diff(np.asarray(prepared.train_indptr)).max(initial=1))
+    return most * (1 + config.num_negatives)

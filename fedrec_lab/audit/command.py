@@ -1,0 +1,160 @@
+"""Privacy audit: ``python -m fedrec_lab.audit.command`` runs each (method, configuration, seed)
+in-process, attacks sampled users' uploads (:mod:`fedrec_lab.audit.attacks`) and writes
+``<out>/<tag>.json`` (every run, merged with what the file holds) and ``<out>/<tag>.md``
+(mean ± std over seeds: test HR@10 and each attack's AUC and F1).
+
+    # the table: no protection / LDP / decoys / both (strict, ML-100K)
+    python -m fedrec_lab.audit.command --methods pfedrec fedmf --seeds 0 1 2
+    # PFedRec Table 4: raw Laplace lambda 0 .. 0.5, paper protocol
+    python -m fedrec_lab.audit.command --methods pfedrec --protocol paper --tag table4-paper \\
+        --lambdas 0 0.1 0.2 0.3 0.4 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fedrec_lab.audit.report import markdown, parse_sets
+from fedrec_lab.audit.run import ATTACKS, audited_run, preset
+
+#: The audited configurations (run-config keys on top of the method's preset); ``--ldp``
+#: and ``--decoys`` override the keys of the protected ones. LDP: Gaussian, epsilon 4 per
+#: row, the clip at about the median norm of a user's row change without protection (PFedRec
+#: 15, FedMF 3: its item rows move less).
+LDP = {"ldp-mechanism": "gaussian", "ldp-epsilon": 4.0, "ldp-delta": 1e-5}
+CLIP = {"pfedrec": 15.0, "fedmf": 3.0}
+DECOYS = {"decoy-ratio": 16.0}
+CONFIGS = {"none": {}, "ldp": LDP, "decoys": DECOYS, "both": {**LDP, **DECOYS}}
+
+
+def config_keys(name: str, method: str, ldp: dict, decoys: dict) -> dict:
+    """The keys of configuration ``name`` for ``method`` (with the overrides)."""
+    keys = dict(CONFIGS[name])
+    if "ldp-mechanism" in keys:
+        keys.update({"ldp-clip": CLIP.get(method, 1.0), **ldp})
+    if "decoy-ratio" in keys:
+        keys.update(decoys)
+    return keys
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", nargs="+", default=["pfedrec", "fedmf"])
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--lambdas", nargs="+", type=float, help="PFedRec Table 4 sweep")
+    parser.add_argument("--protocol", default="strict", choices=["strict", "paper"])
+    parser.add_argument("--dataset", default="ml-100k")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--audit-rounds", nargs="+", type=int, default=[1, 50, 100])
+    parser.add_argument("--users", type=int, default=100, help="audited users (seeded)")
+    parser.add_argument("--nodes", type=int, default=2, help="0: the plain loop, no Flower")
+    parser.add_argument("--prepared", default="", help="a prepared split folder (plain loop)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (processes)")
+    parser.add_argument("--ldp", nargs="*", default=[], help="key=value for ldp and both")
+    parser.add_argument("--decoys", nargs="*", default=[], help="key=value for decoys, both")
+    parser.add_argument("--name", default="", help="suffix of the configurations' names")
+    parser.add_argument("--out", default="bench/results/privacy")
+    parser.add_argument("--tag", default="audit-ml100k")
+    parser.add_argument("--merge", nargs="+", help="only merge these result files into --tag")
+    args = parser.parse_args(argv)
+    if args.merge:  # one table from several runs' files (e.g. the table and its sweeps)
+        merged = [r for f in args.merge for r in json.loads(Path(f).read_text())["runs"]]
+        commands = [json.loads(Path(f).read_text())["command"] for f in args.merge]
+        out = Path(args.out)
+        (out / f"{args.tag}.md").write_text(markdown(merged, ATTACKS, "`, `".join(commands)))
+        return
+
+    ldp, decoys = parse_sets(args.ldp), parse_sets(args.decoys)
+    configs = {
+        method: {name: config_keys(name, method, ldp, decoys) for name in args.configs}
+        for method in args.methods
+    }
+    if args.lambdas is not None:
+        lambdas = {f"lambda={lam:g}": {"ldp-laplace-lambda": lam} for lam in args.lambdas}
+        configs = dict.fromkeys(args.methods, lambdas)
+    if args.name:
+        configs = {m: {f"{n}-{args.name}": k for n, k in c.items()} for m, c in configs.items()}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{args.tag}.json"
+    records = json.loads(path.read_text())["runs"] if path.exists() else []
+    command = "python -m fedrec_lab.audit.command " + " ".join(
+        argv if argv is not None else _argv()
+    )
+    jobs = [
+        (method, name, keys, seed)
+        for seed in args.seeds
+        for method in args.methods
+        for name, keys in configs[method].items()
+    ]
+
+    settings = {
+        k: getattr(args, k)
+        for k in ("protocol", "dataset", "rounds", "audit_rounds", "users", "nodes", "prepared")
+    }
+
+    def keep(record: dict) -> None:
+        nonlocal records
+        same = ("method", "config", "protocol", "dataset", "seed", "rounds")
+        records = [r for r in records if any(r[k] != record[k] for k in same)]
+        records.append(record)
+        records.sort(key=lambda r: (r["protocol"], r["method"], r["seed"]))
+        path.write_text(json.dumps({"command": command, "runs": records}, indent=1) + "\n")
+        (out / f"{args.tag}.md").write_text(markdown(records, ATTACKS, command))
+        hr = record["test"]["hr@10"]
+        print(f"{record['method']} {record['config']} seed {record['seed']}: HR@10 {hr:.4f}")
+
+    if args.jobs <= 1:
+        for job in jobs:
+            keep(run_job(settings, job))
+        return
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(run_job, settings, job) for job in jobs]
+        for future in as_completed(futures):
+            keep(future.result())
+
+
+def run_job(settings: dict, job: tuple) -> dict:
+    """One audited run (``job``: method, configuration name, its keys, seed) as a record."""
+    import torch
+
+    torch.set_num_threads(1)
+    method, name, keys, seed = job
+    mapping = {
+        **preset(method, settings["protocol"], settings["dataset"]),
+        "num-server-rounds": settings["rounds"],
+        "seed": seed,
+        **keys,
+    }
+    result = audited_run(
+        mapping,
+        settings["audit_rounds"],
+        settings["users"],
+        settings["nodes"],
+        settings["prepared"],
+    )
+    engine = "flower in-process" if settings["nodes"] else "plain loop"
+    return {
+        "method": method,
+        "config": name,
+        "keys": keys,
+        "seed": seed,
+        **{k: v for k, v in settings.items() if k != "prepared"},
+        "engine": engine,
+        **result,
+    }
+
+
+def _argv() -> list[str]:
+    import sys
+
+    return sys.argv[1:]
+
+
+if __name__ == "__main__":
+    main()

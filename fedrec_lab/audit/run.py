@@ -1,0 +1,144 @@
+"""One audited run: a federation in-process whose sampled users' uploads are captured in
+chosen rounds, then attacked (:mod:`fedrec_lab.audit.attacks`)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import tomllib
+from pathlib import Path
+
+import numpy as np
+
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.methods.base import linear_head_init
+from fedrec_flwr.privacy import uploads
+from fedrec_flwr.privacy.decoys import decoy_items
+from fedrec_flwr.seeding import keyed_rng
+from fedrec_lab.audit import attacks
+
+PROJECT = Path(__file__).resolve().parents[2]
+ATTACKS = ("norm", "direction", "imia", "request")
+
+
+def preset(method: str, protocol: str, dataset: str = "ml-100k") -> dict:
+    """The method's preset ``conf/<method>-<dataset>-<protocol>.toml`` as a mapping."""
+    short = dataset.replace("-", "")
+    return tomllib.loads((PROJECT / "conf" / f"{method}-{short}-{protocol}.toml").read_text())
+
+
+class Capture:
+    """Observer keeping the uploads of ``users`` in ``rounds`` (items, uploaded, sent)."""
+
+    def __init__(self, users: np.ndarray, rounds: set[int]) -> None:
+        self.users, self.rounds = set(map(int, users)), rounds
+        self.uploads: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
+
+    def __call__(self, user, server_round, items, rows, sent) -> None:
+        if user in self.users and server_round in self.rounds:
+            self.uploads[(user, server_round)] = (items.copy(), rows.copy(), sent.copy())
+
+
+def shadow_of(config: RunConfig, num_items: int, rng: np.random.Generator) -> attacks.Shadow:
+    """The server's imitation of the method's local update (PFedRec, FedMF)."""
+    lr_rows = config.item_learning_rate(num_items)
+    if config.method == "pfedrec":
+        head = linear_head_init(config, np.zeros(1, dtype=np.int64), config.embedding_dim)
+        weight = head["score-weight"][0].numpy()
+        bias = float(head["score-bias"][0])
+        return attacks.Shadow("alternate", weight, bias, lr_rows, config.lr, config.batch_size)
+    if config.method == "fedmf":
+        weight = rng.normal(0.0, config.init_std, size=config.embedding_dim)
+        return attacks.Shadow(
+            "joint", weight, 0.0, lr_rows, config.lr, config.batch_size, train_bias=False
+        )
+    raise ValueError(f"the audit imitates pfedrec and fedmf, not '{config.method}'")
+
+
+def request_of(prepared, config: RunConfig, user: int, server_round: int) -> np.ndarray:
+    """The rows ``user`` requests for ``server_round`` (its items and its decoys)."""
+    from fedrec_flwr.node.training import user_round_items
+
+    items, _ = user_round_items(prepared, config, user, server_round)
+    return uploads.with_decoys(prepared, config, user, np.unique(items))
+
+
+def attack_all(capture: Capture, prepared, config: RunConfig) -> dict:
+    """Mean AUC and F1 of every attack over the captured uploads, the random-guess F1, and
+    the norms of the real rows' changes (median, 90th percentile)."""
+    results = {name: {"auc": [], "f1": []} for name in ATTACKS}
+    random_f1, norms = [], []
+    for (user, server_round), (items, rows, sent) in sorted(capture.uploads.items()):
+        rng = keyed_rng(config.seed, "audit", 1, user, server_round)
+        positive = np.isin(items, prepared.train_positives(user))
+        count = int(positive.sum())
+        decoy = np.isin(items, decoy_items(prepared, config.seed, config.decoy_ratio, user))
+        norms.extend(np.linalg.norm(rows[~decoy].astype(np.float64) - sent[~decoy], axis=1))
+        shadow = shadow_of(config, prepared.num_items, rng)
+        other = server_round + 1 if server_round < config.num_server_rounds else server_round - 1
+        scores = {
+            "norm": attacks.norm_scores(sent, rows, shadow, count / len(items), rng),
+            "direction": attacks.direction_scores(sent, rows),
+            "imia": attacks.imia_scores(sent, rows, shadow, count, rng),
+            "request": attacks.request_scores(items, request_of(prepared, config, user, other)),
+        }
+        for name, score in scores.items():
+            results[name]["auc"].append(attacks.auc(score, positive))
+            results[name]["f1"].append(attacks.top_f1(score, positive, count, rng))
+        random_f1.append(attacks.random_f1(len(items), count, count))
+    out = {
+        name: {k: float(np.nanmean(v)) for k, v in values.items()}
+        for name, values in results.items()
+    }
+    out["random-f1"] = float(np.mean(random_f1))
+    out["uploads"] = len(capture.uploads)
+    out["change-norm-median"] = float(np.median(norms))
+    out["change-norm-p90"] = float(np.quantile(norms, 0.9))
+    return out
+
+
+def audited_run(
+    mapping: dict,
+    audit_rounds: list[int],
+    num_users: int,
+    num_nodes: int,
+    prepared_dir: str = "",
+) -> dict:
+    """Run the configured federation, capturing ``num_users`` users (seeded) in
+    ``audit_rounds``; return the test metrics of the best validation round and the attacks'
+    figures. ``num_nodes`` > 0: Flower's ServerApp and ClientApp in-process (a temporary
+    results folder); 0: the plain loop (:mod:`fedrec_lab.audit.loop`, no Flower) on the
+    prepared split in ``prepared_dir`` (or the configured one)."""
+    from fedrec_flwr.data.prepared import PreparedData, prepare
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = RunConfig.from_mapping(
+            {**mapping, "results-dir": os.path.join(tmp, "results"), "checkpoint-every": 0}
+        )
+        prepared = PreparedData(Path(prepared_dir)) if prepared_dir else prepare(config)
+        users = np.sort(
+            keyed_rng(config.seed, "audit", 0).choice(
+                prepared.num_users, size=min(num_users, prepared.num_users), replace=False
+            )
+        )
+        capture = Capture(users, set(audit_rounds))
+        uploads.OBSERVERS.append(capture)
+        try:
+            if num_nodes:
+                from fedrec_flwr.client_app import app
+                from fedrec_flwr.server_app import run_federation
+                from fedrec_lab.local_grid import LocalGrid
+
+                grid = LocalGrid(app, config.to_mapping(), num_nodes=num_nodes)
+                summary = run_federation(grid, config)
+            else:
+                from fedrec_lab.audit.loop import run_plain
+
+                summary = run_plain(config, prepared)
+        finally:
+            uploads.OBSERVERS.remove(capture)
+    return {
+        "best_round": summary["best_round"],
+        "test": summary["test"],
+        "attacks": attack_all(capture, prepared, config),
+    }

@@ -1,0 +1,199 @@
+"""``fedrec deploy-local N``: a real Flower deployment on this machine, one SuperNode per
+device, each reading only its own data.
+
+    fedrec deploy-local 3 [PRESET.toml] [key=value ...] [--secure] [--keep DIR] [--timings]
+
+exports the configured dataset for N devices (:mod:`fedrec_flwr.data.export`), starts a
+SuperLink and N SuperNodes on 127.0.0.1 (SuperNode ``i`` with node config
+``data-path=<its folder> state-dir=<its own folder>``, its own ``FLWR_HOME`` and cache, none
+of them with ``FEDREC_DATA_DIR``), runs ``flwr run <project> deploy`` (3 rounds unless
+``num-server-rounds`` says otherwise), prints the metrics and stops every process it started,
+by PID, also on Ctrl-C, SIGTERM and failure. Exit status 0 only if the run completed.
+``--secure``: TLS with a CA of its own and SuperNode authentication
+(:mod:`fedrec_lab.secure`). ``python -m fedrec_lab.deploy`` is the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data.export import export_devices
+from fedrec_flwr.node import timing as node_timing
+from fedrec_lab.launch import (
+    COMPLETED,
+    PROJECT,
+    ConfigError,
+    RunInterrupted,
+    Say,
+    _follow,
+    _say,
+    _signals_interrupt,
+    _stop_run,
+    check_run_config,
+    merged_run_config,
+    project_defaults,
+)
+from fedrec_lab.supernodes import FEDERATION, LocalDeployment
+
+
+def deploy_local(
+    num_nodes: int,
+    config: dict[str, Any],
+    folder: Path,
+    secure: bool = False,
+    timeout: float | None = None,
+    say: Say = _say,
+) -> tuple[str, Path]:
+    """Run ``config`` on ``num_nodes`` local SuperNodes; (final status, results folder)."""
+    config = dict(config)
+    for key in ("results-dir", "data-dir"):
+        if config.get(key):
+            config[key] = str(Path(config[key]).expanduser().resolve())
+    config.setdefault("results-dir", str(Path("results").resolve()))
+    config.setdefault("num-server-rounds", 3)
+    config.setdefault("run-name", f"deploy{num_nodes}-{time.strftime('%Y%m%d-%H%M%S')}")
+    check_run_config(config)
+    run_config = RunConfig.from_mapping({**project_defaults(), **config})
+    devices = export_devices(run_config, num_nodes, folder / "devices")
+    say(f"exported {num_nodes} device folders into {folder / 'devices'}")
+    with LocalDeployment(folder, secure=secure, say=say) as deployment:
+        for device in devices:
+            deployment.add_supernode(device)
+        deployment.wait_online(num_nodes)
+        run_id = None
+        try:
+            run_id = deployment.submit(config, PROJECT)
+            say(f"run {run_id} submitted to federation '{FEDERATION}'")
+            status, _ = _follow(deployment.link, run_id, True, timeout)
+        except KeyboardInterrupt as interrupt:
+            signum = getattr(interrupt, "signum", signal.SIGINT)
+            stopped = _stop_run(deployment.link, run_id) if run_id else "not-started"
+            raise RunInterrupted(signum, run_id, stopped) from None
+    return status, _run_folder(run_config.results_path(config["run-name"]))
+
+
+def _run_folder(named: Path) -> Path:
+    """The folder the run wrote: ``named``, or ``named-<k>`` if that name was taken (the
+    ServerApp never reuses a folder): the one written last."""
+    candidates = [named, *named.parent.glob(f"{named.name}-*")]
+    written = [c for c in candidates if (c / "rounds.csv").exists()]
+    return max(written, key=lambda c: (c / "rounds.csv").stat().st_mtime, default=named)
+
+
+def report(run_dir: Path, timings: Path | None = None) -> str:
+    """The run's rounds and test metrics (and, with ``timings``, where the seconds went)."""
+    if not (run_dir / "rounds.csv").exists():
+        return f"no results in {run_dir}"
+    with open(run_dir / "rounds.csv") as f:
+        rows = list(csv.DictReader(f))
+    shown = ["round", "seconds", "train-loss", "val-hr@10", "test-hr@10", "test-ndcg@10"]
+    lines = ["  ".join(f"{name:>12}" for name in shown)]
+    lines += ["  ".join(f"{_short(row.get(name, '')):>12}" for name in shown) for row in rows]
+    summary_file = run_dir / "summary.json"
+    if summary_file.exists():
+        summary = json.loads(summary_file.read_text())
+        test = " ".join(f"{k} {v:.4f}" for k, v in summary["test"].items())
+        lines.append(f"best validation round {summary['best_round']}: test {test}")
+    elapsed = [0.0] + [float(row["seconds"]) for row in rows]
+    walls = {int(r["round"]): b - a for r, a, b in zip(rows, elapsed, elapsed[1:], strict=False)}
+    if walls:
+        lines.append(f"seconds per round (median): {statistics.median(walls.values()):.1f}")
+    if timings is not None and timings.exists():
+        records = [json.loads(line) for line in timings.read_text().splitlines() if line]
+        lines.append(
+            "per round: wall = process start (Python, imports, Flower's hand-over) + our "
+            "setup (data, runtime) + our train/evaluate + Flower (polling, transfers, server)"
+        )
+        for row in node_timing.summarise(records, walls):
+            lines.append(
+                f"  round {row['round']}: {row['wall']:.1f} s = start {row['start']:.1f} + "
+                f"setup {row['setup']:.2f} + work {row['work']:.2f} + Flower {row['flower']:.1f}"
+            )
+    lines.append(f"results: {run_dir}")
+    return "\n".join(lines)
+
+
+def _short(value: str) -> str:
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return str(int(number)) if number.is_integer() else f"{number:.4f}"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedrec deploy-local",
+        description="Export the data for N devices, start a SuperLink and N SuperNodes on "
+        "127.0.0.1, run the app on them (3 rounds by default), print the metrics, stop "
+        "everything started. Exit status 0 only if the run completed.",
+    )
+    parser.add_argument("nodes", type=int, help="number of SuperNodes (devices)")
+    parser.add_argument("items", nargs="*", help="a preset .toml first (optional), then key=value")
+    parser.add_argument("--secure", action="store_true", help="TLS + SuperNode authentication")
+    parser.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="work in DIR and keep it (data, logs, keys); else a "
+        "temporary folder, removed after a completed run",
+    )
+    parser.add_argument("--timings", action="store_true", help="where each round's seconds go")
+    parser.add_argument("--timeout", type=float, help="stop the run after this many seconds")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_intermixed_args(argv)
+    if args.nodes < 1:
+        _say("error: at least one SuperNode")
+        return 2
+    preset = args.items[0] if args.items and args.items[0].endswith(".toml") else None
+    config = merged_run_config(preset, args.items[1:] if preset else args.items)
+    folder = Path(args.keep or tempfile.mkdtemp(prefix="fedrec-deploy-")).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    timings = folder / "node-timings.jsonl" if args.timings else None
+    if timings is not None:
+        timings.unlink(missing_ok=True)
+        os.environ[node_timing.ENV] = str(timings)  # inherited by the SuperNodes
+    status, run_dir = "not-started", None
+    with _signals_interrupt():
+        try:
+            status, run_dir = deploy_local(args.nodes, config, folder, args.secure, args.timeout)
+        except ConfigError as error:
+            _say(f"error: {error}")
+            if not args.keep:
+                shutil.rmtree(folder, ignore_errors=True)
+            return 2
+        except RunInterrupted as interrupt:
+            what = f"run {interrupt.run_id}: {interrupt.status}" if interrupt.run_id else "no run"
+            _say(f"interrupted by {signal.Signals(interrupt.signum).name}; {what}")
+            return 128 + interrupt.signum
+        except Exception as error:
+            _say(f"error: {type(error).__name__}: {error}")
+            _say(f"logs kept in {folder}")
+            return 1
+    if run_dir is not None:
+        print(report(run_dir, timings))
+    print(f"run status: {status}")
+    if status != COMPLETED or args.keep:
+        _say(f"logs and data kept in {folder}")
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+    return 0 if status == COMPLETED else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

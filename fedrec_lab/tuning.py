@@ -1,0 +1,310 @@
+"""Hyperparameter tuning on validation HR@10 with Optuna (TPE), through the same ServerApp and
+ClientApp as ``flwr run`` (an in-process grid of one node, a fresh process per trial).
+
+A study tunes one preset (``conf/<preset>.toml``) over the search space of its method and
+plug-ins (:data:`SPACES`, stated below and in the report), seed 0, with early stopping. Only
+validation HR@10 is optimised; test metrics are recorded beside it and never read by the
+search. The study lives in ``<out>/<name>.journal`` (Optuna's journal file): running the same
+command again continues it up to ``--trials`` complete trials. ``<out>/<name>.md`` and
+``.json`` report every trial; ``--write-preset`` copies the best setting into the preset::
+
+    python -m fedrec_lab.tuning conf/pfedrec-ml100k-strict.toml --data-dir DIR \\
+        --trials 20 --rounds 60 --patience 10 --out bench/results/tuning-strict
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedrec_lab.experiments.cells import PROJECT, RUNNER
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One tuned key: ``low``..``high`` (log scale if ``log``), or ``choices``."""
+
+    low: float = 0.0
+    high: float = 0.0
+    log: bool = True
+    integer: bool = False
+    choices: tuple = ()
+
+    def suggest(self, trial, key: str) -> Any:
+        if self.choices:
+            return trial.suggest_categorical(key, list(self.choices))
+        if self.integer:
+            return trial.suggest_int(key, int(self.low), int(self.high), log=self.log)
+        return trial.suggest_float(key, self.low, self.high, log=self.log)
+
+    def describe(self) -> str:
+        if self.choices:
+            return "{" + ", ".join(map(str, self.choices)) + "}"
+        return f"[{self.low:g}, {self.high:g}]" + (" log" if self.log else "")
+
+
+LR = Dim(0.01, 4.0)
+ITEM_LR = Dim(0.05, 32.0)  # times num_items (item-lr-scaling = "num-items")
+INIT_STD = Dim(0.01, 1.0)
+NEGATIVES = Dim(choices=(2, 4, 8))
+KEEP = Dim(choices=("tuned", "positives"))
+#: Search space per method (plus the plug-in spaces added by :func:`space_for`).
+SPACES: dict[str, dict[str, Dim]] = {
+    "pfedrec": {"lr": LR, "item-lr": ITEM_LR, "num-negatives": NEGATIVES},
+    "fedmf": {"lr": LR, "item-lr": ITEM_LR, "init-std": INIT_STD, "num-negatives": NEGATIVES},
+    "fedncf": {"lr": LR, "item-lr": ITEM_LR, "dense-lr": Dim(0.01, 1.0), "init-std": INIT_STD},
+    "fedrecon": {"lr": LR, "item-lr": ITEM_LR, "init-std": INIT_STD, "num-negatives": NEGATIVES},
+    # Its uploads are minus the gradient (item-lr 1): the server's Adam sets the step.
+    "fedrecgel": {"lr": LR, "server-lr": Dim(0.0001, 0.03), "init-std": INIT_STD},
+    "fedrap": {
+        "lr": LR,
+        "item-lr": Dim(0.05, 4.0),
+        "fedrap-v1": Dim(0.001, 1.0),
+        "fedrap-v2": Dim(0.0001, 0.1),
+        "fedrap-local-lr-ratio": Dim(0.0001, 1.0),
+    },
+}
+PLGC = {
+    "plgc-alpha": Dim(choices=("ntk", "0.25", "0.5", "0.75")),
+    "plgc-decorrelation": Dim(choices=(0.0, 0.001, 0.01)),
+}
+SAM = {"sam-rho-private": Dim(0.001, 0.5), "sam-rho-shared": Dim(0.001, 0.5)}
+
+
+def space_for(preset: dict[str, Any], plugin_only: bool = False) -> dict[str, Dim]:
+    """The search space of a preset: its method's, plus PLGC's, SAM's and, where the method
+    keeps personal rows that it only evaluates with, ``keep-personal-rows`` (the rule
+    :class:`~fedrec_flwr.config.RunConfig` enforces). ``plugin_only``: PLGC's and SAM's
+    alone, the method's keys held at the preset's (a plug-in preset's base, tuned)."""
+    from fedrec_flwr.config import RunConfig
+    from fedrec_flwr.methods import build_method
+
+    sam = preset.get("sam-rho-private", 0.0) or preset.get("sam-rho-shared", 0.0)
+    plugins = {**(PLGC if preset.get("plgc", False) else {}), **(SAM if sam else {})}
+    if plugin_only:
+        if not plugins:
+            raise ValueError(
+                "--plugin-only: this preset has no plug-in knob to tune (PLGC and SAM have "
+                "some; DualPer has none: its preset is its base's, `python -m "
+                "fedrec_lab.presets sync`). Tune the base preset instead."
+            )
+        return plugins
+    space = dict(SPACES[preset.get("method", "pfedrec")])
+    method = build_method(RunConfig.from_mapping(preset), num_items=1)
+    if method.personal_rows and not method.train_from_personal:
+        space["keep-personal-rows"] = KEEP
+    return {**space, **plugins}
+
+
+def preset_point(preset: dict[str, Any], space: dict[str, Dim]) -> dict[str, Any] | None:
+    """The preset's own values of the tuned keys (defaults where it sets none), if they lie
+    in the space: the study's first trial, so tuning cannot end below the preset."""
+    from fedrec_flwr.config import RunConfig
+
+    defaults = RunConfig().to_mapping()
+    point = {key: preset.get(key, defaults[key]) for key in space}
+    for key, dim in space.items():
+        value = point[key]
+        inside = value in dim.choices if dim.choices else dim.low <= value <= dim.high
+        if not inside:
+            return None
+    return point
+
+
+def run_trial(run_config: dict[str, Any]) -> dict[str, Any]:
+    """One run on one in-process node, in a fresh process; its summary, or
+    ``{"error": ...}``."""
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, json.dumps(run_config), "1"],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT,
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith("SUMMARY "):
+            return json.loads(line[len("SUMMARY ") :])
+    return {"error": (done.stderr or done.stdout)[-2000:]}
+
+
+def objective_for(preset: dict, space: dict[str, Dim], fixed: dict[str, Any], scratch: Path):
+    """Optuna's objective: best validation HR@10 of one run (test metrics as attributes)."""
+
+    def objective(trial) -> float:
+        params = {key: dim.suggest(trial, key) for key, dim in space.items()}
+        config = {
+            **preset,
+            **fixed,
+            **params,
+            "results-dir": str(scratch),
+            "run-name": f"trial{trial.number}",
+        }
+        summary = run_trial(config)
+        if "error" in summary:
+            raise RuntimeError(f"trial {trial.number} failed: {summary['error']}")
+        trial.set_user_attr("best_round", summary["best_round"])
+        trial.set_user_attr("rounds", summary.get("rounds"))
+        trial.set_user_attr("test", summary["test"])
+        trial.set_user_attr("diverged_round", summary.get("diverged_round"))
+        value = float(summary.get("val", {}).get("hr@10", float("nan")))
+        return value if math.isfinite(value) else 0.0  # diverged before a valid round
+
+    return objective
+
+
+def write_preset(path: Path, params: dict[str, Any], note: str) -> None:
+    """Set ``params`` in a preset file, keeping its other lines and comments."""
+    from fedrec_lab.presets import set_keys
+
+    set_keys(path, params, note=note)
+
+
+def report(study, space: dict[str, Dim], fixed: dict, command: str) -> tuple[str, dict]:
+    """Markdown and JSON of a study: space, budget, every complete trial best first."""
+    import optuna
+
+    trials = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    trials.sort(key=lambda t: (-t.value, t.number))
+    keys = list(space)
+    lines = [
+        f"# Tuning study `{study.study_name}`",
+        "",
+        f"`{command}`",
+        "",
+        "Objective: best validation HR@10 (seed 0); test metrics shown, never used. "
+        f"Fixed: {', '.join(f'`{k} = {v}`' for k, v in fixed.items())}. "
+        f"Complete trials: {len(trials)} (of {len(study.trials)} started)."
+        + (
+            ""
+            if any(t.user_attrs.get("preset") for t in study.trials)
+            else " The preset's own setting is not among them (it lies outside the space)."
+        ),
+        "",
+        "Search space: " + "; ".join(f"`{k}` {d.describe()}" for k, d in space.items()),
+        "",
+        "| trial | " + " | ".join(keys) + " | val HR@10 | test HR@10 | test NDCG@10 | best round |",
+        "|---" * (len(keys) + 5) + "|",
+    ]
+    for t in trials:
+        test = t.user_attrs.get("test", {})
+        cells = [
+            f"{t.params[k]:.4g}" if isinstance(t.params[k], float) else str(t.params[k])
+            for k in keys
+        ]
+        lines.append(
+            f"| {t.number}{' (preset)' if t.user_attrs.get('preset') else ''} | "
+            + " | ".join(cells)
+            + f" | {100 * t.value:.2f} | "
+            f"{100 * test.get('hr@10', float('nan')):.2f} | "
+            f"{100 * test.get('ndcg@10', float('nan')):.2f} | {t.user_attrs.get('best_round')} |"
+        )
+    data = {
+        "study": study.study_name,
+        "command": command,
+        "fixed": fixed,
+        "space": {k: d.describe() for k, d in space.items()},
+        "best": {"params": trials[0].params, "val_hr@10": trials[0].value} if trials else None,
+        "trials": [
+            {"number": t.number, "params": t.params, "val_hr@10": t.value, **t.user_attrs}
+            for t in trials
+        ],
+    }
+    return "\n".join(lines) + "\n", data
+
+
+def main(argv: list[str] | None = None) -> None:
+    import optuna
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("preset", type=Path, help="conf/<preset>.toml")
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--trials", type=int, default=20, help="complete trials in all")
+    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--patience", type=int, default=10, help="early-stopping-patience")
+    parser.add_argument("--jobs", type=int, default=1, help="trials at a time")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sampler")
+    parser.add_argument("--device", default="cpu", help="device of every trial (cpu, cuda)")
+    parser.add_argument(
+        "--timeout", type=float, default=None, help="seconds after which no trial starts"
+    )
+    parser.add_argument("--out", type=Path, default=PROJECT / "bench" / "results" / "tuning")
+    parser.add_argument("--write-preset", action="store_true", help="copy the best setting")
+    parser.add_argument(
+        "--plugin-only",
+        action="store_true",
+        help="tune only the plug-ins' knobs (PLGC, SAM), the method's keys as in the preset",
+    )
+    args = parser.parse_args(argv)
+    if not args.preset.is_file():
+        parser.error(f"no preset {args.preset}: pass a conf/<preset>.toml file")
+    preset = tomllib.loads(args.preset.read_text())
+    try:
+        space = space_for(preset, plugin_only=args.plugin_only)
+    except ValueError as error:
+        parser.error(str(error))
+    fixed = {
+        "seed": 0,
+        "num-server-rounds": args.rounds,
+        "early-stopping-patience": args.patience,
+        "checkpoint-every": 0,
+        **({"device": args.device} if args.device != "cpu" else {}),
+        "data-dir": str(Path(args.data_dir).resolve()),
+    }
+    name = args.preset.stem
+    args.out.mkdir(parents=True, exist_ok=True)
+    storage = JournalStorage(JournalFileBackend(str(args.out / f"{name}.journal")))
+    study = optuna.create_study(
+        study_name=name,
+        storage=storage,
+        direction="maximize",
+        load_if_exists=True,
+        sampler=optuna.samplers.TPESampler(
+            seed=args.seed, n_startup_trials=max(4, args.trials // 3), constant_liar=True
+        ),
+    )
+    if not study.trials and (point := preset_point(preset, space)) is not None:
+        study.enqueue_trial(point, user_attrs={"preset": True})
+    done = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+    command = (
+        f"python -m fedrec_lab.tuning conf/{args.preset.name} --data-dir DIR --trials "
+        f"{args.trials} --rounds {args.rounds} --patience {args.patience} --seed {args.seed}"
+        + (f" --device {args.device}" if args.device != "cpu" else "")
+        + (" --plugin-only" if args.plugin_only else "")
+        + (f" --timeout {args.timeout:g}" if args.timeout is not None else "")
+    )
+    with tempfile.TemporaryDirectory(prefix="fedrec-tuning-") as scratch:
+        objective = objective_for(preset, space, fixed, Path(scratch))
+        while done < args.trials:
+            study.optimize(
+                objective,
+                n_trials=args.trials - done,
+                n_jobs=args.jobs,
+                timeout=args.timeout,
+                catch=(RuntimeError,),
+            )
+            done = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+            if args.timeout is not None:
+                break  # out of time: the report says how many trials completed
+            if not any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials[-3:]):
+                break  # the last trials all failed: stop rather than loop
+    fixed_shown = {k: v for k, v in fixed.items() if k != "data-dir"}
+    markdown, data = report(study, space, fixed_shown, command)
+    (args.out / f"{name}.md").write_text(markdown)
+    (args.out / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
+    if args.write_preset and data["best"]:
+        write_preset(
+            args.preset, data["best"]["params"], f"tuned: {args.out.name}/{name}.md ({command})"
+        )
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()

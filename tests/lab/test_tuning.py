@@ -1,0 +1,122 @@
+"""The Optuna tuner (``python -m fedrec_lab.tuning``): search spaces, preset writing, and a
+tiny study that resumes instead of starting over."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from fedrec_flwr.config import RunConfig
+from fedrec_lab import tuning
+
+PRESETS = sorted((Path(__file__).resolve().parents[2] / "conf").glob("*-strict.toml"))
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
+def test_every_strict_preset_has_a_space_whose_keys_are_run_config_keys(preset):
+    config = tomllib.loads(preset.read_text())
+    space = tuning.space_for(config)
+    assert space and set(space) <= set(RunConfig.key_names())
+    personal = config["method"] == "pfedrec" or config.get("personalization") == "dual"
+    assert ("keep-personal-rows" in space) == (personal and not config.get("plgc-persist"))
+    assert ("plgc-alpha" in space) == config.get("plgc", False)
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
+def test_every_choice_and_bound_of_a_space_is_a_valid_run_config(preset):
+    """A trial must never fail on a setting the space itself offers (FedRAP + PLGC once got
+    keep-personal-rows = 'positives', which FedRAP refuses)."""
+    config = tomllib.loads(preset.read_text())
+    for key, dim in tuning.space_for(config).items():
+        values = dim.choices or (dim.low, dim.high)
+        for value in values:
+            RunConfig.from_mapping({**config, key: int(value) if dim.integer else value})
+
+
+def test_write_preset_sets_and_adds_keys_and_keeps_comments(tmp_path):
+    preset = tmp_path / "p.toml"
+    preset.write_text('# why\nmethod = "pfedrec"\nlr = 0.1\n')
+    tuning.write_preset(preset, {"lr": 0.25, "keep-personal-rows": "positives"}, "tuned: x")
+    text = preset.read_text()
+    assert text.startswith("# tuned: x\n# why\n")
+    values = tomllib.loads(text)
+    assert values == {"method": "pfedrec", "lr": 0.25, "keep-personal-rows": "positives"}
+
+
+def test_a_study_reports_every_trial_and_resumes(tmp_path, private_cache):
+    pytest.importorskip("optuna")
+    preset = tmp_path / "syn.toml"
+    preset.write_text(
+        'method = "fedmf"\ndataset = "synthetic"\nsynthetic-users = 30\n'
+        "synthetic-items = 200\nsynthetic-mean-degree = 8\n"
+    )
+    out = tmp_path / "out"
+    args = [str(preset), "--data-dir", str(tmp_path), "--rounds", "2", "--out", str(out)]
+    tuning.main([*args, "--trials", "2"])
+    first = json.loads((out / "syn.json").read_text())
+    assert len(first["trials"]) == 2
+    assert set(first["trials"][0]["params"]) == set(tuning.SPACES["fedmf"])
+    assert first["best"]["val_hr@10"] == max(t["val_hr@10"] for t in first["trials"])
+    preset_trial = next(t for t in first["trials"] if t["number"] == 0)  # the preset first
+    assert preset_trial["preset"] is True
+    assert preset_trial["params"] == {
+        "lr": 0.1,
+        "item-lr": 8.0,
+        "init-std": 1.0,
+        "num-negatives": 4,
+    }
+    tuning.main([*args, "--trials", "3"])  # one more trial, the first two kept
+    second = json.loads((out / "syn.json").read_text())
+    assert sorted(t["number"] for t in second["trials"]) == [0, 1, 2]
+    for before in first["trials"]:
+        after = next(t for t in second["trials"] if t["number"] == before["number"])
+        assert after["params"] == before["params"] and after["val_hr@10"] == before["val_hr@10"]
+    assert "| trial |" in (out / "syn.md").read_text()
+    # out of time: no trial starts after --timeout, the report says what completed
+    tuning.main([*args, "--trials", "10", "--timeout", "0.001"])
+    third = json.loads((out / "syn.json").read_text())
+    assert 3 <= len(third["trials"]) <= 4 and "--timeout 0.001" in third["command"]
+
+
+def test_plugin_only_tunes_the_plugin_knobs_alone():
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    sam_plgc = tomllib.loads((conf / "pfedrec-sam-plgc-ml100k-strict.toml").read_text())
+    space = tuning.space_for(sam_plgc, plugin_only=True)
+    assert set(space) == set(tuning.PLGC) | set(tuning.SAM)
+    dual = tomllib.loads((conf / "fedmf-dual-ml100k-strict.toml").read_text())
+    with pytest.raises(ValueError, match="DualPer has none"):
+        tuning.space_for(dual, plugin_only=True)
+
+
+def test_a_plugin_only_study_says_when_the_preset_is_outside_its_space(tmp_path, private_cache):
+    """FedMF + SAM on the shared rows only (private radius 0, outside the log space): the
+    study tunes both radii, keeps FedMF's keys, and its report says the preset is no trial."""
+    pytest.importorskip("optuna")
+    preset = tmp_path / "syn-sam.toml"
+    preset.write_text(
+        'method = "fedmf"\ndataset = "synthetic"\nsynthetic-users = 30\n'
+        "synthetic-items = 200\nsynthetic-mean-degree = 8\nlr = 0.3\n"
+        "sam-rho-private = 0.0\nsam-rho-shared = 0.05\n"
+    )
+    out = tmp_path / "out"
+    tuning.main(
+        [
+            str(preset),
+            "--data-dir",
+            str(tmp_path),
+            "--rounds",
+            "2",
+            "--out",
+            str(out),
+            "--trials",
+            "1",
+            "--plugin-only",
+        ]
+    )
+    data = json.loads((out / "syn-sam.json").read_text())
+    assert set(data["trials"][0]["params"]) == set(tuning.SAM)
+    assert "--plugin-only" in data["command"]
+    assert "not among them" in (out / "syn-sam.md").read_text()
