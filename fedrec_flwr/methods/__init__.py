@@ -1,9 +1,10 @@
-"""Method registry: name -> class. Adding a method: one module here, one entry, its presets
-and a README row."""
+"""Methods and plug-ins, and their registry.
+
+Registers the built-in methods and plug-ins; a method or plug-in defined elsewhere joins with
+:func:`register_method` / :func:`register_plugin` (``docs/adding-a-method.md``).
+"""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from fedrec_flwr.methods.base import ROWS, Method, Phase, Role, Stage, Step
 from fedrec_flwr.methods.fedmf import FedMF
@@ -12,35 +13,48 @@ from fedrec_flwr.methods.fedrap import FedRAP
 from fedrec_flwr.methods.fedrecon import FedRecon
 from fedrec_flwr.methods.pfedrec import PFedRec
 from fedrec_flwr.methods.plgc import PLGC
+from fedrec_flwr.methods.plgc import PLUGIN as PLGC_PLUGIN
+from fedrec_flwr.methods.plugin import Attachment, MethodPlugin, Plugin
+from fedrec_flwr.methods.plugins import DECOYS, DUALPER, LDP, SAM
+from fedrec_flwr.methods.registry import (
+    METHODS,
+    PLUGINS,
+    build_method,
+    enabled_plugins,
+    register_method,
+    register_plugin,
+    unregister_method,
+    unregister_plugin,
+)
 
-if TYPE_CHECKING:
-    from fedrec_flwr.config import RunConfig
-
-METHODS: dict[str, type[Method]] = {
-    cls.name: cls for cls in (PFedRec, FedMF, FedNCF, FedRecon, FedRecGEL, FedRAP)
-}
+for _method in (PFedRec, FedMF, FedNCF, FedRecon, FedRecGEL, FedRAP):
+    register_method(_method)
+for _plugin in (DUALPER, SAM, PLGC_PLUGIN, LDP, DECOYS):
+    register_plugin(_plugin)
 
 __all__ = [
     "METHODS",
     "PLGC",
+    "PLUGINS",
     "ROWS",
+    "Attachment",
     "FedMF",
     "FedNCF",
     "FedRAP",
     "FedRecGEL",
     "FedRecon",
     "Method",
+    "MethodPlugin",
     "PFedRec",
     "Phase",
+    "Plugin",
     "Role",
     "Stage",
     "Step",
     "build_method",
+    "enabled_plugins",
+    "register_method",
+    "register_plugin",
+    "unregister_method",
+    "unregister_plugin",
 ]
-
-
-def build_method(config: RunConfig, num_items: int) -> Method:
-    """Instantiate the configured method, wrapped in PLGC when ``plgc = true`` (raises
-    ConfigError for impossible combinations)."""
-    method = METHODS[config.method](config, num_items)
-    return PLGC(config, num_items, method) if config.plgc else method

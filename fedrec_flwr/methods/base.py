@@ -9,135 +9,66 @@ every user taking its own step: training a node's users together is training the
 them in closed form (``closed_form_grads``), which the conformance suite holds equal to
 autograd and which makes packed training bit-identical to one-by-one training.
 
-Roles (``Role``) say where each parameter lives:
-
-- ``private``: never leaves the device (a score function, a user vector);
-- ``shared-rows``: the global item table, sent and aggregated row by row (name ``"rows"``);
-- ``personal-rows``: the device keeps its tuned copies of the rows and evaluates with them
-  (a flag of the method, ``personal_rows``);
-- ``shared-dense``: dense parameters every user trains a copy of (NCF's MLP), averaged over
-  the round's users;
-- ``private-rows``: per-user item rows the device keeps across rounds and never uploads
-  (FedRAP's additive local table ``D_u``); during training a flat table aligned with the
-  item rows (the same blocks), zero for rows the user never trained;
-- ``global-rows``: a frozen copy of the received global rows, aligned with the item rows
-  (PLGC's global view); never trained, kept or uploaded.
-
-Hooks: ``begin_round`` (before training), ``begin_local_update`` and ``end_local_update``
-(with the round's :class:`RoundContext`: its row blocks and their labels) and ``after_step``
-(after each phase's update: proximal steps, regularisers over rows outside the batch).
+Where each parameter lives is its role (:mod:`fedrec_flwr.methods.parts`). Hooks:
+``begin_round`` (before training), ``begin_local_update`` and ``end_local_update`` (with the
+round's :class:`RoundContext`: its row blocks and their labels) and ``after_step`` (after each
+phase's update: proximal steps, regularisers over rows outside the batch).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
-import torch.nn.functional as F  # noqa: N812
+
+from fedrec_flwr.methods.heads import (
+    linear_head_init,
+    linear_logits,
+    linear_logits_all,
+    user_normal,
+)
+from fedrec_flwr.methods.parts import (
+    ROW_ROLES,
+    ROWS,
+    Phase,
+    Role,
+    RoundContext,
+    Stage,
+    Step,
+    bce_grad,
+    bce_losses,
+)
 
 if TYPE_CHECKING:
     from fedrec_flwr.config import RunConfig
 
-ROWS = "rows"  # the name of the item-row parameter in every phase
-
-
-class Role(StrEnum):
-    PRIVATE = "private"
-    SHARED_ROWS = "shared-rows"
-    SHARED_DENSE = "shared-dense"
-    PRIVATE_ROWS = "private-rows"
-    GLOBAL_ROWS = "global-rows"
-
-
-#: Roles of parameters that are flat row tables aligned with the item rows (gathered by
-#: ``step.rows``; their gradients arrive per batch entry).
-ROW_ROLES = frozenset({Role.SHARED_ROWS, Role.PRIVATE_ROWS, Role.GLOBAL_ROWS})
-
-
-@dataclass(frozen=True)
-class Step:
-    """One mini-batch for each active user (padded).
-
-    ``users``: [a] indices of the active users among the round's users; ``rows``: [a, B]
-    indices into the flat row table; ``labels``: [a, B] in {0, 1}; ``weights``: [a, B] =
-    1 / (the user's batch size) on real entries, 0 on padding, so that
-    ``(weights * per-entry loss).sum()`` is the sum over users of their mean batch loss.
-    """
-
-    users: torch.Tensor
-    rows: torch.Tensor
-    labels: torch.Tensor
-    weights: torch.Tensor
-
-
-@dataclass(frozen=True)
-class Phase:
-    """One update on every mini-batch: the parameters it moves (``ROWS`` for item rows).
-
-    Phases of a stage run in order on each batch, each from the parameters the previous one
-    left (PFedRec: the score function, then the item rows with the updated score function).
-    """
-
-    name: str
-    params: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Stage:
-    """Phases run for ``epochs`` epochs over the round's samples. ``logged``: its loss is the
-    round's reported train loss."""
-
-    name: str
-    phases: tuple[Phase, ...]
-    epochs: int
-    logged: bool = True
-
-
-@dataclass(frozen=True)
-class RoundContext:
-    """The round a local update runs in, for hooks that need more than one batch.
-
-    ``row_offsets`` [n + 1]: user ``j`` of the round owns flat rows
-    ``row_offsets[j]:row_offsets[j+1]``; ``sample_counts`` [n]: its samples per epoch;
-    ``row_labels`` [R]: 1.0 for a row that is one of its user's positives this round, else 0.
-    """
-
-    server_round: int
-    num_rounds: int
-    row_offsets: torch.Tensor
-    sample_counts: torch.Tensor
-    row_labels: torch.Tensor
-
-    def held_rows(self, users: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(flat rows held by ``users``, index in ``users`` of each row's owner)."""
-        lo, hi = self.row_offsets[users], self.row_offsets[users + 1]
-        counts = hi - lo
-        owner = torch.repeat_interleave(torch.arange(len(users), device=lo.device), counts)
-        starts = torch.repeat_interleave(lo - torch.cumsum(counts, 0) + counts, counts)
-        return starts + torch.arange(int(counts.sum()), device=lo.device), owner
-
-
-def bce_grad(logits: torch.Tensor, step: Step) -> torch.Tensor:
-    """Gradient w.r.t. the logits [a, B] of the step's loss: ``(sigmoid(z) - y) * weight``."""
-    return (torch.sigmoid(logits) - step.labels) * step.weights
-
-
-def bce_losses(logits: torch.Tensor, step: Step) -> torch.Tensor:
-    """Per-entry BCE [a, B] (for the reported train loss)."""
-    return F.binary_cross_entropy_with_logits(logits, step.labels, reduction="none")
+__all__ = [
+    "ROWS",
+    "ROW_ROLES",
+    "Method",
+    "Phase",
+    "Role",
+    "RoundContext",
+    "Stage",
+    "Step",
+    "bce_grad",
+    "bce_losses",
+    "linear_head_init",
+    "linear_logits",
+    "linear_logits_all",
+    "user_normal",
+]
 
 
 class Method(ABC):
     """A federated recommendation method, as plain batched PyTorch.
 
     A subclass declares its parameters and their roles, its score function (``logits``) and
-    its phases; adding a method is one module in this package, its entry in ``METHODS``, its
-    presets and a README row.
+    its phases; adding a method is one module and one ``register_method`` call
+    (``docs/adding-a-method.md``).
     """
 
     name: ClassVar[str]
@@ -150,15 +81,8 @@ class Method(ABC):
         self.config = config
         self.num_items = num_items
         self.dim = config.embedding_dim
+        #: DualPer (``personalization = "dual"``, the plug-in that checks ``supports_dual``).
         self.dual = config.personalization == "dual"
-        if self.dual and not self.supports_dual:
-            from fedrec_flwr.config import ConfigError
-
-            raise ConfigError(
-                f"personalization='dual' does not apply to method '{self.name}'"
-                + (" (it keeps personal item rows already)" if self.native_personal_rows else "")
-                + "; use personalization='none'."
-            )
 
     # ----------------------------------------------------------------- roles
     #: Does the method as published keep personal rows (PFedRec)?
@@ -366,61 +290,3 @@ class Method(ABC):
     def describe(self) -> dict[str, str]:
         """Name, paper and roles, for logs and the README's method table."""
         return {"method": self.name, **{k: v.value for k, v in self.roles().items()}}
-
-
-def linear_logits(
-    rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
-) -> torch.Tensor:
-    """<rows, weight_u> (+ bias_u) for rows [a, k, d], weight [a, d], bias [a].
-
-    An elementwise product and a sum over d, not ``bmm``: each user's result is then
-    bit-identical whatever other users share the batch (BLAS kernels pick their blocking by
-    shape), which is what makes packed nodes reproduce one-user nodes exactly.
-    """
-    out = (rows * weight.unsqueeze(1)).sum(-1)
-    return out if bias is None else out + bias.unsqueeze(-1)
-
-
-def linear_logits_all(
-    table: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
-) -> torch.Tensor:
-    """<table[i], weight_u> (+ bias_u) for every item: [a, I]. One matrix-vector product per
-    user, so a user's scores do not depend on how many users are scored with it."""
-    out = (
-        torch.stack([table @ w for w in weight]) if len(weight) else table.new_zeros(0, len(table))
-    )
-    return out if bias is None else out + bias.unsqueeze(-1)
-
-
-def user_normal(config: RunConfig, users: np.ndarray, dim: int, key: int) -> np.ndarray:
-    """[n, dim] N(0, init-std^2) vectors, one keyed draw per (seed, user)."""
-    from fedrec_flwr.seeding import keyed_rng
-
-    if not len(users):
-        return np.zeros((0, dim), dtype=np.float32)
-    return np.stack(
-        [
-            keyed_rng(config.seed, "private-init", key, int(user)).normal(
-                0.0, config.init_std, size=dim
-            )
-            for user in users
-        ]
-    ).astype(np.float32)
-
-
-def linear_head_init(config: RunConfig, users: np.ndarray, dim: int) -> dict[str, torch.Tensor]:
-    """A linear score head d -> 1 per user (``score-weight`` [n, d], ``score-bias`` [n]), all
-    from one shared draw: PyTorch's nn.Linear(d, 1) default init, keyed by the seed."""
-    import math
-
-    from fedrec_flwr.seeding import keyed_rng
-
-    rng = keyed_rng(config.seed, "private-init", 0)
-    bound = 1.0 / math.sqrt(dim)
-    weight = rng.uniform(-bound, bound, size=dim).astype(np.float32)
-    bias = np.float32(rng.uniform(-bound, bound))
-    n = len(users)
-    return {
-        "score-weight": torch.from_numpy(np.tile(weight, (n, 1))),
-        "score-bias": torch.full((n,), float(bias), dtype=torch.float32),
-    }

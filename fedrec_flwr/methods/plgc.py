@@ -15,20 +15,12 @@ user's rows (``plgc-alpha = "ntk"``) and used in evaluation and the next round, 
 from __future__ import annotations
 
 import itertools
-from typing import ClassVar
 
 import numpy as np
 import torch
 
-from fedrec_flwr.methods.base import (
-    ROWS,
-    Method,
-    Phase,
-    Role,
-    RoundContext,
-    Stage,
-    Step,
-)
+from fedrec_flwr.methods.base import ROWS, Method, Role, RoundContext, Step
+from fedrec_flwr.methods.plugin import Attachment, MethodPlugin, Plugin
 
 GLOBAL = "plgc-global"  # G: the received global rows, frozen
 ALPHA = "plgc-alpha"  # alpha_u, per user
@@ -77,53 +69,25 @@ def decorrelation_loss(local: torch.Tensor, global_: torch.Tensor, mask: torch.T
     return on + off / local.shape[-1]
 
 
-class PLGC(Method):
-    """``base`` with PLGC: same name, roles plus the global view and alpha."""
-
-    native_personal_rows: ClassVar[bool] = False
+class PLGC(MethodPlugin):
+    """``base`` with PLGC: same name, roles plus the global view and alpha; every member it
+    does not override is the base method's (its ``rowwise_logits`` holds: the mix is
+    elementwise)."""
 
     def __init__(self, config, num_items: int, base: Method) -> None:
-        self.config = config
-        self.num_items = num_items
-        self.dim = config.embedding_dim
-        self.dual = base.dual
-        self.base = base
-        self.name = base.name
-        self.paper = f"{base.paper}; PLGC (Zhao et al. 2025, our interpretation)"
-        self.eval_chunk = base.eval_chunk
-        self.rowwise_logits = base.rowwise_logits  # the mix is elementwise
-        if not (base.personal_rows or base.private_row_names()):
-            from fedrec_flwr.config import ConfigError
-
-            raise ConfigError(
-                f"plgc = true needs a method with personal item rows; method '{base.name}'"
-                f" with personalization='{config.personalization}' has none. Use pfedrec or "
-                "fedrap, or personalization='dual' on fedmf, fedncf or fedrecon."
-            )
+        super().__init__(config, num_items, base)
         self.alpha = fixed_alpha(config)
 
-    # ----------------------------------------------------------------- roles
     @property
-    def personal_rows(self) -> bool:
-        return self.base.personal_rows
+    def paper(self) -> str:
+        return f"{self.base.paper}; PLGC (Zhao et al. 2025, our interpretation)"
 
+    # ----------------------------------------------------------------- roles
     @property
     def train_from_personal(self) -> bool:
         """``plgc-persist``: the local rows persist across rounds (else, as the base method,
         a round starts them from the global rows)."""
         return self.base.personal_rows and self.config.plgc_persist
-
-    @property
-    def eval_table(self) -> str:
-        return self.base.eval_table
-
-    @property
-    def row_dim(self) -> int:
-        return self.base.row_dim
-
-    @property
-    def zero_threshold(self) -> float | None:
-        return self.base.zero_threshold
 
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
         start = 0.5 if self.alpha is None else self.alpha
@@ -132,25 +96,13 @@ class PLGC(Method):
             ALPHA: torch.full((len(users),), start, dtype=torch.float32),
         }
 
-    def init_dense(self) -> dict[str, np.ndarray]:
-        return self.base.init_dense()
-
     def roles(self) -> dict[str, Role]:
         return {**self.base.roles(), GLOBAL: Role.GLOBAL_ROWS, ALPHA: Role.PRIVATE}
 
     def learning_rate(self, name: str) -> float:
         return 0.0 if name in (GLOBAL, ALPHA) else self.base.learning_rate(name)
 
-    def stages(self) -> tuple[Stage, ...]:
-        return self.base.stages()
-
-    def phases(self) -> tuple[Phase, ...]:
-        return self.base.phases()
-
     # ----------------------------------------------------------------- hooks
-    def begin_round(self, params, users, server_round) -> None:
-        self.base.begin_round(params, users, server_round)
-
     def begin_local_update(self, params: dict[str, torch.Tensor], context: RoundContext) -> None:
         """The base method's hook; a fixed alpha is set (the NTK one is the user's last)."""
         self.base.begin_local_update(params, context)
@@ -172,9 +124,6 @@ class PLGC(Method):
         ]
         params[ALPHA].copy_(torch.tensor(alphas, dtype=params[ALPHA].dtype))
 
-    def after_step(self, params, step: Step, phase: Phase, context: RoundContext) -> None:
-        self.base.after_step(params, step, phase, context)
-
     # --------------------------------------------------------------- scoring
     def represent(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
         """``alpha * L + (1 - alpha) * G`` (``L`` alone when no global view is given)."""
@@ -184,16 +133,11 @@ class PLGC(Method):
         alpha = params[ALPHA].reshape(-1, *[1] * (local.dim() - 1))
         return alpha * local + (1.0 - alpha) * params[GLOBAL]
 
-    def score(self, params: dict[str, torch.Tensor], reps: torch.Tensor) -> torch.Tensor:
-        return self.base.score(params, reps)
-
     def logits(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        """The base score function on the mix. (``logits_all``, the base method's: items
+        without personal rows have ``L = G`` (PFedRec) or ``D_u = 0`` (FedRAP), so the mix is
+        the global row.)"""
         return self.base.score(params, self.represent(params, rows))
-
-    def logits_all(self, params: dict[str, torch.Tensor], table: torch.Tensor) -> torch.Tensor:
-        """Items without personal rows: ``L = G`` (PFedRec) or ``D_u = 0`` (FedRAP), so the
-        mix is the global row and the base method's full ranking holds."""
-        return self.base.logits_all(params, table)
 
     def loss(self, step: Step, params, rows: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         """The base loss plus ``plgc-decorrelation`` times the redundancy-reduction loss."""
@@ -210,3 +154,30 @@ class PLGC(Method):
 
     def describe(self) -> dict[str, str]:
         return {**self.base.describe(), "plgc": f"alpha {self.config.plgc_alpha}"}
+
+
+def check_applies(config, method: Method) -> None:
+    """PLGC needs personal item rows (kept rows, or private rows such as FedRAP's ``D_u``)."""
+    if not (method.personal_rows or method.private_row_names()):
+        from fedrec_flwr.config import ConfigError
+
+        raise ConfigError(
+            f"plgc = true needs a method with personal item rows; method '{method.name}'"
+            f" with personalization='{config.personalization}' has none. Use pfedrec or "
+            "fedrap, or personalization='dual' on fedmf, fedncf or fedrecon."
+        )
+
+
+def plgc_enabled(config) -> bool:
+    return config.plgc
+
+
+PLUGIN = Plugin(
+    name="plgc",
+    paper="Zhao et al. 2025 (our interpretation, docs/plgc.md)",
+    attaches_to=Attachment.METHOD,
+    enabled=plgc_enabled,
+    module=__name__,
+    check=check_applies,
+    wrapper=PLGC,
+)

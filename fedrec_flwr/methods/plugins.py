@@ -1,0 +1,79 @@
+"""The plug-ins that are options of a method, the local update or the upload: DualPer, SAM,
+LDP and decoys. They attach like PLGC (:mod:`fedrec_flwr.methods.plugin`): a declaration,
+enabled by the run config and checked against the configured method; the code that carries
+each one out reads its keys where it acts (``module``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fedrec_flwr.methods.base import Method
+from fedrec_flwr.methods.plugin import Attachment, Plugin
+
+if TYPE_CHECKING:
+    from fedrec_flwr.config import RunConfig
+
+
+def dual_enabled(config: RunConfig) -> bool:
+    return config.personalization == "dual"
+
+
+def dual_applies(config: RunConfig, method: Method) -> None:
+    """DualPer applies to a method that declares ``supports_dual``."""
+    if not method.supports_dual:
+        from fedrec_flwr.config import ConfigError
+
+        raise ConfigError(
+            f"personalization='dual' does not apply to method '{method.name}'"
+            + (" (it keeps personal item rows already)" if method.native_personal_rows else "")
+            + "; use personalization='none'."
+        )
+
+
+def sam_enabled(config: RunConfig) -> bool:
+    return config.sam_rho_private > 0 or config.sam_rho_shared > 0
+
+
+def ldp_enabled(config: RunConfig) -> bool:
+    return config.ldp_mechanism != "none" or config.ldp_laplace_lambda > 0
+
+
+def decoys_enabled(config: RunConfig) -> bool:
+    return config.decoy_ratio > 0
+
+
+#: PFedRec's dual personalisation on another method: private score function first, then
+#: post-tuned personal item rows (``Method.dual``: its roles and phases).
+DUALPER = Plugin(
+    name="dualper",
+    paper="PFedRec Table 3 (Zhang et al., IJCAI 2023)",
+    attaches_to=Attachment.ROLES,
+    enabled=dual_enabled,
+    module="fedrec_flwr.methods.base",
+    check=dual_applies,
+)
+#: Sharpness-aware local steps, one radius for private and one for shared parameters.
+SAM = Plugin(
+    name="sam",
+    paper="Foret et al., ICLR 2021",
+    attaches_to=Attachment.LOCAL_UPDATE,
+    enabled=sam_enabled,
+    module="fedrec_flwr.node.optim",
+)
+#: Clipped Laplace or Gaussian noise on each uploaded row, or PFedRec Table 4's raw Laplace.
+LDP = Plugin(
+    name="ldp",
+    paper="Laplace and Gaussian mechanisms; PFedRec Table 4",
+    attaches_to=Attachment.UPLOAD,
+    enabled=ldp_enabled,
+    module="fedrec_flwr.privacy.ldp",
+)
+#: A fixed set of never-interacted rows per user, uploaded beside its real rows.
+DECOYS = Plugin(
+    name="decoys",
+    paper="decoy rows (README, privacy)",
+    attaches_to=Attachment.UPLOAD,
+    enabled=decoys_enabled,
+    module="fedrec_flwr.privacy.decoys",
+)
