@@ -5,18 +5,14 @@ a seeded sample of users scores with (:class:`NodeEvaluation`, mixed into
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import torch
 
 from fedrec_flwr.evaluation import metric_terms, sampled_metric_terms, stacked
 from fedrec_flwr.node.protocols import held_items, user_rows
+from fedrec_flwr.node.state import NodeState
 from fedrec_flwr.partition import eval_sample
 from fedrec_flwr.spectrum import effective_rank, erank_users
-
-if TYPE_CHECKING:
-    from fedrec_flwr.node.runtime import NodeState
 
 
 class NodeEvaluation:

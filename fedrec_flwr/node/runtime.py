@@ -7,13 +7,12 @@ disjoint per-user parameters, so the metrics do not depend on ``N``.
 
 What leaves a node is decided by the method's parameter roles: the sums over its users of
 their tuned item rows (ids, counts) and of their tuned shared-dense parameters, the ids of the
-rows it needs next, and metric sums. What stays (``NodeState``): every private parameter and
-the personal-row store.
+rows it needs next, and metric sums (:mod:`fedrec_flwr.node.upload`). What stays
+(:class:`~fedrec_flwr.node.state.NodeState`): every private parameter and the personal-row
+store. Evaluation: :mod:`fedrec_flwr.node.evaluate`.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -25,87 +24,21 @@ from fedrec_flwr.node.accelerator import torch_device
 from fedrec_flwr.node.evaluate import NodeEvaluation
 from fedrec_flwr.node.personal import KEY_STRIDE, PersonalRows
 from fedrec_flwr.node.protocols import build_protocol, lookup_rows
-from fedrec_flwr.node.training import (
+from fedrec_flwr.node.samples import (
+    RoundSamples,
     build_round_samples,
     distinct_items,
-    local_update,
     max_samples_per_user,
     user_round_items,
     users_round_items,
 )
+from fedrec_flwr.node.state import NodeState
+from fedrec_flwr.node.training import local_update
+from fedrec_flwr.node.upload import TrainResult, summed_upload
 from fedrec_flwr.partition import participants, users_of_partition
 from fedrec_flwr.privacy import uploads
 
-
-@dataclass
-class NodeState:
-    """Private state of a node's users, indexed by position in the node's user list:
-    private parameters, personal rows (tuned copies of item rows) and, per ``private-rows``
-    parameter, the rows each user has trained (rows it never trained are zero)."""
-
-    private: dict[str, torch.Tensor]
-    personal: PersonalRows
-    private_rows: dict[str, PersonalRows] = field(default_factory=dict)
-
-    PREFIX = "private/"
-    ROWS_PREFIX = "private-rows/"
-
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        """Flat numpy arrays (for ``context.state``)."""
-        arrays = {self.PREFIX + k: v.cpu().numpy() for k, v in self.private.items()}
-        arrays.update(self.personal.to_arrays())
-        for name, store in self.private_rows.items():
-            prefix = f"{self.ROWS_PREFIX}{name}/"
-            arrays.update({prefix + k: v for k, v in store.to_arrays().items()})
-        return arrays
-
-    @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> NodeState:
-        """Inverse of :meth:`to_arrays`."""
-        private = {
-            k[len(cls.PREFIX) :]: torch.from_numpy(np.array(v))
-            for k, v in arrays.items()
-            if k.startswith(cls.PREFIX)
-        }
-        stores: dict[str, dict[str, np.ndarray]] = {}
-        for key, value in arrays.items():
-            if key.startswith(cls.ROWS_PREFIX):
-                name, _, array = key[len(cls.ROWS_PREFIX) :].rpartition("/")
-                stores.setdefault(name, {})[array] = value
-        return cls(
-            private=private,
-            personal=PersonalRows.from_arrays(arrays),
-            private_rows={name: PersonalRows.from_arrays(a) for name, a in stores.items()},
-        )
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    """What a node uploads after training (and the metrics it reports)."""
-
-    item_ids: np.ndarray  # sorted distinct items its users trained (non-zero sums)
-    row_sums: np.ndarray  # [k, r]: sum over its users of their tuned rows
-    row_counts: np.ndarray  # [k]: number of its users that trained each row
-    num_users: int
-    num_samples: int
-    loss_sum: float
-    dense_sums: dict[str, np.ndarray] = field(default_factory=dict)
-    # Trained rows whose sum is zero (sparse methods: sent as ids only) and their counts.
-    zero_ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
-    zero_counts: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
-
-
-SUM_CHUNK = 1 << 16  # rows converted to float64 at a time by float64_row_sums
-
-
-def float64_row_sums(inverse: np.ndarray, rows: np.ndarray, num_out: int) -> torch.Tensor:
-    """``out[inverse[k]] += rows[k]`` in float64, in row order, a chunk at a time (the same
-    sums as one ``index_add_`` without a float64 copy of the whole flat table)."""
-    sums = torch.zeros((num_out, rows.shape[1]), dtype=torch.float64)
-    index, source = torch.from_numpy(inverse), torch.from_numpy(rows)
-    for lo in range(0, len(rows), SUM_CHUNK):
-        sums.index_add_(0, index[lo : lo + SUM_CHUNK], source[lo : lo + SUM_CHUNK].double())
-    return sums
+__all__ = ["NodeRuntime", "NodeState", "TrainResult"]
 
 
 class NodeRuntime(NodeEvaluation):
@@ -246,17 +179,17 @@ class NodeRuntime(NodeEvaluation):
         for name in self.method.global_row_names():  # the frozen global view
             params[name] = torch.from_numpy(received.copy()).to(self.device)
         if self.method.train_from_personal:  # the local rows persist
-            local = state.personal.gathered(self._row_positions(samples), samples.row_items)
+            local = state.personal.gathered(samples.row_positions(), samples.row_items)
             held = np.isin(
-                self._row_positions(samples) * KEY_STRIDE + samples.row_items,
+                samples.row_positions() * KEY_STRIDE + samples.row_items,
                 state.personal.keys(),
             )
             received = np.where(held[:, None], local, received)
         params[ROWS] = torch.from_numpy(received).to(self.device)
         for name in self.method.private_row_names():
-            params[name] = torch.from_numpy(self._gathered(state.private_rows[name], samples)).to(
-                self.device
-            )
+            # Zero rows for the items a user never trained.
+            rows = state.private_rows[name].gathered(samples.row_positions(), samples.row_items)
+            params[name] = torch.from_numpy(rows).to(self.device)
         loss_sum, num_samples = local_update(
             self.method, samples, params, self.config, server_round, self.max_samples
         )
@@ -278,31 +211,15 @@ class NodeRuntime(NodeEvaluation):
                 sent,
                 lambda items: lookup_rows(items, item_ids, item_rows),
             )
-        item_ids_up, inverse = distinct_items(up_items, self.prepared.num_items)
-        sums = float64_row_sums(inverse, up_rows, len(item_ids_up))
-        counts = np.bincount(inverse, minlength=len(item_ids_up)).astype(np.int64)
-        one = len(users) == 1
-        # One user: its float32 values as they are; several: exact float64 sums, so the
-        # server's aggregate does not depend on how users are packed into nodes.
-        row_sums = up_rows if one else sums.numpy()
-        nonzero = np.ones(len(item_ids_up), dtype=bool)
-        if threshold is not None:
-            nonzero = row_sums.any(axis=1)
-        result = TrainResult(
-            item_ids=item_ids_up[nonzero],
-            row_sums=row_sums[nonzero],
-            row_counts=counts[nonzero],
-            zero_ids=item_ids_up[~nonzero],
-            zero_counts=counts[~nonzero],
+        result = summed_upload(
+            up_items,
+            up_rows,
+            self.prepared.num_items,
+            {name: params[name] for name in self.method.shared_dense_names()},
             num_users=len(users),
             num_samples=num_samples,
             loss_sum=loss_sum,
-            dense_sums={
-                name: params[name][0].cpu().numpy()
-                if one
-                else params[name].cpu().double().sum(0).numpy()
-                for name in self.method.shared_dense_names()
-            },
+            sparse=threshold is not None,
         )
         private = {k: v.clone() for k, v in state.private.items()}
         index = torch.from_numpy(positions)
@@ -313,7 +230,7 @@ class NodeRuntime(NodeEvaluation):
             personal = self._kept_rows(personal, samples, tuned)
         private_rows = {  # rows at or below the zero threshold are zero: not kept
             name: store.merged(
-                self._row_positions(samples),
+                samples.row_positions(),
                 samples.row_items,
                 params[name].cpu().numpy(),
                 zero_at=threshold,
@@ -321,16 +238,6 @@ class NodeRuntime(NodeEvaluation):
             for name, store in state.private_rows.items()
         }
         return result, NodeState(private, personal, private_rows)
-
-    @staticmethod
-    def _row_positions(samples) -> np.ndarray:
-        """The node position of the user owning each flat row of the round."""
-        return np.repeat(samples.positions, np.diff(samples.row_offsets))
-
-    def _gathered(self, store: PersonalRows, samples) -> np.ndarray:
-        """The flat table of the round's row blocks from a private-row store (zero rows for
-        items a user never trained)."""
-        return store.gathered(self._row_positions(samples), samples.row_items)
 
     def _round_params(
         self, state: NodeState, positions: np.ndarray, dense: dict[str, np.ndarray]
@@ -349,28 +256,19 @@ class NodeRuntime(NodeEvaluation):
             params[name] = value.unsqueeze(0).repeat(len(positions), *[1] * value.dim())
         return params
 
-    def _kept_rows(self, personal: PersonalRows, samples, tuned: np.ndarray) -> PersonalRows:
+    def _kept_rows(
+        self, personal: PersonalRows, samples: RoundSamples, tuned: np.ndarray
+    ) -> PersonalRows:
         """The trained users' personal rows become this round's tuned rows (filtered by the
         protocol: under ``paper`` only rows among the user's candidates are kept)."""
         if self.method.train_from_personal:  # local rows persist: keep every trained row
-            return personal.merged(self._row_positions(samples), samples.row_items, tuned)
+            return personal.merged(samples.row_positions(), samples.row_items, tuned)
         keep = self.protocol.keep_personal_rows(
             samples.users, samples.row_offsets, samples.row_items
         )
-        if self.config.keep_personal_rows == "positives":
-            keep &= self._train_positive_rows(samples)
-        positions, items = self._row_positions(samples), samples.row_items
+        if self.config.keep_personal_rows == "positives":  # rows of sampled negatives go
+            keep &= samples.positive_row_mask()
+        positions, items = samples.row_positions(), samples.row_items
         if not keep.all():
             positions, items, tuned = positions[keep], items[keep], tuned[keep]
         return personal.replaced(samples.positions, positions, items, tuned)
-
-    @staticmethod
-    def _train_positive_rows(samples) -> np.ndarray:
-        """Mask of the round's flat rows whose item is a train positive of its user
-        (``keep-personal-rows = "positives"``: the rows of sampled negatives are not kept).
-
-        A user trains on all its train positives every round (``user_round_items``) and its
-        negatives avoid them, so these are exactly the rows with a positive sample."""
-        mask = np.zeros(int(samples.row_offsets[-1]), dtype=bool)
-        mask[samples.sample_rows[samples.sample_labels > 0]] = True
-        return mask

@@ -1,4 +1,4 @@
-"""A node's private state on disk (:class:`~fedrec_flwr.node.runtime.NodeState`), so a restarted
+"""A node's private state on disk (:class:`~fedrec_flwr.node.state.NodeState`), so a restarted
 SuperNode or a resumed run continues with it. Flower's ``context.state`` lives only as long as
 the SuperNode process of one run. The folder:
 
@@ -34,7 +34,8 @@ from flwr.app import Context, Message
 
 from fedrec_flwr import atomic
 from fedrec_flwr.messages import CONFIG
-from fedrec_flwr.node.runtime import NodeRuntime, NodeState
+from fedrec_flwr.node.runtime import NodeRuntime
+from fedrec_flwr.node.state import NodeState
 from fedrec_flwr.resume import differing_keys, fingerprinted_config
 
 STATE_DIR = "state-dir"  # node-config key

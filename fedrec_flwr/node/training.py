@@ -1,201 +1,27 @@
-"""The local update of a node's users, batched: samples, mini-batch plan, epochs.
+"""The local update of a node's users, batched: mini-batch plan, epochs.
 
-Per user and round: its train rows as positives plus ``num-negatives`` fresh uniform
-negatives per positive (generator keyed by (seed, user, round)); each epoch shuffles them
-(keyed by (seed, user, round, epoch)) and cuts them into batches of ``batch-size``. Step ``s``
-of the epoch takes batch ``s`` of every user that has one, so users with more data simply
-take more steps, exactly as if each trained alone. A step runs the phases of the method's
-stage in order (:mod:`fedrec_flwr.methods.base`), each with the local optimiser (SGD, or SAM
-around it: :mod:`fedrec_flwr.node.optim`).
+Each epoch shuffles a user's round samples (:mod:`fedrec_flwr.node.samples`; keyed by
+(seed, user, round, epoch)) and cuts them into batches of ``batch-size``. Step ``s`` of the
+epoch takes batch ``s`` of every user that has one, so users with more data simply take more
+steps, exactly as if each trained alone. A step runs the phases of the method's stage in order
+(:mod:`fedrec_flwr.methods.base`), each with the local optimiser (SGD, or SAM around it:
+:mod:`fedrec_flwr.node.optim`).
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.methods.base import ROWS, Method, RoundContext, Step, bce_losses
 from fedrec_flwr.node.optim import build_optimizer
-from fedrec_flwr.sampling import is_member, sample_excluding
+from fedrec_flwr.node.samples import RoundSamples
 from fedrec_flwr.seeding import keyed_rng
 
 PAD_TO = 64  # entries; see epoch_steps
 MAX_STEP_ENTRIES = 1 << 20  # users x padded batch of one step; more are cut into several steps
 FULL_PAD_LIMIT = 1024  # batches above it are padded to the user's own size (see epoch_steps)
-
-
-def user_round_items(
-    prepared: PreparedData, config: RunConfig, user: int, server_round: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(items, labels) a user trains on in a round: its positives, then its negatives."""
-    positives = prepared.train_positives(user)
-    rng = keyed_rng(config.seed, "train-negatives", user, server_round)
-    negatives = sample_excluding(
-        rng,
-        prepared.num_items,
-        prepared.negative_exclusion(user),
-        config.num_negatives * len(positives),
-    )
-    labels = np.r_[np.ones(len(positives), np.float32), np.zeros(len(negatives), np.float32)]
-    return np.r_[positives, negatives], labels
-
-
-def distinct_items(items: np.ndarray, num_items: int) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(items, return_inverse=True)`` for item ids in ``range(num_items)``, by a
-    mask over the items instead of a sort (linear in the rows and the catalogue)."""
-    items = np.asarray(items, dtype=np.int64)
-    mask = np.zeros(num_items, dtype=bool)
-    mask[items] = True
-    ids = np.flatnonzero(mask).astype(np.int64)
-    where = np.zeros(num_items, dtype=np.int64)
-    where[ids] = np.arange(len(ids), dtype=np.int64)
-    return ids, where[items]
-
-
-#: (user, item) slots :func:`distinct_user_items` marks at a time (a bool and an int64 each).
-DENSE_SLOTS = 1 << 22
-
-
-def distinct_user_items(
-    owner: np.ndarray,
-    items: np.ndarray,
-    num_items: int,
-    num_users: int,
-    slots: int = DENSE_SLOTS,
-    min_keys: int = 1 << 16,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(owner * num_items + items, return_inverse=True)`` for ``owner`` in
-    ``range(num_users)``, non-decreasing: where the keys are many and dense, by masks over
-    ``slots`` (user, item) slots at a time (linear) instead of a sort."""
-    keys = owner * num_items + items
-    if len(keys) < min_keys or num_users * num_items > 8 * len(keys):  # few or sparse: sort
-        return np.unique(keys, return_inverse=True)
-    per_chunk = max(1, slots // max(num_items, 1))
-    starts = np.arange(0, num_users + 1, per_chunk)
-    bounds = np.searchsorted(owner, np.r_[starts, num_users])
-    distinct, inverse, found = [], np.empty(len(keys), dtype=np.int64), 0
-    for first_user, lo, hi in zip(starts, bounds[:-1], bounds[1:], strict=False):
-        if hi == lo:
-            continue
-        base = int(first_user) * num_items
-        ids, where = distinct_items(keys[lo:hi] - base, per_chunk * num_items)
-        distinct.append(ids + base)
-        inverse[lo:hi] = where + found
-        found += len(ids)
-    return (np.concatenate(distinct) if distinct else keys[:0]), inverse
-
-
-def users_round_items(
-    prepared: PreparedData, config: RunConfig, users: np.ndarray, server_round: int
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """:func:`user_round_items` of each of ``users``, the same draws from the same keyed
-    generators, with the membership tests against the exclusion sets made for all of them
-    at once (a Python loop remains only over the generators)."""
-    users = np.asarray(users, dtype=np.int64)
-    if len(users) < 2:  # one user (a faithful-mode node): no batching to gain
-        return [user_round_items(prepared, config, int(u), server_round) for u in users]
-    counts, excluded = prepared.exclusions_of(users)
-    n = prepared.num_items
-    positives = [prepared.train_positives(int(u)) for u in users]
-    sizes = np.array([config.num_negatives * len(p) for p in positives], dtype=np.int64)
-    fallback = (sizes == 0) | (counts >= n)  # nothing to draw, or the per-user error
-    rngs = [
-        None if fallback[j] else keyed_rng(config.seed, "train-negatives", int(u), server_round)
-        for j, u in enumerate(users)
-    ]
-    sizes[fallback] = 0  # those draw user by user below
-    draws = [
-        rng.integers(0, n, size=int(size), dtype=np.int64) if size else np.empty(0, np.int64)
-        for rng, size in zip(rngs, sizes, strict=True)
-    ]
-    # (position in users, item) keys: the exclusion sets' are sorted, as the users' order is.
-    excluded_keys = np.repeat(np.arange(len(users), dtype=np.int64), counts) * n + excluded
-    draw_owner = np.repeat(np.arange(len(users), dtype=np.int64), sizes)
-    flat = np.concatenate(draws)
-    # sample_excluding's rejection loop, every user's in lockstep: each redraws its rejected
-    # entries from its own generator, in the same order, until none is excluded.
-    wrong = np.flatnonzero(is_member(draw_owner * n + flat, excluded_keys))
-    while len(wrong):
-        owners, counts_wrong = np.unique(draw_owner[wrong], return_counts=True)
-        flat[wrong] = np.concatenate(
-            [
-                rngs[j].integers(0, n, size=int(c), dtype=np.int64)
-                for j, c in zip(owners, counts_wrong, strict=True)
-            ]
-        )
-        wrong = wrong[is_member(draw_owner[wrong] * n + flat[wrong], excluded_keys)]
-    draws = np.split(flat, np.cumsum(sizes)[:-1])
-    result = []
-    for j, user in enumerate(users):
-        if fallback[j]:
-            result.append(user_round_items(prepared, config, int(user), server_round))
-            continue
-        labels = np.zeros(len(positives[j]) + len(draws[j]), np.float32)
-        labels[: len(positives[j])] = 1.0
-        result.append((np.concatenate([positives[j], draws[j]]), labels))
-    return result
-
-
-@dataclass(frozen=True)
-class RoundSamples:
-    """Training samples of several users, each with its own block of item rows.
-
-    User ``j`` owns flat rows ``row_offsets[j]:row_offsets[j+1]`` (items ``row_items``) and
-    samples ``sample_offsets[j]:sample_offsets[j+1]`` (flat row ``sample_rows``, label).
-    """
-
-    users: np.ndarray
-    positions: np.ndarray
-    row_offsets: np.ndarray
-    row_items: np.ndarray
-    sample_offsets: np.ndarray
-    sample_rows: np.ndarray
-    sample_labels: np.ndarray
-
-
-def build_round_samples(
-    prepared: PreparedData,
-    config: RunConfig,
-    users: np.ndarray,
-    positions: np.ndarray,
-    server_round: int,
-    items_of: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None,
-) -> RoundSamples:
-    """Samples of ``users`` (global ids; ``positions`` in the node's private tensors).
-
-    ``items_of(user)`` may supply the user's (items, labels) if they were drawn already.
-    """
-    if items_of is None:
-
-        def items_of(user: int) -> tuple[np.ndarray, np.ndarray]:
-            return user_round_items(prepared, config, user, server_round)
-
-    drawn = [items_of(int(user)) for user in users]
-    sample_counts = np.array([len(items) for items, _ in drawn], dtype=np.int64)
-    owner = np.repeat(np.arange(len(drawn), dtype=np.int64), sample_counts)
-    items = np.concatenate([i for i, _ in drawn]).astype(np.int64) if drawn else owner
-    # Each user's distinct items (sorted) as its block of rows, and each sample's row: one
-    # unique over (user, item) keys, which sorts by user, then item.
-    keys, sample_rows = distinct_user_items(owner, items, prepared.num_items, len(drawn))
-    row_owner = keys // prepared.num_items
-    row_counts = np.bincount(row_owner, minlength=len(drawn))
-    labels = [lab for _, lab in drawn]
-    return RoundSamples(
-        users=np.asarray(users, dtype=np.int64),
-        positions=np.asarray(positions, dtype=np.int64),
-        row_offsets=np.r_[0, np.cumsum(row_counts)].astype(np.int64),
-        row_items=(keys - row_owner * prepared.num_items).astype(np.int64),
-        sample_offsets=np.r_[0, np.cumsum(sample_counts)].astype(np.int64),
-        sample_rows=sample_rows.astype(np.int64).reshape(-1),
-        sample_labels=np.concatenate(labels).astype(np.float32)
-        if labels
-        else np.empty(0, np.float32),
-    )
 
 
 def epoch_steps(
@@ -415,9 +241,3 @@ def autograd_grads(
         for n, leaf, g in zip(wrt, leaves, grads, strict=True)
     }
     return out, logits.detach()
-
-
-def max_samples_per_user(prepared: PreparedData, config: RunConfig) -> int:
-    """The most samples any user of the dataset trains on in a round (caps padding)."""
-    most = int(np.diff(np.asarray(prepared.train_indptr)).max(initial=1))
-    return most * (1 + config.num_negatives)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ from fedrec_flwr.privacy import uploads
 from fedrec_flwr.privacy.decoys import decoy_items
 from fedrec_flwr.seeding import keyed_rng
 from fedrec_lab.audit import attacks
+from fedrec_lab.presets import resolve
 
 PROJECT = Path(__file__).resolve().parents[2]
 ATTACKS = ("norm", "direction", "imia", "request")
@@ -24,7 +24,7 @@ ATTACKS = ("norm", "direction", "imia", "request")
 def preset(method: str, protocol: str, dataset: str = "ml-100k") -> dict:
     """The method's preset ``conf/<method>-<dataset>-<protocol>.toml`` as a mapping."""
     short = dataset.replace("-", "")
-    return tomllib.loads((PROJECT / "conf" / f"{method}-{short}-{protocol}.toml").read_text())
+    return resolve(PROJECT / "conf" / f"{method}-{short}-{protocol}.toml")
 
 
 class Capture:
@@ -57,7 +57,7 @@ def shadow_of(config: RunConfig, num_items: int, rng: np.random.Generator) -> at
 
 def request_of(prepared, config: RunConfig, user: int, server_round: int) -> np.ndarray:
     """The rows ``user`` requests for ``server_round`` (its items and its decoys)."""
-    from fedrec_flwr.node.training import user_round_items
+    from fedrec_flwr.node.samples import user_round_items
 
     items, _ = user_round_items(prepared, config, user, server_round)
     return uploads.with_decoys(prepared, config, user, np.unique(items))

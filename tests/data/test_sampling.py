@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.node.training import user_round_items
+from fedrec_flwr.node.samples import user_round_items
 from fedrec_flwr.sampling import is_member, sample_excluding
 from fedrec_flwr.seeding import keyed_rng
 
@@ -91,7 +91,7 @@ def test_batched_round_items_are_the_per_user_draws(protocol, items):
     order of the users, including users whose first draw hits their exclusion set (few
     items: most users redraw) and the round's samples built from them."""
     from fedrec_flwr.data.prepared import prepare
-    from fedrec_flwr.node.training import build_round_samples, users_round_items
+    from fedrec_flwr.node.samples import build_round_samples, users_round_items
 
     config = RunConfig.from_mapping(
         {
@@ -133,7 +133,7 @@ def test_batched_round_items_are_the_per_user_draws(protocol, items):
 
 @pytest.mark.parametrize("size", [0, 1, 50, 5000])
 def test_distinct_items_is_np_unique_with_its_inverse(size):
-    from fedrec_flwr.node.training import distinct_items
+    from fedrec_flwr.node.samples import distinct_items
 
     items = np.random.default_rng(size).integers(0, 300, size)
     ids, inverse = distinct_items(items, 300)
@@ -147,7 +147,7 @@ def test_distinct_items_is_np_unique_with_its_inverse(size):
 def test_distinct_user_items_is_np_unique_of_the_keys(slots, seed):
     """The masked path, a few users at a time (down to one slot: one user per chunk), gives
     ``np.unique``'s sorted keys and inverse; users without samples in between included."""
-    from fedrec_flwr.node.training import distinct_user_items
+    from fedrec_flwr.node.samples import distinct_user_items
 
     rng = np.random.default_rng(seed)
     users, num_items = int(rng.integers(1, 40)), int(rng.integers(1, 8))  # dense keys

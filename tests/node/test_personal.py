@@ -64,7 +64,7 @@ def test_replaced_equals_the_per_user_reference(users, seed, share, shuffled):
 def test_chunked_float64_row_sums_equal_one_index_add():
     import torch
 
-    from fedrec_flwr.node.runtime import SUM_CHUNK, float64_row_sums
+    from fedrec_flwr.node.upload import SUM_CHUNK, float64_row_sums
 
     rng = np.random.default_rng(0)
     rows = rng.normal(size=(3 * SUM_CHUNK + 7, 4)).astype(np.float32)
