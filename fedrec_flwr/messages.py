@@ -43,6 +43,14 @@ from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from fedrec_flwr.npy import bytes_array, to_array, to_numpy
 
 ARRAYS, METRICS, CONFIG = "arrays", "metrics", "config"
+#: ``config`` keys of every train, evaluate and checkpoint message: where and for which run a
+#: node keeps its state on disk (:mod:`fedrec_flwr.node.state_store`).
+RUN_KEY, SESSION, RESTORE_ROUND, CHECKPOINT_DIR = (
+    "run-key",
+    "session",
+    "restore-round",
+    "checkpoint-dir",
+)
 PER_USER = "per-user"  # evaluate replies: per-user metrics of the evaluated users
 DENSE_PREFIX = "dense."
 

@@ -33,18 +33,12 @@ import numpy as np
 from flwr.app import Context, Message
 
 from fedrec_flwr import atomic
-from fedrec_flwr.messages import CONFIG
+from fedrec_flwr.messages import CHECKPOINT_DIR, CONFIG, RESTORE_ROUND, RUN_KEY, SESSION
 from fedrec_flwr.node.runtime import NodeRuntime
 from fedrec_flwr.node.state import NodeState
 from fedrec_flwr.resume import differing_keys, fingerprinted_config
 
 STATE_DIR = "state-dir"  # node-config key
-RUN_KEY, SESSION, RESTORE_ROUND, CHECKPOINT_DIR = (
-    "run-key",
-    "session",
-    "restore-round",
-    "checkpoint-dir",
-)
 FORMAT = 1
 
 
