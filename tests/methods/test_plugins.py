@@ -1,0 +1,160 @@
+"""Plug-ins compose with a base method through one mechanism, and the registry.
+
+A :class:`MethodPlugin` delegates every member of :class:`Method` that it does not override
+(or that Method computes from the others); these tests fail when a member of Method is left
+to its default instead."""
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+from conformance import user_params
+
+from fedrec_flwr.config import ConfigError, RunConfig
+from fedrec_flwr.methods import (
+    METHODS,
+    PLGC,
+    PLUGINS,
+    Attachment,
+    FedMF,
+    Method,
+    MethodPlugin,
+    Plugin,
+    build_method,
+    enabled_plugins,
+    register_method,
+    register_plugin,
+    unregister_method,
+    unregister_plugin,
+)
+from fedrec_flwr.methods.plugin import DERIVED, Delegated, method_members
+
+
+class DoesNothing(MethodPlugin):
+    """A plug-in that overrides nothing: it must behave as its base method."""
+
+
+def configs() -> list[RunConfig]:
+    """Every registered method, and its dual variant where it has one."""
+    out = []
+    for name, cls in METHODS.items():
+        extra = {"sam-rho-private": 0.01} if name == "fedrecgel" else {}
+        out.append(RunConfig.from_mapping({"method": name, "embedding-dim": 4, **extra}))
+        if cls.supports_dual:
+            out.append(out[-1].replace(personalization="dual"))
+    return out
+
+
+@pytest.mark.parametrize("plugin", [MethodPlugin, PLGC])
+def test_every_method_member_is_overridden_delegated_or_derived(plugin):
+    members = method_members()
+    assert {"logits", "roles", "loss", "personal_rows", "name", "eval_chunk"} <= members
+    own = plugin.__mro__[: plugin.__mro__.index(MethodPlugin)]  # the plug-in's classes
+    for name in sorted(members):
+        overridden = any(name in vars(klass) for klass in own)
+        delegated = isinstance(inspect.getattr_static(plugin, name), Delegated)
+        assert overridden or delegated or name in DERIVED, name
+    assert not inspect.isabstract(plugin)
+
+
+@pytest.mark.parametrize("config", configs(), ids=lambda c: f"{c.method}-{c.personalization}")
+def test_a_plugin_that_overrides_nothing_answers_as_its_base_method(config):
+    base = build_method(config, num_items=12)
+    wrapped = DoesNothing(config, 12, base)
+    for name in sorted(method_members() - DERIVED):
+        ours, theirs = getattr(wrapped, name), getattr(base, name)
+        if inspect.ismethod(theirs):
+            assert ours.__func__ is theirs.__func__ and ours.__self__ is base, name
+        else:
+            assert ours == theirs, name
+    for name in sorted(DERIVED - {"_names", "_with_role"}):
+        assert getattr(wrapped, name)() == getattr(base, name)(), name
+    for name, value in vars(base).items():  # what the base method set on itself
+        if not name.startswith("_"):
+            assert getattr(wrapped, name) is value, name
+    rng = np.random.default_rng(0)
+    params = user_params(base, np.arange(3), rng)
+    rows = torch.from_numpy(rng.normal(size=(3, 5, base.row_dim)).astype(np.float32))
+    assert torch.equal(wrapped.logits(params, rows), base.logits(params, rows))
+
+
+def test_plgc_adds_its_parameters_to_the_base_methods_and_delegates_the_rest():
+    config = RunConfig.from_mapping({"method": "pfedrec", "plgc": True, "embedding-dim": 4})
+    method = build_method(config, num_items=12)
+    assert isinstance(method, PLGC) and method.name == "pfedrec"
+    base = method.base
+    assert method.kept_private_names() == (*base.kept_private_names(), "plgc-alpha")
+    assert method.global_row_names() == ("plgc-global",)
+    assert method.row_names() == (*base.row_names(), "plgc-global")
+    assert (method.personal_rows, method.eval_table, method.row_dim) == (
+        base.personal_rows,
+        base.eval_table,
+        base.row_dim,
+    )
+    assert method.stages() == base.stages() and method.dim == base.dim == 4
+
+
+def test_build_method_attaches_the_enabled_plugins_in_registry_order():
+    config = RunConfig.from_mapping(
+        {"method": "fedmf", "personalization": "dual", "plgc": True, "sam-rho-shared": 0.1}
+    )
+    assert [p.name for p in enabled_plugins(config)] == ["dualper", "sam", "plgc"]
+    assert list(PLUGINS)[:3] == ["dualper", "sam", "plgc"]
+    assert {p.attaches_to for p in PLUGINS.values()} == set(Attachment)
+    method = build_method(config, num_items=5)
+    assert isinstance(method, PLGC) and type(method.base) is FedMF and method.base.dual
+    with pytest.raises(ConfigError, match="does not apply to method 'fedrap'"):
+        RunConfig.from_mapping({"method": "fedrap", "personalization": "dual"})
+
+
+class Halved(MethodPlugin):
+    """Half the base method's scores."""
+
+    def logits(self, params, rows):
+        return self.base.logits(params, rows) / 2
+
+
+def test_a_plugin_registered_at_run_time_is_attached_where_its_config_enables_it():
+    plugin = Plugin(
+        name="halved",
+        paper="",
+        attaches_to=Attachment.METHOD,
+        enabled=lambda config: config.seed == 7,
+        module=__name__,
+        wrapper=Halved,
+    )
+    register_plugin(plugin)
+    try:
+        assert type(build_method(RunConfig(method="fedmf", seed=7), 5)) is Halved
+        assert type(build_method(RunConfig(method="fedmf", seed=8), 5)) is FedMF
+        with pytest.raises(ValueError, match="already registered"):
+            register_plugin(Plugin("halved", "", Attachment.METHOD, bool, "x", wrapper=Halved))
+    finally:
+        unregister_plugin("halved")
+    assert "halved" not in PLUGINS
+    with pytest.raises(ValueError, match="exactly when it attaches to the method"):
+        Plugin("bad", "", Attachment.UPLOAD, bool, "x", wrapper=Halved)
+
+
+def test_register_method_rejects_what_is_not_a_complete_named_method():
+    class Nameless(FedMF):
+        name = ""
+
+    class Unfinished(Method):
+        name = "unfinished"
+
+    class Imposter(FedMF):
+        name = "fedmf"
+
+    with pytest.raises(TypeError, match="takes a Method subclass"):
+        register_method(PLGC)
+    with pytest.raises(ValueError, match="needs a class attribute name"):
+        register_method(Nameless)
+    with pytest.raises(TypeError, match="does not define: init_private, logits"):
+        register_method(Unfinished)
+    with pytest.raises(ValueError, match="'fedmf' is already registered"):
+        register_method(Imposter)
+    assert register_method(FedMF) is FedMF  # registering the same class again is harmless
+    with pytest.raises(KeyError):
+        unregister_method("unfinished")
