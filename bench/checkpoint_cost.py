@@ -15,13 +15,12 @@ import re
 import statistics
 import tempfile
 import time
-import tomllib
-from pathlib import Path
 
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.server_app import run_federation
 from fedrec_lab.local_grid import LocalGrid
+from fedrec_lab.presets import resolve
 
 WRITTEN = re.compile(r"written in ([\d.]+) s \(server ([\d.]+) MB, nodes ([\d.]+) MB\)")
 
@@ -42,7 +41,7 @@ def main() -> None:
     logging.getLogger("flwr").addHandler(Keep())
     with tempfile.TemporaryDirectory() as results:
         config = {
-            **tomllib.loads(Path(args.preset).read_text()),
+            **resolve(args.preset),
             "num-server-rounds": args.rounds,
             "checkpoint-every": 1,
             "data-dir": args.data_dir,

@@ -19,7 +19,6 @@ import shutil
 import statistics
 import tempfile
 import time
-import tomllib
 from collections import defaultdict
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.server_app import run_federation
 from fedrec_lab.local_grid import LocalGrid
+from fedrec_lab.presets import resolve
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--sort", default="cumulative", help="pstats order (tottime, ...)")
     parser.add_argument("--profile-out", help="also write the raw profile here (pstats file)")
     args = parser.parse_args()
-    config = tomllib.loads((PROJECT / "conf" / f"{args.preset}.toml").read_text())
+    config = resolve(PROJECT / "conf" / f"{args.preset}.toml")
     results = tempfile.mkdtemp(prefix="fedrec-faithful-profile-")
     config.update(
         {

@@ -21,6 +21,7 @@ import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from fedrec_lab.presets import resolve
 from fedrec_lab.tuning import run_trial as run_one
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -49,7 +50,7 @@ def main() -> None:
     base: dict = {}
     for item in args.base:  # a preset file, or key=value
         if item.endswith(".toml"):
-            base.update(tomllib.loads(Path(item).read_text()))
+            base.update(resolve(item))
         else:
             key, value = item.split("=", 1)
             base[key] = parse_value(value)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +25,7 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.node.runtime import NodeRuntime
 from fedrec_flwr.server_app import initial_item_table
+from fedrec_lab.presets import resolve
 
 PROJECT = Path(__file__).resolve().parents[1]
 PLUG_INS = ("-sam", "-dual")
@@ -50,7 +50,7 @@ def main() -> None:
 
     runtimes, states, tables, dense = {}, {}, {}, {}
     for name in args.presets:
-        mapping = tomllib.loads((PROJECT / "conf" / f"{name}.toml").read_text())
+        mapping = resolve(PROJECT / "conf" / f"{name}.toml")
         config = RunConfig.from_mapping({**mapping, "data-dir": args.data_dir})
         prepared = prepare(config)
         runtime = NodeRuntime(config, prepared, 0, 1)

@@ -28,7 +28,6 @@ import argparse
 import json
 import statistics
 import time
-import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -38,13 +37,14 @@ from fedrec_lab.experiments.cells import SHORT, run_federated, scrub_paths
 from fedrec_lab.experiments.command import parse_override
 from fedrec_lab.experiments.tables import PAPER
 from fedrec_lab.launch import PROJECT, merged_run_config, run
+from fedrec_lab.presets import resolve
 
 __all__ = ["PAPER", "main"]  # bench/collect.py reads PAPER from here
 
 
 def run_inprocess(preset: Path, overrides: dict, nodes: int) -> str:
     """One run on the in-process grid, in a fresh process; returns a status like flwr's."""
-    run_config = {**tomllib.loads(preset.read_text()), **overrides}
+    run_config = {**resolve(preset), **overrides}
     return run_federated(run_config, nodes, use_flwr=False)
 
 

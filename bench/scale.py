@@ -38,6 +38,8 @@ from typing import Any
 from scaling import record
 from scaling.rss import TAG_ENV, PeakRss
 
+from fedrec_lab.presets import resolve
+
 PROJECT = Path(__file__).resolve().parents[1]
 OUT = PROJECT / "bench" / "results" / "scale"
 
@@ -49,7 +51,7 @@ def case_config(harness: dict, overrides: dict, rounds: int, data_dir: str | Non
         preset = PROJECT / "conf" / f"{harness['preset']}.toml"
         if not preset.exists():
             raise SystemExit(f"preset={harness['preset']}: no {preset.name} in conf/ (ls conf/)")
-        config.update(tomllib.loads(preset.read_text()))
+        config.update(resolve(preset))
     config.update(overrides)
     if data_dir and "data-dir" not in overrides:
         config["data-dir"] = str(Path(data_dir).resolve())

@@ -50,7 +50,6 @@ import math
 import sys
 import tempfile
 import time
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -66,6 +65,7 @@ from fedrec_flwr.node.personal import PersonalRows
 from fedrec_flwr.node.runtime import NodeRuntime, NodeState
 from fedrec_flwr.partition import users_of_partition
 from fedrec_flwr.results import write_per_user_csv
+from fedrec_lab.presets import resolve
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 USERS_PER_NODE = 128  # users scored by one NodeRuntime: the one-hot vectors are this wide
@@ -384,7 +384,7 @@ def local_only_config(config: RunConfig, method: str, rounds: int | None = None)
     """The method's preset for this dataset and protocol (defaults if there is none) with the
     server's step set to zero: no federation."""
     preset = CONF / f"{method}-{config.dataset.replace('-', '')}-{config.protocol}.toml"
-    mapping = tomllib.loads(preset.read_text()) if preset.exists() else {"method": method}
+    mapping = resolve(preset) if preset.exists() else {"method": method}
     keep = ("dataset", "protocol", "data_dir", "seed", "synthetic_users", "synthetic_items")
     keep += ("synthetic_mean_degree", "torch_threads", "device")
     base = RunConfig.from_mapping(mapping)

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrec_lab import processes
+from fedrec_lab.presets import resolve
 
 PROJECT = Path(__file__).resolve().parents[1]
 # Flower's local SuperLink (flwr/cli/constant.py): HTTP API and Control API ports.
@@ -104,10 +105,11 @@ def with_tools_on_path(env: dict[str, str]) -> dict[str, str]:
 
 
 def merged_run_config(preset: str | Path | None, overrides: Sequence[str]) -> dict[str, Any]:
-    """A preset's keys (if any) updated with ``key=value`` overrides (TOML literals)."""
+    """A preset's keys (if any, its base's included) updated with ``key=value`` overrides
+    (TOML literals)."""
     config: dict[str, Any] = {}
     if preset:
-        config.update(tomllib.loads(Path(preset).read_text()))
+        config.update(resolve(preset))
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():

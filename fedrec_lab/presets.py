@@ -1,42 +1,46 @@
-"""Plug-in presets follow their base method's preset.
+"""Presets: run-config files in ``conf/``; a plug-in preset states only what differs from its base.
 
-A plug-in preset (``conf/<method>-<plug-ins>-<dataset>-<protocol>.toml``, e.g.
-``pfedrec-sam-plgc-lastfm2k-strict``) measures the plug-in on top of its method as tuned:
-every key of the base preset (``conf/<method>-<dataset>-<protocol>.toml``) holds the base's
-value, and only the plug-in's own keys (:data:`PLUGIN_KEYS`) differ. When a base preset is
-re-tuned, its plug-in presets follow with::
+A preset is a TOML file of run-config keys. A preset that starts from another names it with a
+top-level ``extends = "<name>"`` (the other file's name in the same folder, without ``.toml``)
+and holds only its own keys: :func:`resolve` reads the base first (chains allowed), then lets
+each preset's own keys override. A plug-in preset
+(``conf/<method>-<plug-ins>-<dataset>-<protocol>.toml``, e.g. ``pfedrec-sam-plgc-lastfm2k-strict``)
+extends its method's preset as tuned (``conf/<method>-<dataset>-<protocol>.toml``), directly or
+through another plug-in preset, and sets its plug-ins' knobs: a re-tuned base carries its
+plug-in presets with it.
 
-    python -m fedrec_lab.presets sync      # rewrite the plug-in presets' base keys
-    python -m fedrec_lab.presets check     # list the drift, exit 1 if any
+``fedrec`` and the lab resolve presets when they load them. Plain ``flwr run --run-config``
+cannot, so every extending preset has a generated flat copy in ``conf/flat/``::
+
+    python -m fedrec_lab.presets build          # (re)write conf/flat/
+    python -m fedrec_lab.presets check          # list problems, exit 1 if any
+    python -m fedrec_lab.presets show conf/pfedrec-sam-ml100k-strict.toml   # print it resolved
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from fedrec_flwr.config import ConfigError, RunConfig
+
 CONF = Path(__file__).resolve().parent.parent / "conf"
+#: The key naming a preset's base (not a run-config key: resolution removes it).
+EXTENDS = "extends"
+#: Sub-folder of the preset folder holding the generated flat presets.
+FLAT = "flat"
 #: Stem parts naming a plug-in (between the method and the dataset).
 PLUGINS = ("dual", "sam", "plgc")
-#: Keys a plug-in preset sets on its own (its plug-ins' knobs).
-PLUGIN_KEYS = frozenset(
-    {
-        "personalization",
-        "sam-rho-private",
-        "sam-rho-shared",
-        "plgc",
-        "plgc-alpha",
-        "plgc-decorrelation",
-        "plgc-persist",
-    }
-)
-#: Keys a plug-in preset may add where its base sets none (a base without personal rows
-#: has no ``keep-personal-rows``; DualPer or PLGC give it some).
-PLUGIN_MAY_ADD = frozenset({"keep-personal-rows"})
+BUILD = "python -m fedrec_lab.presets build"
+
+
+class PresetError(ValueError):
+    """A preset that cannot be resolved (unknown base, cycle, malformed ``extends``)."""
 
 
 def base_stem(stem: str) -> str | None:
@@ -47,16 +51,175 @@ def base_stem(stem: str) -> str | None:
 
 
 def load(path: Path) -> dict[str, Any]:
-    with path.open("rb") as handle:
+    """A preset file's own keys, as written (``extends`` included)."""
+    with Path(path).open("rb") as handle:
         return tomllib.load(handle)
+
+
+def chain(path: str | Path) -> list[Path]:
+    """The preset and its bases, the preset first; refuses unknown bases and cycles."""
+    files = [Path(path)]
+    while (name := load(files[-1]).get(EXTENDS)) is not None:
+        current = files[-1]
+        if not isinstance(name, str) or not name:
+            raise PresetError(
+                f"{current}: extends = {name!r} is not a preset name; write the base's file "
+                f"name without .toml, e.g. extends = 'pfedrec-ml100k-strict'"
+            )
+        base = current.parent / f"{name}.toml"
+        if not base.is_file():
+            raise PresetError(
+                f"{current}: extends = '{name}', but there is no {base}; name a preset of "
+                f"{current.parent} (its file name without .toml)"
+            )
+        if any(base.resolve() == seen.resolve() for seen in files):
+            loop = " -> ".join(str(f) for f in [*files, base])
+            raise PresetError(f"presets extend each other in a cycle: {loop}; break it")
+        files.append(base)
+    return files
+
+
+def resolve(path: str | Path) -> dict[str, Any]:
+    """A preset's run config: its bases' keys first, each preset's own keys overriding."""
+    resolved: dict[str, Any] = {}
+    for file in reversed(chain(path)):
+        resolved.update({k: v for k, v in load(file).items() if k != EXTENDS})
+    return resolved
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal values of the same type (``True`` is not ``1``, ``1`` is not ``1.0``)."""
+    return type(a) is type(b) and a == b
+
+
+def presets(conf: Path = CONF) -> list[Path]:
+    """Every preset of a folder (not its generated flat copies)."""
+    return sorted(Path(conf).glob("*.toml"))
+
+
+def extending(conf: Path = CONF) -> list[Path]:
+    """The presets of a folder that extend another (those with a flat copy)."""
+    return [path for path in presets(conf) if EXTENDS in load(path)]
+
+
+def render(path: Path) -> str:
+    """The generated flat copy of an extending preset: a header, then its resolved keys."""
+    files = chain(path)
+    folder = path.parent.name
+    lines = [
+        f"# Generated by `{BUILD}`; do not edit. Resolved from",
+        f"#   {folder}/{path.name}",
+        *[f"#   extends {folder}/{base.name}" for base in files[1:]],
+        "# (edit those and build again). For plain Flower, which cannot resolve `extends`:",
+        f"# flwr run . --run-config {folder}/{FLAT}/{path.name}",
+    ]
+    resolved = resolve(path)
+    lines += [f"{key} = {json.dumps(value)}" for key, value in resolved.items()]
+    text = "\n".join(lines) + "\n"
+    if tomllib.loads(text) != resolved:  # json.dumps wrote a value TOML reads otherwise
+        raise PresetError(f"{path}: a value does not render as TOML: {resolved}")
+    return text
+
+
+def build(conf: Path = CONF) -> list[Path]:
+    """(Re)write ``<conf>/flat/`` from the extending presets, removing stale copies; returns
+    the files written or removed."""
+    flat = Path(conf) / FLAT
+    wanted = {path.name: render(path) for path in extending(conf)}
+    changed = []
+    for old in sorted(flat.glob("*.toml")) if flat.is_dir() else []:
+        if old.name not in wanted:
+            old.unlink()
+            changed.append(old)
+    if wanted:
+        flat.mkdir(exist_ok=True)
+    for name, text in wanted.items():
+        target = flat / name
+        if not target.is_file() or target.read_text() != text:
+            target.write_text(text)
+            changed.append(target)
+    return changed
+
+
+def flat_problems(conf: Path = CONF) -> list[str]:
+    """Flat copies missing, out of date or without an extending preset."""
+    flat = Path(conf) / FLAT
+    wanted = {path.name: path for path in extending(conf)}
+    out = [
+        f"{flat / name}: no extending preset {name} (remove it: `{BUILD}`)"
+        for name in sorted(p.name for p in flat.glob("*.toml"))
+        if name not in wanted
+    ]
+    for name, path in wanted.items():
+        target = flat / name
+        if not target.is_file():
+            out.append(f"{target}: missing; generate it: `{BUILD}`")
+        elif target.read_text() != render(path):
+            out.append(f"{target}: out of date with {path.name}; regenerate it: `{BUILD}`")
+    return out
+
+
+def preset_problems(path: Path) -> list[str]:
+    """What is wrong with one preset: unknown keys, an invalid run config, a plug-in preset
+    that does not extend its base, a key restated with its base's value."""
+    try:
+        files = chain(path)
+        resolved = resolve(path)
+    except (PresetError, tomllib.TOMLDecodeError) as error:
+        return [str(error)]
+    own = load(path)
+    known = RunConfig.key_names()
+    out = []
+    for key in own:
+        if key != EXTENDS and key not in known:
+            hint = difflib.get_close_matches(key, known, n=1)
+            out.append(
+                f"{path.name}: '{key}' is no run-config key"
+                + (f" (did you mean '{hint[0]}'?)" if hint else "")
+            )
+    base = base_stem(path.stem)
+    if base is not None and base not in [f.stem for f in files[1:]]:
+        out.append(
+            f"{path.name}: a plug-in preset extends its method's preset: write "
+            f"extends = '{base}' and keep only the plug-in's keys and what differs"
+        )
+    if len(files) > 1:
+        inherited = resolve(files[1])
+        out += [
+            f"{path.name}: {key} = {value!r} restates {files[1].name}'s value; remove it"
+            for key, value in own.items()
+            if key != EXTENDS and same_value(inherited.get(key, ...), value)
+        ]
+    if not out:
+        try:
+            RunConfig.from_mapping(resolved)
+        except ConfigError as error:
+            out.append(f"{path.name}: {error}")
+    return out
+
+
+def problems(conf: Path = CONF) -> list[str]:
+    """Every problem of a preset folder: each preset's, then the flat copies'."""
+    out = [line for path in presets(conf) for line in preset_problems(path)]
+    return out + flat_problems(conf)
 
 
 def set_keys(
     path: Path, values: dict[str, Any], drop: set[str] = frozenset(), note: str | None = None
 ) -> None:
     """Set ``values`` in a preset file (in place, else appended) and remove the ``drop``
-    keys, keeping its other lines and comments; ``note`` becomes its first comment line."""
-    lines, remaining = [], dict(values)
+    keys, keeping its other lines and comments; ``note`` becomes its first comment line.
+
+    In an extending preset, a value equal to its base's is removed, not written (the preset
+    keeps what differs). The folder's flat copies are rebuilt if it has some."""
+    remaining, drop = dict(values), set(drop)
+    files = chain(path)
+    if len(files) > 1:
+        inherited = resolve(files[1])
+        for key in [k for k, v in remaining.items() if same_value(inherited.get(k, ...), v)]:
+            drop.add(key)
+            del remaining[key]
+    lines = []
     for line in path.read_text().splitlines():
         key = line.split("=", 1)[0].strip()
         if "=" in line and not line.lstrip().startswith("#"):
@@ -69,64 +232,32 @@ def set_keys(
     if note is not None:
         lines.insert(0, f"# {note}")
     path.write_text("\n".join(lines) + "\n")
-
-
-def drift(path: Path, conf: Path = CONF) -> dict[str, tuple[Any, Any]]:
-    """Keys where a plug-in preset departs from its base: ``{key: (base, plug-in)}``
-    (``None`` for a key one side lacks and that has no default). Empty for a preset in
-    step or without plug-in."""
-    base = base_stem(path.stem)
-    if base is None:
-        return {}
-    base_path = conf / f"{base}.toml"
-    if not base_path.exists():
-        raise FileNotFoundError(f"{path.name} has no base preset {base_path.name}")
-    from fedrec_flwr.config import RunConfig
-
-    defaults = RunConfig().to_mapping()  # a key left out holds its default
-    want, have = load(base_path), load(path)
-    out = {}
-    for key in sorted(set(want) | set(have)):
-        if key in PLUGIN_KEYS or (key not in want and key in PLUGIN_MAY_ADD):
-            continue
-        if want.get(key, defaults.get(key)) != have.get(key, defaults.get(key)):
-            out[key] = (want.get(key), have.get(key))
-    return out
-
-
-def sync(path: Path, conf: Path = CONF) -> dict[str, tuple[Any, Any]]:
-    """Rewrite a plug-in preset's base keys from its base preset, keeping its comments,
-    order and plug-in keys; returns what changed."""
-    changed = drift(path, conf)
-    if not changed:
-        return {}
-    want = load(conf / f"{base_stem(path.stem)}.toml")
-    set_keys(path, {k: want[k] for k in changed if k in want}, drop=set(changed) - set(want))
-    return changed
-
-
-def plugin_presets(conf: Path = CONF) -> list[Path]:
-    return sorted(p for p in conf.glob("*.toml") if base_stem(p.stem) is not None)
+    if (path.parent / FLAT).is_dir():
+        build(path.parent)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m fedrec_lab.presets", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("action", choices=("check", "sync"))
-    parser.add_argument("--conf", type=Path, default=CONF)
+    sub = parser.add_subparsers(dest="action", required=True)
+    for action, text in (("build", "(re)write conf/flat/"), ("check", "exit 1 on a problem")):
+        sub.add_parser(action, help=text).add_argument("--conf", type=Path, default=CONF)
+    sub.add_parser("show", help="print a preset resolved (TOML)").add_argument("preset", type=Path)
     args = parser.parse_args(argv)
-    found = 0
-    for path in plugin_presets(args.conf):
-        changes = sync(path, args.conf) if args.action == "sync" else drift(path, args.conf)
-        for key, (want, have) in changes.items():
-            found += 1
-            verb = "set" if args.action == "sync" else "differs:"
-            print(f"{path.name}: {key} {verb} {have!r} -> {want!r} (base)")
-    if args.action == "check" and found:
-        print("Run `python -m fedrec_lab.presets sync` to bring them in step.", file=sys.stderr)
-        return 1
-    return 0
+    if args.action == "show":
+        if not args.preset.is_file():
+            parser.error(f"no preset {args.preset}: pass a conf/<preset>.toml file")
+        print("\n".join(f"{k} = {json.dumps(v)}" for k, v in resolve(args.preset).items()))
+        return 0
+    if args.action == "build":
+        for path in build(args.conf):
+            print(f"{'wrote' if path.exists() else 'removed'} {path}")
+        return 0
+    found = problems(args.conf)
+    for line in found:
+        print(line)
+    return 1 if found else 0
 
 
 if __name__ == "__main__":

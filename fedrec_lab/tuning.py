@@ -20,12 +20,12 @@ import math
 import subprocess
 import sys
 import tempfile
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fedrec_lab.experiments.cells import PROJECT, RUNNER
+from fedrec_lab.presets import resolve
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,8 @@ def space_for(preset: dict[str, Any], plugin_only: bool = False) -> dict[str, Di
         if not plugins:
             raise ValueError(
                 "--plugin-only: this preset has no plug-in knob to tune (PLGC and SAM have "
-                "some; DualPer has none: its preset is its base's, `python -m "
-                "fedrec_lab.presets sync`). Tune the base preset instead."
+                "some; DualPer has none: its preset is its base's with personalization = "
+                "'dual'). Tune the base preset instead."
             )
         return plugins
     space = dict(SPACES[preset.get("method", "pfedrec")])
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not args.preset.is_file():
         parser.error(f"no preset {args.preset}: pass a conf/<preset>.toml file")
-    preset = tomllib.loads(args.preset.read_text())
+    preset = resolve(args.preset)
     try:
         space = space_for(preset, plugin_only=args.plugin_only)
     except ValueError as error:

@@ -25,7 +25,6 @@ import math
 import os
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -70,9 +69,10 @@ def run_family(family: str, folder: Path) -> dict:
     from fedrec_flwr.config import RunConfig
     from fedrec_flwr.server_app import run_federation
     from fedrec_lab.local_grid import LocalGrid
+    from fedrec_lab.presets import resolve
 
     mapping = {
-        **tomllib.loads(preset(family).read_text()),
+        **resolve(preset(family)),
         **SYNTHETIC,
         "results-dir": str(folder),
         "run-name": family,

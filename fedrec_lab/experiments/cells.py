@@ -18,13 +18,13 @@ import os
 import subprocess
 import sys
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fedrec_flwr.data.registry import DATASETS
 from fedrec_flwr.results import INCOMPLETE
+from fedrec_lab.presets import resolve
 
 PROJECT = Path(__file__).resolve().parents[2]
 CONF = PROJECT / "conf"
@@ -194,7 +194,7 @@ def run_config(
 ) -> dict[str, Any]:
     """The run config of a federated cell: preset, row overrides, ``--set``, the cell's keys."""
     row = cell.row
-    config = tomllib.loads(preset_path(row).read_text())
+    config = resolve(preset_path(row))
     config["dataset"] = row.dataset
     config.update(dict(row.overrides))
     config.update(extra)

@@ -6,6 +6,7 @@ import pytest
 
 from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_lab.launch import PROJECT
+from fedrec_lab.presets import resolve
 
 
 def test_pyproject_defaults_are_the_dataclass_defaults():
@@ -23,7 +24,7 @@ def test_every_key_is_documented_in_the_readme():
 
 @pytest.mark.parametrize("preset", sorted((PROJECT / "conf").glob("*.toml")), ids=lambda p: p.name)
 def test_presets_are_valid(preset):
-    RunConfig.from_mapping(tomllib.loads(preset.read_text()))
+    RunConfig.from_mapping(resolve(preset))
 
 
 @pytest.mark.parametrize(

@@ -11,13 +11,14 @@ import pytest
 
 from fedrec_flwr.config import RunConfig
 from fedrec_lab import tuning
+from fedrec_lab.presets import resolve
 
 PRESETS = sorted((Path(__file__).resolve().parents[2] / "conf").glob("*-strict.toml"))
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
 def test_every_strict_preset_has_a_space_whose_keys_are_run_config_keys(preset):
-    config = tomllib.loads(preset.read_text())
+    config = resolve(preset)
     space = tuning.space_for(config)
     assert space and set(space) <= set(RunConfig.key_names())
     personal = config["method"] == "pfedrec" or config.get("personalization") == "dual"
@@ -29,7 +30,7 @@ def test_every_strict_preset_has_a_space_whose_keys_are_run_config_keys(preset):
 def test_every_choice_and_bound_of_a_space_is_a_valid_run_config(preset):
     """A trial must never fail on a setting the space itself offers (FedRAP + PLGC once got
     keep-personal-rows = 'positives', which FedRAP refuses)."""
-    config = tomllib.loads(preset.read_text())
+    config = resolve(preset)
     for key, dim in tuning.space_for(config).items():
         values = dim.choices or (dim.low, dim.high)
         for value in values:
@@ -83,10 +84,10 @@ def test_a_study_reports_every_trial_and_resumes(tmp_path, private_cache):
 
 def test_plugin_only_tunes_the_plugin_knobs_alone():
     conf = Path(__file__).resolve().parents[2] / "conf"
-    sam_plgc = tomllib.loads((conf / "pfedrec-sam-plgc-ml100k-strict.toml").read_text())
+    sam_plgc = resolve(conf / "pfedrec-sam-plgc-ml100k-strict.toml")
     space = tuning.space_for(sam_plgc, plugin_only=True)
     assert set(space) == set(tuning.PLGC) | set(tuning.SAM)
-    dual = tomllib.loads((conf / "fedmf-dual-ml100k-strict.toml").read_text())
+    dual = resolve(conf / "fedmf-dual-ml100k-strict.toml")
     with pytest.raises(ValueError, match="DualPer has none"):
         tuning.space_for(dual, plugin_only=True)
 
