@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +34,8 @@ class Interactions:
     num_items: int
     raw_user_ids: np.ndarray  # raw id of each contiguous user id (int64 or str)
     raw_item_ids: np.ndarray
+    # What the loader tells about the rows (a user's file: its sha256, what each filter removed)
+    notes: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.user)

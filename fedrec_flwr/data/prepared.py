@@ -27,6 +27,8 @@ import numpy as np
 
 from fedrec_flwr import atomic
 from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data import user_dataset
+from fedrec_flwr.data.card import card_of, log_card
 from fedrec_flwr.data.download import dataset_folder, default_cache_dir, required_files
 from fedrec_flwr.data.interactions import DataError, Interactions
 from fedrec_flwr.data.registry import DATASETS
@@ -193,6 +195,8 @@ def dataset_fingerprint(config: RunConfig) -> dict:
             "items": config.synthetic_items,
             "mean-degree": config.synthetic_mean_degree,
         }
+    elif config.dataset == user_dataset.FILE_DATASET:
+        source = user_dataset.fingerprint(config)
     else:
         folder = dataset_folder(config.dataset, config.resolved_data_dir() or None)
         source = {}
@@ -217,7 +221,7 @@ def prepared_path(config: RunConfig) -> Path:
 def data_dir_read(config: RunConfig) -> str:
     """The ``data-dir`` the dataset is read from, absolute: ``data-dir``, else
     ``$FEDREC_DATA_DIR``, else the download cache's ``datasets`` folder ('' if generated)."""
-    if config.dataset == "synthetic":
+    if config.dataset in ("synthetic", user_dataset.FILE_DATASET):
         return ""
     folder = config.resolved_data_dir() or str(default_cache_dir() / "datasets")
     return os.path.abspath(os.path.expanduser(folder))
@@ -232,6 +236,8 @@ def load_interactions(config: RunConfig) -> Interactions:
             mean_degree=config.synthetic_mean_degree,
             seed=0,
         )
+    if config.dataset == user_dataset.FILE_DATASET:
+        return user_dataset.load(config)
     folder = dataset_folder(config.dataset, config.resolved_data_dir() or None)
     return DATASETS[config.dataset].load(folder)
 
@@ -260,10 +266,12 @@ def prepare(config: RunConfig) -> PreparedData:
             "deduplicated": config.protocol == "strict",
             "fingerprint": dataset_fingerprint(config),
             "seconds": round(time.perf_counter() - started, 3),
+            "card": card_of(data, split, config.protocol),
         }
         _write_prepared(path, split, meta)
     prepared = PreparedData(path)
     _OPENED[path] = prepared
+    log_card(prepared.meta)
     return prepared
 
 

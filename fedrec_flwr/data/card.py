@@ -1,0 +1,87 @@
+"""The dataset card: what a run trains on, and what each filter removed on the way.
+
+:func:`card_of` is computed once, when a dataset is split (:func:`~fedrec_flwr.data.prepared.
+prepare` stores it in the split's ``meta.json``); :func:`card_lines` prints it. The figures
+are those of the split, the rows a run uses: users, items, interactions (train rows plus each
+user's validation and test item), density, interactions per user (median, p90).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from fedrec_flwr.data.interactions import Interactions
+    from fedrec_flwr.data.prepared import LeaveOneOut
+
+LOG = logging.getLogger("flwr")  # Flower's logger: what it logs reaches `flwr log`
+SPLIT_MINIMUM = 3  # rows a leave-one-out split needs of a user (train, validation, test)
+
+
+def card_of(data: Interactions, split: LeaveOneOut, protocol: str) -> dict[str, Any]:
+    """The card of ``data`` split as ``split`` (a JSON-ready dict)."""
+    per_user = np.diff(split.train_indptr) + 2
+    interactions = int(per_user.sum())
+    kept_rows = int(np.isin(data.user, split.source_user).sum())
+    removed = list(data.notes.get("filters", []))
+    removed.append(
+        {
+            "name": f"leave-one-out split (users with < {SPLIT_MINIMUM} rows)",
+            "rows": len(data) - kept_rows,
+            "users": data.num_users - split.num_users,
+        }
+    )
+    if kept_rows != interactions:
+        removed.append(
+            {"name": f"repeated pairs ({protocol} protocol)", "rows": kept_rows - interactions}
+        )
+    cells = split.num_users * split.num_items
+    card = {
+        "dataset": data.name,
+        "protocol": protocol,
+        "users": split.num_users,
+        "items": split.num_items,
+        "interactions": interactions,
+        "density": interactions / cells if cells else 0.0,
+        "per-user-median": float(np.median(per_user)) if len(per_user) else 0.0,
+        "per-user-p90": float(np.percentile(per_user, 90)) if len(per_user) else 0.0,
+        "rows-loaded": len(data),
+        "removed": removed,
+    }
+    for key in ("file", "format", "sha256", "ids", "rows-read", "users-read"):
+        if key in data.notes:
+            card[key] = data.notes[key]
+    return card
+
+
+def card_lines(card: dict[str, Any]) -> list[str]:
+    """The card as a few printable lines."""
+    source = card["dataset"]
+    if "file" in card:
+        source += f" {card['file']} ({card['format']}, sha256 {card['sha256'][:16]})"
+    lines = [
+        f"dataset card: {source}, {card['protocol']} protocol",
+        f"  users {card['users']:,}  items {card['items']:,}  interactions "
+        f"{card['interactions']:,}  density {100 * card['density']:.3f}%",
+        f"  interactions per user: median {card['per-user-median']:g}, "
+        f"p90 {card['per-user-p90']:g}",
+    ]
+    if "rows-read" in card:
+        lines.append(
+            f"  read {card['rows-read']:,} rows of {card['users-read']:,} users "
+            f"(ids: {card['ids']})"
+        )
+    for step in card["removed"]:
+        users = f"{step['users']:,} users, " if "users" in step else ""
+        lines.append(f"  removed by {step['name']}: {users}{step['rows']:,} rows")
+    return lines
+
+
+def log_card(meta: dict[str, Any]) -> None:
+    """Log a prepared split's card (INFO), if its ``meta.json`` has one."""
+    if "card" in meta:
+        for line in card_lines(meta["card"]):
+            LOG.info("%s", line)
