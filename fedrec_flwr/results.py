@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data.user_dataset import source_record
 from fedrec_flwr.evaluation import reported_metrics
 
 SELECTION_METRIC = "val-hr@10"
@@ -105,7 +106,7 @@ class RunRecorder:
         ]
         self.rows: list[dict[str, Any]] = []
         self.stopped_diverged: int | None = None
-        self.extra = extra
+        self.extra = {**source_record(config), **extra}  # a user's file: its sha256
         self.mark_incomplete("running, stopped or crashed: summary.json not written yet")
         self.describe()
         if resumed_rows is not None:

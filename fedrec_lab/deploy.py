@@ -59,13 +59,14 @@ def deploy_local(
 ) -> tuple[str, Path]:
     """Run ``config`` on ``num_nodes`` local SuperNodes; (final status, results folder)."""
     config = dict(config)
-    for key in ("results-dir", "data-dir"):
+    for key in ("results-dir", "data-dir", "data-file"):
         if config.get(key):
             config[key] = str(Path(config[key]).expanduser().resolve())
     config.setdefault("results-dir", str(Path("results").resolve()))
     config.setdefault("num-server-rounds", 3)
     config.setdefault("run-name", f"deploy{num_nodes}-{time.strftime('%Y%m%d-%H%M%S')}")
-    check_run_config(config)
+    for line in check_run_config(config):
+        say(line)
     run_config = RunConfig.from_mapping({**project_defaults(), **config})
     devices = export_devices(run_config, num_nodes, folder / "devices")
     say(f"exported {num_nodes} device folders into {folder / 'devices'}")

@@ -141,11 +141,13 @@ def unknown_key_message(config: dict[str, Any], known: Sequence[str]) -> str | N
     return None
 
 
-def check_run_config(config: dict[str, Any], project: Path = PROJECT) -> None:
+def check_run_config(config: dict[str, Any], project: Path = PROJECT) -> list[str]:
     """Refuse, naming the key, what Flower would refuse with only "Invalid run configuration".
 
     Keys are checked against the project's ``[tool.flwr.app.config]``; then the merged
-    configuration is validated as the ServerApp will (types, impossible values).
+    configuration is validated as the ServerApp will (types, impossible values). A user's
+    file (``dataset = "file"``) is read and split here, so that a bad one is refused before
+    the run starts; returns its dataset card (empty for the named datasets).
     """
     defaults = project_defaults(project)
     unknown = unknown_key_message(config, list(defaults))
@@ -155,9 +157,11 @@ def check_run_config(config: dict[str, Any], project: Path = PROJECT) -> None:
             f"{Path(project) / 'pyproject.toml'} (README: Run configuration)."
         )
     from fedrec_flwr.config import RunConfig  # imports torch: only when a run is checked
+    from fedrec_flwr.data import user_dataset
 
     try:
-        RunConfig.from_mapping({**defaults, **config})
+        checked = RunConfig.from_mapping({**defaults, **config})
+        return user_dataset.check(checked) if checked.dataset == user_dataset.FILE_DATASET else []
     except ValueError as error:
         raise ConfigError(str(error)) from None
 
@@ -446,12 +450,13 @@ def run(
     local Ray instance.
     """
     config = dict(config)
-    for key in ("results-dir", "data-dir", "resume"):
+    for key in ("results-dir", "data-dir", "data-file", "resume"):
         if config.get(key):
             config[key] = str(Path(config[key]).expanduser().resolve())
     config.setdefault("results-dir", str(Path("results").resolve()))
     if check:
-        check_run_config(config, project)
+        for line in check_run_config(config, project):
+            say(line)
     ray = resolve_ray_address(ray_address, federation)
     if ray != LOCAL_RAY:
         say(f"Ray: the ClientApps run on the cluster at {ray}")

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data import user_dataset
 from fedrec_flwr.data.device import FORMAT, MANIFEST, split_fingerprint
 from fedrec_flwr.data.prepared import PreparedData, data_dir_read, prepare
 from fedrec_flwr.partition import users_of_partition
@@ -76,6 +77,8 @@ def export_devices(config: RunConfig, num_partitions: int, out: str | Path) -> l
         _write_folder(folder, device_arrays(prepared, users, config.seed), manifest)
         folders.append(folder)
     source = {"data-dir": data_dir_read(config)}
+    if config.dataset == user_dataset.FILE_DATASET:
+        source = {**user_dataset.settings(config), **user_dataset.source_record(config)}
     if config.dataset == "synthetic":
         source = {
             k: getattr(config, k.replace("-", "_"))
@@ -113,6 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", default="", help="as the run-config key data-dir")
     for key, default in (("users", 1000), ("items", 2000), ("mean-degree", 50)):
         parser.add_argument(f"--synthetic-{key}", type=int, default=default)
+    for key, (_, default) in user_dataset.KEYS.items():  # dataset 'file' (docs/own-data.md)
+        parser.add_argument(f"--{key}", type=type(default), help=f"default {default!r}")
     return parser
 
 
@@ -127,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             "synthetic-users": args.synthetic_users,
             "synthetic-items": args.synthetic_items,
             "synthetic-mean-degree": args.synthetic_mean_degree,
+            **{
+                key: getattr(args, key.replace("-", "_"))
+                for key in user_dataset.KEYS
+                if getattr(args, key.replace("-", "_")) is not None
+            },
         }
     )
     folders = export_devices(config, args.num_partitions, args.out)
