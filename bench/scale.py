@@ -35,10 +35,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from scaling import record
-from scaling.rss import TAG_ENV, PeakRss
-
 from fedrec_lab.presets import resolve
+from fedrec_lab.scaling import record
+from fedrec_lab.scaling.rss import TAG_ENV, PeakRss
 
 PROJECT = Path(__file__).resolve().parents[1]
 OUT = PROJECT / "bench" / "results" / "scale"
