@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The privacy audit's runs in one batch (issue 8), on a 16-core machine without Flower:
+# The privacy audit's runs in one batch, on a 16-core machine without Flower:
 # the plain round loop (fedrec_lab/audit/loop.py) on prepared ML-100K splits copied to
 # $PREPARED/{strict,paper} (from $FEDREC_CACHE_DIR/prepared), results under $OUT.
 #   OUT=out PREPARED=results/privacy-carry bash bench/privacy_batch.sh

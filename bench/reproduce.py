@@ -1,7 +1,7 @@
 """Reproduction table: presets x datasets x protocols x seeds through ``flwr run``.
 
-The tables of issue 10 have their own command, ``python -m fedrec_lab.experiments <table>``
-(README, Experiments); this script is the free-form grid (any presets, ``--set`` ablations).
+The experiments' tables have their own command, ``python -m fedrec_lab.experiments <table>``
+(docs/experiments.md); this script is the free-form grid (any presets, ``--set`` ablations).
 
 Each cell is one run of a preset ``conf/<preset>-<dataset>-<protocol>.toml`` (``--methods``
 takes preset prefixes: ``pfedrec``, ``fedmf-dual``, ``pfedrec-sam``...): by default through

@@ -7,7 +7,7 @@ the traffic per round. Mean over the seeds that exist. Writes
 
     cd bench && python structure.py
 
-Stability rule (FedRAP issue): the best validation round is not among the first 10 and the
+Stability rule: the best validation round is not among the first 10 and the
 last validation HR@10 is within 3 points of the best; the ``stable`` column counts the seeds
 that meet it.
 """

@@ -1,6 +1,6 @@
-"""``keep-personal-rows``: which tuned rows a user keeps and evaluates with (issue 10,
-finding 1: under ``strict`` a held-out item drawn as a round negative is otherwise scored
-from a row the item step pushed down)."""
+"""``keep-personal-rows``: which tuned rows a user keeps and evaluates with (under
+``strict`` a held-out item drawn as a round negative is otherwise scored from a row the item
+step pushed down)."""
 
 from __future__ import annotations
 
