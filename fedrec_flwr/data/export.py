@@ -1,4 +1,4 @@
-"""Write one folder per device holding only its users' data (README: Deployment).
+"""Write one folder per device holding only its users' data (docs/deployment.md).
 
     python -m fedrec_flwr.data.export --dataset ml-100k --protocol strict --seed 0 \\
         --num-partitions 3 --out devices [--data-dir /data/recsys]

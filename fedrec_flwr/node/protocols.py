@@ -1,5 +1,5 @@
 """The two evaluation protocols as objects: which rows evaluation reads, which personal rows
-a user keeps, and how held-out items are ranked (see README, "Evaluation protocols").
+a user keeps, and how held-out items are ranked (see docs/protocols.md).
 
 ``paper``: 100 candidates per held-out item (it and 99 never-interacted negatives drawn once
 per user); HR@10, NDCG@10. ``strict``: every item except the user's train positives (and, for

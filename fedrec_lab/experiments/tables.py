@@ -42,7 +42,8 @@ PAPER: dict[tuple[str, str], tuple[float, float]] = {
     ("fedrecon-dual", "ml-1m"): (68.89, 40.04),
     ("fedrecon-dual", "lastfm-2k"): (83.51, 74.83),
     ("fedrecon-dual", "amazon-video"): (60.23, 39.20),
-    # FedRecGEL: its reference code on our Last.fm-2K file (README, Methods), round on test
+    # FedRecGEL: its reference code on our Last.fm-2K file (docs/methods/fedrecgel.md),
+    # round on test
     ("fedrecgel", "lastfm-2k"): (66.4, 45.0),
 }
 #: PFedRec paper Table 4: Laplace(0, lambda) on the uploaded item rows (lambda 0: PFedRec).
@@ -183,7 +184,7 @@ TABLES: dict[str, Table] = {
             PAPER_DATASETS,
             notes=(
                 "Rows `+lap<lambda>`: `ldp-laplace-lambda = lambda` (the paper's LDP: noise "
-                "on the uploads, no clipping, no formal epsilon; README, Privacy). For the "
+                "on the uploads, no clipping, no formal epsilon; docs/privacy.md). For the "
                 "epsilon-LDP mechanisms and the attacks see `python -m fedrec_lab.audit.command`.",
             ),
         ),
