@@ -158,10 +158,11 @@ def check_run_config(config: dict[str, Any], project: Path = PROJECT) -> list[st
         )
     from fedrec_flwr.config import RunConfig  # imports torch: only when a run is checked
     from fedrec_flwr.data import user_dataset
+    from fedrec_flwr.data.prepared import check_user_file
 
     try:
         checked = RunConfig.from_mapping({**defaults, **config})
-        return user_dataset.check(checked) if checked.dataset == user_dataset.FILE_DATASET else []
+        return check_user_file(checked) if checked.dataset == user_dataset.FILE_DATASET else []
     except ValueError as error:
         raise ConfigError(str(error)) from None
 

@@ -15,7 +15,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from fedrec_flwr.data.interactions import Interactions
-    from fedrec_flwr.data.prepared import LeaveOneOut
+    from fedrec_flwr.data.split import LeaveOneOut
 
 LOG = logging.getLogger("flwr")  # Flower's logger: what it logs reaches `flwr log`
 SPLIT_MINIMUM = 3  # rows a leave-one-out split needs of a user (train, validation, test)

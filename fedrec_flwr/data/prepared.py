@@ -1,14 +1,8 @@
 """Split once, cache on disk, load any user's data in milliseconds.
 
-:func:`prepare` turns a dataset into leave-one-out arrays (``docs/protocols.md``) and stores
-them as ``.npy`` files under the cache; :class:`PreparedData` memory-maps them so a client
-reads only its own users' rows.
-
-Split (both protocols): per user, rows ranked newest first; among rows with equal timestamps
-the row earlier in the file counts as newer (pandas ``rank(method='first',
-ascending=False)``). Rank 1 is the test item, rank 2 the validation item, the rest train.
-The ``strict`` protocol first removes repeated (user, item) pairs, keeping each pair's
-newest row; ``paper`` keeps them (Last.fm-2K has one row per tag assignment).
+:func:`prepare` turns a dataset into leave-one-out arrays (:mod:`fedrec_flwr.data.split`,
+``docs/protocols.md``) and stores them as ``.npy`` files under the cache;
+:class:`PreparedData` memory-maps them so a client reads only its own users' rows.
 """
 
 from __future__ import annotations
@@ -19,19 +13,19 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 from fedrec_flwr import atomic
-from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data import user_dataset
-from fedrec_flwr.data.card import card_of, log_card
+from fedrec_flwr.data.card import card_lines, card_of, log_card
 from fedrec_flwr.data.download import dataset_folder, default_cache_dir, required_files
 from fedrec_flwr.data.interactions import DataError, Interactions
 from fedrec_flwr.data.registry import DATASETS
+from fedrec_flwr.data.settings import DataSettings
+from fedrec_flwr.data.split import LeaveOneOut, leave_one_out
 from fedrec_flwr.data.synthetic import generate_synthetic
 from fedrec_flwr.sampling import sample_excluding
 from fedrec_flwr.seeding import keyed_rng
@@ -39,60 +33,6 @@ from fedrec_flwr.seeding import keyed_rng
 FORMAT_VERSION = 1
 EVAL_NEGATIVES_PER_SPLIT = 99  # paper protocol: 99 for validation and 99 for test
 _OPENED: dict[Path, PreparedData] = {}
-
-
-@dataclass(frozen=True)
-class LeaveOneOut:
-    """Leave-one-out arrays; users are contiguous ``0..num_users-1``."""
-
-    num_users: int
-    num_items: int
-    train_indptr: np.ndarray  # int64 [num_users + 1]
-    train_items: np.ndarray  # int64 [num_train_rows], grouped by user, file order within a user
-    valid_item: np.ndarray  # int64 [num_users]
-    test_item: np.ndarray  # int64 [num_users]
-    source_user: np.ndarray  # int64 [num_users]: the user's id in the Interactions
-
-
-def leave_one_out(data: Interactions, dedupe: bool) -> LeaveOneOut:
-    """Split with the tie rule of ``docs/protocols.md``; users with < 3 rows are dropped."""
-    n = len(data.user)
-    row = np.arange(n, dtype=np.int64)
-    # Primary key user, then newest first, then earlier file row first (= counts as newer).
-    order = np.lexsort((row, -data.timestamp, data.user))
-    if dedupe:
-        pair = data.user[order] * data.num_items + data.item[order]
-        _, first = np.unique(pair, return_index=True)
-        order = order[np.sort(first)]  # keep each pair's first row in that order: its newest
-    users = data.user[order]
-    starts = np.flatnonzero(np.r_[True, users[1:] != users[:-1]])
-    counts = np.diff(np.r_[starts, len(order)])
-    rank = np.arange(len(order)) - np.repeat(starts, counts)
-    kept_users = users[starts][counts >= 3]
-    new_id = np.full(data.num_users, -1, dtype=np.int64)
-    new_id[kept_users] = np.arange(len(kept_users))
-    keep = new_id[users] >= 0
-    order, rank = order[keep], rank[keep]
-
-    test_rows, valid_rows = order[rank == 0], order[rank == 1]
-    train_rows = np.sort(order[rank >= 2])  # file order
-    train_users = new_id[data.user[train_rows]]
-    train_rows = train_rows[np.argsort(train_users, kind="stable")]
-    num_users = len(kept_users)
-    test_item = np.empty(num_users, dtype=np.int64)
-    valid_item = np.empty(num_users, dtype=np.int64)
-    test_item[new_id[data.user[test_rows]]] = data.item[test_rows]
-    valid_item[new_id[data.user[valid_rows]]] = data.item[valid_rows]
-    counts = np.bincount(new_id[data.user[train_rows]], minlength=num_users)
-    return LeaveOneOut(
-        num_users=num_users,
-        num_items=data.num_items,
-        train_indptr=np.r_[0, np.cumsum(counts)].astype(np.int64),
-        train_items=data.item[train_rows].astype(np.int64),
-        valid_item=valid_item,
-        test_item=test_item,
-        source_user=kept_users.astype(np.int64),
-    )
 
 
 class PreparedData:
@@ -187,7 +127,7 @@ class PreparedData:
         return int(self.train_indptr[-1])
 
 
-def dataset_fingerprint(config: RunConfig) -> dict:
+def dataset_fingerprint(config: DataSettings) -> dict:
     """What identifies the prepared arrays: the dataset's source files or generator settings."""
     if config.dataset == "synthetic":
         source = {
@@ -211,14 +151,14 @@ def dataset_fingerprint(config: RunConfig) -> dict:
     }
 
 
-def prepared_path(config: RunConfig) -> Path:
+def prepared_path(config: DataSettings) -> Path:
     """Cache folder of this config's prepared arrays."""
     fingerprint = dataset_fingerprint(config)
     digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:16]
     return default_cache_dir() / "prepared" / f"{config.dataset}-{config.protocol}-{digest}"
 
 
-def data_dir_read(config: RunConfig) -> str:
+def data_dir_read(config: DataSettings) -> str:
     """The ``data-dir`` the dataset is read from, absolute: ``data-dir``, else
     ``$FEDREC_DATA_DIR``, else the download cache's ``datasets`` folder ('' if generated)."""
     if config.dataset in ("synthetic", user_dataset.FILE_DATASET):
@@ -227,7 +167,7 @@ def data_dir_read(config: RunConfig) -> str:
     return os.path.abspath(os.path.expanduser(folder))
 
 
-def load_interactions(config: RunConfig) -> Interactions:
+def load_interactions(config: DataSettings) -> Interactions:
     """Read (or generate) the configured dataset."""
     if config.dataset == "synthetic":
         return generate_synthetic(
@@ -242,7 +182,7 @@ def load_interactions(config: RunConfig) -> Interactions:
     return DATASETS[config.dataset].load(folder)
 
 
-def prepare(config: RunConfig) -> PreparedData:
+def prepare(config: DataSettings) -> PreparedData:
     """Split and cache the configured dataset if needed; return its prepared arrays."""
     path = prepared_path(config)
     if path in _OPENED:
@@ -273,6 +213,23 @@ def prepare(config: RunConfig) -> PreparedData:
     _OPENED[path] = prepared
     log_card(prepared.meta)
     return prepared
+
+
+def check_user_file(config: DataSettings) -> list[str]:
+    """Prepare the split of a user's file (``dataset = "file"``; DataError if the file is
+    bad) before a run starts; its card lines.
+
+    Beyond what the reader checks, the split must leave two users or more."""
+    prepared = prepare(config)
+    if prepared.num_users < 2:
+        raise DataError(
+            f"{config.data_file}: {prepared.num_users} user has the 3 rows a leave-one-out "
+            f"split needs (train, validation, test; 3 distinct items under the strict "
+            f"protocol): a federation needs at least 2. Give more users 3 rows or more, or "
+            f"lower min-user-interactions and k-core."
+        )
+    card = prepared.meta.get("card")
+    return card_lines(card) if card else []
 
 
 def _write_prepared(path: Path, split: LeaveOneOut, meta: dict) -> None:

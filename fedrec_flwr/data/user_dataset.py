@@ -4,8 +4,9 @@
 (:mod:`fedrec_flwr.data.user_filters`) and from then on is split, cached and served like any
 named dataset. :data:`KEYS` lists its run-config keys with their defaults; the split's cache
 key holds the file's size and modification time and every one of these settings.
-:func:`check` prepares the split before a run starts (the ``fedrec`` command calls it), so
-that a bad file is refused before a run folder exists, and returns the dataset card.
+:func:`fedrec_flwr.data.prepared.check_user_file` prepares the split before a run starts (the
+``fedrec`` command calls it), so that a bad file is refused before a run folder exists, and
+returns the dataset card.
 """
 
 from __future__ import annotations
@@ -109,22 +110,3 @@ def source_record(config: Any) -> dict[str, str]:
     if key not in _SHA256:
         _SHA256[key] = file_sha256(path)
     return {"data-file-sha256": _SHA256[key]}
-
-
-def check(config: Any) -> list[str]:
-    """Prepare the configured file's split (DataError if the file is bad); its card lines.
-
-    Beyond what the reader checks, the split must leave two users or more."""
-    from fedrec_flwr.data.card import card_lines
-    from fedrec_flwr.data.prepared import prepare
-
-    prepared = prepare(config)
-    if prepared.num_users < 2:
-        raise DataError(
-            f"{config.data_file}: {prepared.num_users} user has the 3 rows a leave-one-out "
-            f"split needs (train, validation, test; 3 distinct items under the strict "
-            f"protocol): a federation needs at least 2. Give more users 3 rows or more, or "
-            f"lower min-user-interactions and k-core."
-        )
-    card = prepared.meta.get("card")
-    return card_lines(card) if card else []

@@ -3,7 +3,7 @@
 import numpy as np
 
 from fedrec_flwr.data.interactions import Interactions
-from fedrec_flwr.data.prepared import leave_one_out
+from fedrec_flwr.data.split import leave_one_out
 
 
 def rows(users, items, stamps):
@@ -94,3 +94,32 @@ def test_ml100k_split_sizes(real_data_dir):
         assert (split.num_users, split.num_items) == (943, 1682)
         assert int(split.train_indptr[-1]) == 100_000 - 2 * 943
     assert (paper.test_item == strict.test_item).all()
+
+
+def test_a_users_file_is_split_before_the_run_and_needs_two_users(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import pytest
+
+    from fedrec_flwr.data import user_dataset
+    from fedrec_flwr.data.interactions import DataError
+    from fedrec_flwr.data.prepared import check_user_file
+
+    monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "cache"))
+    one_user = "user_id,item_id,timestamp\n" + "".join(f"u1,{i},{i}\n" for i in range(4))
+    (tmp_path / "one.csv").write_text(one_user + "u2,0,1\n")
+    (tmp_path / "two.csv").write_text(one_user + "".join(f"u2,{i},{i}\n" for i in range(3)))
+
+    def settings(name: str) -> SimpleNamespace:  # the DataSettings of dataset = "file"
+        keys = {key.replace("-", "_"): default for key, (_, default) in user_dataset.KEYS.items()}
+        return SimpleNamespace(
+            **{**keys, "data_file": str(tmp_path / name)},
+            dataset=user_dataset.FILE_DATASET,
+            protocol="strict",
+            resolved_data_dir=lambda: "",
+        )
+
+    with pytest.raises(DataError, match="a federation needs at least 2"):
+        check_user_file(settings("one.csv"))
+    card = check_user_file(settings("two.csv"))
+    assert any(line.split()[:2] == ["users", "2"] for line in card)
