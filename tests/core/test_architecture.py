@@ -2,9 +2,10 @@
 
 The cycle check reads every ``import`` statement of ``fedrec_flwr/`` and ``fedrec_lab/``,
 including those inside functions and under ``if TYPE_CHECKING:``: such an import hides a
-cycle from Python at import time, not from a reader. The layers (data -> methods -> node /
-server -> apps, the lab above all) are the import-linter contracts of ``pyproject.toml``
-(``lint-imports``, run by ``.ci/run``); this test also catches cycles inside one layer.
+cycle from Python at import time, not from a reader. The layers (core, data, methods, run
+config, privacy, node | server, apps, the lab above all) are the import-linter contracts of
+``pyproject.toml`` (``lint-imports``, run by ``.ci/run``); this test also catches cycles between
+the modules of one package.
 
 Budget: no module over 400 lines, no class over 250 lines.
 """
