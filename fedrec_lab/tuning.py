@@ -1,8 +1,8 @@
 """Hyperparameter tuning on validation HR@10 with Optuna (TPE), through the same ServerApp and
 ClientApp as ``flwr run`` (an in-process grid of one node, a fresh process per trial).
 
-A study tunes one preset (``conf/<preset>.toml``) over the search space of its method and
-plug-ins (:data:`SPACES`, stated below and in the report), seed 0, with early stopping. Only
+A study tunes one preset (``conf/<preset>.toml``) over the search space its method and
+plug-ins declare (:func:`space_for`, stated in the report), seed 0, with early stopping. Only
 validation HR@10 is optimised; test metrics are recorded beside it and never read by the
 search. The study lives in ``<out>/<name>.journal`` (Optuna's journal file): running the same
 command again continues it up to ``--trials`` complete trials. ``<out>/<name>.md`` and
@@ -20,88 +20,68 @@ import math
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from fedrec_flwr.schema import Dim, KeyGroup
 from fedrec_lab.experiments.cells import PROJECT, RUNNER
 from fedrec_lab.presets import resolve
 
 
-@dataclass(frozen=True)
-class Dim:
-    """One tuned key: ``low``..``high`` (log scale if ``log``), or ``choices``."""
-
-    low: float = 0.0
-    high: float = 0.0
-    log: bool = True
-    integer: bool = False
-    choices: tuple = ()
-
-    def suggest(self, trial, key: str) -> Any:
-        if self.choices:
-            return trial.suggest_categorical(key, list(self.choices))
-        if self.integer:
-            return trial.suggest_int(key, int(self.low), int(self.high), log=self.log)
-        return trial.suggest_float(key, self.low, self.high, log=self.log)
-
-    def describe(self) -> str:
-        if self.choices:
-            return "{" + ", ".join(map(str, self.choices)) + "}"
-        return f"[{self.low:g}, {self.high:g}]" + (" log" if self.log else "")
-
-
-LR = Dim(0.01, 4.0)
-ITEM_LR = Dim(0.05, 32.0)  # times num_items (item-lr-scaling = "num-items")
-INIT_STD = Dim(0.01, 1.0)
-NEGATIVES = Dim(choices=(2, 4, 8))
-KEEP = Dim(choices=("tuned", "positives"))
-#: Search space per method (plus the plug-in spaces added by :func:`space_for`).
-SPACES: dict[str, dict[str, Dim]] = {
-    "pfedrec": {"lr": LR, "item-lr": ITEM_LR, "num-negatives": NEGATIVES},
-    "fedmf": {"lr": LR, "item-lr": ITEM_LR, "init-std": INIT_STD, "num-negatives": NEGATIVES},
-    "fedncf": {"lr": LR, "item-lr": ITEM_LR, "dense-lr": Dim(0.01, 1.0), "init-std": INIT_STD},
-    "fedrecon": {"lr": LR, "item-lr": ITEM_LR, "init-std": INIT_STD, "num-negatives": NEGATIVES},
-    # Its uploads are minus the gradient (item-lr 1): the server's Adam sets the step.
-    "fedrecgel": {"lr": LR, "server-lr": Dim(0.0001, 0.03), "init-std": INIT_STD},
-    "fedrap": {
-        "lr": LR,
-        "item-lr": Dim(0.05, 4.0),
-        "fedrap-v1": Dim(0.001, 1.0),
-        "fedrap-v2": Dim(0.0001, 0.1),
-        "fedrap-local-lr-ratio": Dim(0.0001, 1.0),
-    },
-}
-PLGC = {
-    "plgc-alpha": Dim(choices=("ntk", "0.25", "0.5", "0.75")),
-    "plgc-decorrelation": Dim(choices=(0.0, 0.001, 0.01)),
-}
-SAM = {"sam-rho-private": Dim(0.001, 0.5), "sam-rho-shared": Dim(0.001, 0.5)}
+def suggest(dim: Dim, trial: Any, key: str) -> Any:
+    """Optuna's suggestion for one tuned key."""
+    if dim.choices:
+        return trial.suggest_categorical(key, list(dim.choices))
+    if dim.integer:
+        return trial.suggest_int(key, int(dim.low), int(dim.high), log=dim.log)
+    return trial.suggest_float(key, dim.low, dim.high, log=dim.log)
 
 
 def space_for(preset: dict[str, Any], plugin_only: bool = False) -> dict[str, Dim]:
-    """The search space of a preset: its method's, plus PLGC's, SAM's and, where the method
-    keeps personal rows that it only evaluates with, ``keep-personal-rows`` (the rule
-    :class:`~fedrec_flwr.config.RunConfig` enforces). ``plugin_only``: PLGC's and SAM's
+    """The search space of a preset, from the declarations: its method's own
+    (``search_space`` of the method class, in its order), then, by key name, those of the
+    enabled plug-ins (PLGC, SAM) and of the other key groups tuned for this method
+    (``keep-personal-rows`` where the method keeps personal rows it only evaluates with, the
+    rule :class:`~fedrec_flwr.config.RunConfig` enforces). ``plugin_only``: the plug-ins'
     alone, the method's keys held at the preset's (a plug-in preset's base, tuned)."""
-    from fedrec_flwr.config import RunConfig
-    from fedrec_flwr.methods import build_method
+    from fedrec_flwr.config import RunConfig, key_groups
+    from fedrec_flwr.methods import METHODS, build_method, enabled_plugins
 
-    sam = preset.get("sam-rho-private", 0.0) or preset.get("sam-rho-shared", 0.0)
-    plugins = {**(PLGC if preset.get("plgc", False) else {}), **(SAM if sam else {})}
+    config = RunConfig.from_mapping(preset)
+    method = build_method(config, num_items=1)
+    enabled = {plugin.name for plugin in enabled_plugins(config)}
+
+    def tuned(group: KeyGroup) -> bool:
+        if group.plugin is not None:
+            return group.plugin in enabled
+        return group.tuned is None or group.tuned(config, method)
+
+    groups = [group for group in key_groups() if group.search_space and tuned(group)]
+    plugins = by_key_name(group for group in groups if group.plugin is not None)
     if plugin_only:
         if not plugins:
+            with_knobs = sorted(g.plugin for g in key_groups() if g.plugin and g.search_space)
             raise ValueError(
-                "--plugin-only: this preset has no plug-in knob to tune (PLGC and SAM have "
-                "some; DualPer has none: its preset is its base's with personalization = "
-                "'dual'). Tune the base preset instead."
+                "--plugin-only: no enabled plug-in of this preset has a knob to tune (those "
+                f"with knobs: {', '.join(with_knobs)}; DualPer has none: its preset is its "
+                "base's with personalization = 'dual'). Tune the base preset instead."
             )
         return plugins
-    space = dict(SPACES[preset.get("method", "pfedrec")])
-    method = build_method(RunConfig.from_mapping(preset), num_items=1)
-    if method.personal_rows and not method.train_from_personal:
-        space["keep-personal-rows"] = KEEP
-    return {**space, **plugins}
+    space = {**METHODS[config.method].search_space, **by_key_name(groups)}
+    if not space:
+        raise ValueError(
+            f"method '{config.method}' has no search space: give its class a search_space "
+            "(run-config key -> fedrec_flwr.schema.Dim)."
+        )
+    return space
+
+
+def by_key_name(groups: Iterable[KeyGroup]) -> dict[str, Dim]:
+    """The search spaces of ``groups`` in one, ordered by key name (the order Optuna draws
+    them in, whatever the order the groups were registered in)."""
+    dims = [item for group in groups for item in group.search_space.items()]
+    return dict(sorted(dims, key=lambda item: item[0]))
 
 
 def preset_point(preset: dict[str, Any], space: dict[str, Dim]) -> dict[str, Any] | None:
@@ -111,11 +91,8 @@ def preset_point(preset: dict[str, Any], space: dict[str, Dim]) -> dict[str, Any
 
     defaults = RunConfig().to_mapping()
     point = {key: preset.get(key, defaults[key]) for key in space}
-    for key, dim in space.items():
-        value = point[key]
-        inside = value in dim.choices if dim.choices else dim.low <= value <= dim.high
-        if not inside:
-            return None
+    if any(point[key] not in dim for key, dim in space.items()):
+        return None
     return point
 
 
@@ -138,7 +115,7 @@ def objective_for(preset: dict, space: dict[str, Dim], fixed: dict[str, Any], sc
     """Optuna's objective: best validation HR@10 of one run (test metrics as attributes)."""
 
     def objective(trial) -> float:
-        params = {key: dim.suggest(trial, key) for key, dim in space.items()}
+        params = {key: suggest(dim, trial, key) for key, dim in space.items()}
         config = {
             **preset,
             **fixed,

@@ -30,6 +30,8 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).with_name("golden.json")
 REGENERATE = "python tests/golden.py --update"
+#: The recorded families, in the order of golden.json: one per registered method (a test
+#: of tests/core/test_config.py holds every method to one) and the plug-in combinations.
 FAMILIES = (
     "pfedrec",
     "fedmf",

@@ -1,12 +1,14 @@
-"""The one list of datasets: each one's file, loader, download source and description.
+"""The one list of datasets: each one's file, loader, download source, description and keys.
 
-Everything else derives from :data:`DATASETS`: the names :class:`~fedrec_flwr.config.RunConfig`
-accepts (``config.DATASETS``), the download table (``download.DATASETS``, the datasets with a
-source) and the loader table (``loaders.LOADERS``). Add a dataset here, write its loader in
+Everything else derives from :data:`DATASETS`: the names the ``dataset`` key accepts
+(:data:`DATA_KEYS`), the download table (``download.DATASETS``, the datasets with a source),
+the loader table (``loaders.LOADERS``) and the run-config keys of a dataset (its
+``config_keys``, checked when it is the run's dataset). Add a dataset here, write its loader in
 :mod:`fedrec_flwr.data.loaders`, and add its row to the README's dataset table.
 
-This module imports nothing heavy and nothing of the project at import time (``config``
-imports it); a loader is named, and imported from :mod:`fedrec_flwr.data.loaders` on first use.
+This module imports nothing heavy and of the project only the schema at import time
+(``config`` imports it); a loader is named, and imported from :mod:`fedrec_flwr.data.loaders`
+on first use.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from fedrec_flwr.schema import POSITIVE, ConfigError, Key, KeyGroup, Range
 
 if TYPE_CHECKING:
     from fedrec_flwr.data.interactions import Interactions
@@ -53,13 +57,15 @@ class DatasetSpec:
     """One dataset: its run-config name, how it is read and where it comes from.
 
     ``source`` is None for a generated dataset (``synthetic``), which has no file and no
-    loader; every other dataset has both.
+    loader; every other dataset has both. ``config_keys``: its own run-config keys (checked
+    only when it is the run's dataset).
     """
 
     name: str  # the run-config value `dataset`
     loader: str | None  # name of the function in fedrec_flwr.data.loaders that reads the file
     source: DatasetSource | None  # folder, file, download URL and checksums
     description: str  # one line
+    config_keys: KeyGroup | None = None
 
     def __post_init__(self) -> None:
         if (self.loader is None) != (self.source is None):
@@ -81,6 +87,36 @@ class DatasetSpec:
         """Read the dataset from ``folder`` (``<data-dir>/<source folder>``)."""
         return self.loader_function(folder)
 
+
+def check_synthetic(config: Any) -> None:
+    if config.synthetic_items < 2 * config.synthetic_mean_degree:
+        raise ConfigError(
+            "synthetic-items must be at least twice synthetic-mean-degree so that "
+            "negatives can be sampled."
+        )
+
+
+SYNTHETIC_KEYS = KeyGroup(
+    title="Synthetic dataset",
+    owner=__name__,
+    applies=lambda config: config.dataset == "synthetic",
+    check=check_synthetic,
+    keys=(
+        Key("synthetic-users", 1000, "`synthetic` dataset: users", range=POSITIVE),
+        Key(
+            "synthetic-items",
+            2000,
+            "`synthetic` dataset: items (at least twice `synthetic-mean-degree`)",
+        ),
+        Key(
+            "synthetic-mean-degree",
+            50,
+            "`synthetic` dataset: mean items per user",
+            range=Range(5),
+            why=" (every synthetic user has >= 5 items)",
+        ),
+    ),
+)
 
 # Where the checksums come from (none could be re-checked here: no network):
 # - ml-100k.zip, ml-1m.zip: sha256 pinned alike by many independent projects (the keras-rs
@@ -162,6 +198,7 @@ _SPECS = (
         loader=None,
         source=None,
         description="seeded synthetic data: power-law degrees, clustered tastes (synthetic-*)",
+        config_keys=SYNTHETIC_KEYS,
     ),
 )
 
@@ -176,3 +213,29 @@ SOURCES: dict[str, DatasetSource] = {
 def dataset_names() -> list[str]:
     """Every dataset name, in the registry's order (generated ones included)."""
     return list(DATASETS)
+
+
+def dataset_key_groups() -> tuple[KeyGroup, ...]:
+    """The run-config keys of each dataset that has some, in the registry's order."""
+    return tuple(spec.config_keys for spec in DATASETS.values() if spec.config_keys is not None)
+
+
+#: Which dataset, and where its files are.
+DATA_KEYS = KeyGroup(
+    title="Data",
+    owner=__name__,
+    keys=(
+        Key(
+            "dataset",
+            "ml-100k",
+            "the dataset (README: Offline use and data)",
+            choices=dataset_names,
+        ),
+        Key(
+            "data-dir",
+            "",
+            "folder with one sub-folder per dataset; empty: `$FEDREC_DATA_DIR`, else download "
+            "into the cache",
+        ),
+    ),
+)

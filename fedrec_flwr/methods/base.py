@@ -18,12 +18,13 @@ phase's update: proximal steps, regularisers over rows outside the batch).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable, Mapping
+from typing import ClassVar
 
 import numpy as np
 import torch
 
+from fedrec_flwr.methods.declarations import AuditImitation
 from fedrec_flwr.methods.heads import (
     linear_head_init,
     linear_logits,
@@ -41,9 +42,7 @@ from fedrec_flwr.methods.parts import (
     bce_grad,
     bce_losses,
 )
-
-if TYPE_CHECKING:
-    from fedrec_flwr.config import RunConfig
+from fedrec_flwr.schema import Dim, KeyGroup, Settings
 
 __all__ = [
     "ROWS",
@@ -76,8 +75,14 @@ class Method(ABC):
     paper: ClassVar[str] = ""
     #: May ``personalization = "dual"`` be applied to it?
     supports_dual: ClassVar[bool] = False
+    #: Its own run-config keys (``fedrec_flwr.schema``), composed into the run config.
+    config_keys: ClassVar[KeyGroup | None] = None
+    #: Its tuning search space: run-config key -> range, in the order they are tried.
+    search_space: ClassVar[Mapping[str, Dim]] = {}
+    #: How the privacy audit imitates its local update (None: the audit does not).
+    audit: ClassVar[AuditImitation | None] = None
 
-    def __init__(self, config: RunConfig, num_items: int) -> None:
+    def __init__(self, config: Settings, num_items: int) -> None:
         self.config = config
         self.num_items = num_items
         self.dim = config.embedding_dim

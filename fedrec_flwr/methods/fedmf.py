@@ -9,6 +9,9 @@ it steps first, then the user post-tunes personal item rows that it evaluates wi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 import numpy as np
 import torch
 
@@ -21,6 +24,8 @@ from fedrec_flwr.methods.base import (
     linear_logits_all,
     user_normal,
 )
+from fedrec_flwr.methods.declarations import INIT_STD, ITEM_LR, LR, NEGATIVES, AuditImitation
+from fedrec_flwr.schema import Dim
 
 USER = "user-embedding"
 
@@ -30,6 +35,14 @@ class FedMF(Method):
     rowwise_logits = True  # linear_logits: a product and a sum over each row
     paper = "Chai et al., IEEE Intelligent Systems 2020"
     supports_dual = True
+    search_space: ClassVar[Mapping[str, Dim]] = {
+        "lr": LR,
+        "item-lr": ITEM_LR,
+        "init-std": INIT_STD,
+        "num-negatives": NEGATIVES,
+    }
+    # The server cannot know the private user vector: its shadow draws one.
+    audit = AuditImitation(update="joint", head="random", train_bias=False, ldp_clip=3.0)
 
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
         """User vectors ~ N(0, init-std^2), keyed by (seed, user)."""

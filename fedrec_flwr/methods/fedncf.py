@@ -15,14 +15,54 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from fedrec_flwr.methods.base import Method, user_normal
+from fedrec_flwr.methods.declarations import INIT_STD, ITEM_LR, LR
+from fedrec_flwr.schema import POSITIVE, ConfigError, Dim, Key, KeyGroup
 from fedrec_flwr.seeding import keyed_rng
 
 USER_GMF, USER_MLP = "user-gmf", "user-mlp"
+
+
+def layer_sizes(text: str) -> tuple[int, ...]:
+    """``ncf-layers`` as integers (the MLP tower's output sizes), or ConfigError."""
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) <= 0:
+        raise ConfigError(
+            f"ncf-layers='{text}' must be comma-separated positive layer sizes, "
+            "e.g. '32,16' (input: 2 x ncf-mlp-dim)."
+        )
+    return sizes
+
+
+#: NeuMF's keys (FedNCF and FedRecGEL).
+NCF_KEYS = KeyGroup(
+    title="FedNCF and FedRecGEL",
+    owner=__name__,
+    keys=(
+        Key(
+            "ncf-mlp-dim",
+            32,
+            "size of the MLP user and item embeddings (an item row is "
+            "`embedding-dim + ncf-mlp-dim` wide)",
+            range=POSITIVE,
+        ),
+        Key(
+            "ncf-layers",
+            "32,16",
+            "output sizes of the MLP tower's layers, comma-separated (input: 2 x `ncf-mlp-dim`)",
+            check=layer_sizes,
+        ),
+    ),
+)
 
 
 class FedNCF(Method):
@@ -30,11 +70,18 @@ class FedNCF(Method):
     paper = "NeuMF (He et al., WWW 2017), federated as in Perifanis & Efraimidis 2022"
     supports_dual = True
     eval_chunk = 16  # full ranking builds [users, items, hidden] activations
+    config_keys = NCF_KEYS
+    search_space: ClassVar[Mapping[str, Dim]] = {
+        "lr": LR,
+        "item-lr": ITEM_LR,
+        "dense-lr": Dim(0.01, 1.0),
+        "init-std": INIT_STD,
+    }
 
     def __init__(self, config, num_items: int) -> None:
         super().__init__(config, num_items)
         self.mlp_dim = config.ncf_mlp_dim
-        self.layers = config.ncf_layer_sizes()
+        self.layers = layer_sizes(config.ncf_layers)
 
     @property
     def row_dim(self) -> int:
@@ -121,12 +168,16 @@ class FedRecGEL(FedNCF):
 
     name = "fedrecgel"
     paper = "FedRecGEL (2026; seeds 000/001): sharpness-aware generalised item embeddings"
+    # Its uploads are minus the gradient (item-lr 1): the server's Adam sets the step.
+    search_space: ClassVar[Mapping[str, Dim]] = {
+        "lr": LR,
+        "server-lr": Dim(0.0001, 0.03),
+        "init-std": INIT_STD,
+    }
 
     def __init__(self, config, num_items: int) -> None:
         super().__init__(config, num_items)
         if config.sam_rho_private <= 0 and config.sam_rho_shared <= 0:
-            from fedrec_flwr.config import ConfigError
-
             raise ConfigError(
                 "method='fedrecgel' is NeuMF trained with SAM: set sam-rho-private and/or "
                 "sam-rho-shared > 0 (its reference radii: Last.fm-2K 0.01/0.01, FilmTrust "

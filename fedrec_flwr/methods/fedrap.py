@@ -42,6 +42,9 @@ they travel as ids only, both ways, and the server snaps them to exact zeros.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -58,9 +61,99 @@ from fedrec_flwr.methods.base import (
     linear_logits,
     linear_logits_all,
 )
+from fedrec_flwr.methods.declarations import LR
+from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, Dim, Key, KeyGroup
 
 LOCAL = "local-rows"  # D_u
 SCORE = ("score-weight", "score-bias")
+
+
+class Schedule(StrEnum):
+    """``fedrap-schedule``: how ``lambda_a`` and ``mu_a`` grow over the rounds."""
+
+    TANH = "tanh"
+    CONSTANT = "constant"
+
+
+class RegRows(StrEnum):
+    """``fedrap-reg-rows``: the rows the regularisers see."""
+
+    HELD = "held"
+    BATCH = "batch"
+
+
+class Distance(StrEnum):
+    """``fedrap-distance``: the distance between ``D_u`` and ``C``."""
+
+    SQUARED = "squared"
+    BOUNDED = "bounded"
+
+
+OFF = " (0 = off)"
+FEDRAP_KEYS = KeyGroup(
+    title="FedRAP",
+    owner=__name__,
+    keys=(
+        Key(
+            "fedrap-v1",
+            0.1,
+            "weight `v1` of the distance term, `lambda_a = tanh(a/10) * v1` (minus sign: pushes "
+            "`D_u` and `C` apart)",
+            range=NON_NEGATIVE,
+            why=OFF,
+        ),
+        Key(
+            "fedrap-v2",
+            0.1,
+            "weight `v2` of the L1 term on `C`, `mu_a = tanh(a/10) * v2`, applied as a proximal "
+            "soft threshold",
+            range=NON_NEGATIVE,
+            why=OFF,
+        ),
+        Key(
+            "fedrap-schedule",
+            Schedule.TANH.value,
+            "`tanh`: the paper's curriculum over the 0-based round `a`; `constant`: `v1`, `v2` "
+            "from round 1 (what FedRAP's code runs)",
+            choices=Schedule,
+        ),
+        Key(
+            "fedrap-reg-rows",
+            RegRows.HELD.value,
+            "where the regularisers are evaluated: `held`, every row the user holds this round; "
+            "`batch`, only the rows of the current batch (the reference code)",
+            choices=RegRows,
+        ),
+        Key(
+            "fedrap-distance",
+            Distance.SQUARED.value,
+            "`squared`: the paper's `||D_u - C||_F^2` (unbounded: diverges); `bounded`: "
+            "`sum_i kappa * tanh(||D_u[i] - C[i]||^2 / kappa)`",
+            choices=Distance,
+        ),
+        Key(
+            "fedrap-distance-bound",
+            1.0,
+            "`kappa` of the bounded distance (squared distance per row at which the push fades)",
+            range=POSITIVE,
+        ),
+        Key(
+            "fedrap-zero-threshold",
+            0.0,
+            "rows of `C` whose max abs value is at or below it count as zero: not sent (ids "
+            "only), snapped to 0 by the server",
+            range=NON_NEGATIVE,
+            why=OFF,
+        ),
+        Key(
+            "fedrap-local-lr-ratio",
+            1.0,
+            "learning rate of `D_u` over that of `C` (`item-lr`; 1.0 as FedRAP's code)",
+            range=NON_NEGATIVE,
+            why=" (0: D_u is never trained)",
+        ),
+    ),
+)
 
 
 def fedrap_weights(config, server_round: int) -> tuple[float, float]:
@@ -75,6 +168,14 @@ class FedRAP(Method):
     name = "fedrap"
     rowwise_logits = True  # linear_logits: a product and a sum over each row
     paper = "Li, Long and Zhou, ICLR 2024"
+    config_keys = FEDRAP_KEYS
+    search_space: ClassVar[Mapping[str, Dim]] = {
+        "lr": LR,
+        "item-lr": Dim(0.05, 4.0),
+        "fedrap-v1": Dim(0.001, 1.0),
+        "fedrap-v2": Dim(0.0001, 0.1),
+        "fedrap-local-lr-ratio": Dim(0.0001, 1.0),
+    }
 
     def __init__(self, config, num_items: int) -> None:
         super().__init__(config, num_items)

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from fedrec_flwr.schema import Settings
 from fedrec_flwr.seeding import keyed_rng
-
-if TYPE_CHECKING:
-    from fedrec_flwr.config import RunConfig
 
 
 def linear_logits(
@@ -38,7 +35,7 @@ def linear_logits_all(
     return out if bias is None else out + bias.unsqueeze(-1)
 
 
-def user_normal(config: RunConfig, users: np.ndarray, dim: int, key: int) -> np.ndarray:
+def user_normal(config: Settings, users: np.ndarray, dim: int, key: int) -> np.ndarray:
     """[n, dim] N(0, init-std^2) vectors, one keyed draw per (seed, user)."""
     if not len(users):
         return np.zeros((0, dim), dtype=np.float32)
@@ -52,7 +49,7 @@ def user_normal(config: RunConfig, users: np.ndarray, dim: int, key: int) -> np.
     ).astype(np.float32)
 
 
-def linear_head_init(config: RunConfig, users: np.ndarray, dim: int) -> dict[str, torch.Tensor]:
+def linear_head_init(config: Settings, users: np.ndarray, dim: int) -> dict[str, torch.Tensor]:
     """A linear score head d -> 1 per user (``score-weight`` [n, d], ``score-bias`` [n]), all
     from one shared draw: PyTorch's nn.Linear(d, 1) default init, keyed by the seed."""
     rng = keyed_rng(config.seed, "private-init", 0)

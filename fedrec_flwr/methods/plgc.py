@@ -21,15 +21,78 @@ import torch
 
 from fedrec_flwr.methods.base import ROWS, Method, Role, RoundContext, Step
 from fedrec_flwr.methods.plugin import Attachment, MethodPlugin, Plugin
+from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Dim, Key, KeyGroup
 
 GLOBAL = "plgc-global"  # G: the received global rows, frozen
 ALPHA = "plgc-alpha"  # alpha_u, per user
 EPS = 1e-8
+NTK = "ntk"
+
+
+def check_alpha(value: str) -> None:
+    """``plgc-alpha``: ``"ntk"`` or a number in [0, 1]."""
+    if value == NTK:
+        return
+    try:
+        alpha = float(value)
+    except ValueError:
+        alpha = -1.0
+    if not 0.0 <= alpha <= 1.0:
+        raise ConfigError(
+            f"plgc-alpha='{value}' must be 'ntk' or a number in [0, 1] "
+            "(the fixed weight of the local rows)."
+        )
+
+
+def alpha_from_number(value: object) -> str | None:
+    """``plgc-alpha = 0.5`` (a number, e.g. on the command line) as the string ``'0.5'``."""
+    return repr(float(value)) if isinstance(value, int | float) else None
+
+
+PLGC_KEYS = KeyGroup(
+    title="PLGC (plug-in)",
+    owner=__name__,
+    plugin="plgc",
+    keys=(
+        Key(
+            "plgc",
+            False,
+            "PLGC plug-in (`docs/plgc.md`) on a method with personal rows: `pfedrec`, `fedrap`, "
+            'or `personalization = "dual"`; refused otherwise',
+        ),
+        Key(
+            "plgc-alpha",
+            NTK,
+            "weight of the local rows in `alpha * L + (1 - alpha) * G`: `ntk` (per user and "
+            'round, from the empirical NTK) or a fixed number in [0, 1], e.g. `"0.5"`',
+            check=check_alpha,
+            parse=alpha_from_number,
+        ),
+        Key(
+            "plgc-decorrelation",
+            0.0,
+            "weight of PLGC's redundancy-reduction loss between the local and global views",
+            range=NON_NEGATIVE,
+            why=" (0 = off)",
+        ),
+        Key(
+            "plgc-persist",
+            False,
+            "`true` keeps every local row a user has trained and starts its next rounds from "
+            "them (else a round starts from the global rows, as the base method; see "
+            "`docs/plgc.md`)",
+        ),
+    ),
+    search_space={
+        "plgc-alpha": Dim(choices=(NTK, "0.25", "0.5", "0.75")),
+        "plgc-decorrelation": Dim(choices=(0.0, 0.001, 0.01)),
+    },
+)
 
 
 def fixed_alpha(config) -> float | None:
     """The fixed alpha of ``plgc-alpha``, or None for ``"ntk"``."""
-    return None if config.plgc_alpha == "ntk" else float(config.plgc_alpha)
+    return None if config.plgc_alpha == NTK else float(config.plgc_alpha)
 
 
 def kernel_alignment(rows: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -159,8 +222,6 @@ class PLGC(MethodPlugin):
 def check_applies(config, method: Method) -> None:
     """PLGC needs personal item rows (kept rows, or private rows such as FedRAP's ``D_u``)."""
     if not (method.personal_rows or method.private_row_names()):
-        from fedrec_flwr.config import ConfigError
-
         raise ConfigError(
             f"plgc = true needs a method with personal item rows; method '{method.name}'"
             f" with personalization='{config.personalization}' has none. Use pfedrec or "

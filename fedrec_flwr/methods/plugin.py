@@ -23,12 +23,10 @@ import abc
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fedrec_flwr.methods.base import Method
-
-if TYPE_CHECKING:
-    from fedrec_flwr.config import RunConfig
+from fedrec_flwr.schema import Settings
 
 
 class Attachment(StrEnum):
@@ -53,9 +51,9 @@ class Plugin:
     name: str
     paper: str
     attaches_to: Attachment
-    enabled: Callable[[RunConfig], bool]
+    enabled: Callable[[Settings], bool]
     module: str
-    check: Callable[[RunConfig, Method], None] | None = None
+    check: Callable[[Settings, Method], None] | None = None
     wrapper: type[MethodPlugin] | None = None
 
     def __post_init__(self) -> None:
@@ -65,7 +63,7 @@ class Plugin:
                 "it attaches to the method (attaches_to=Attachment.METHOD)."
             )
 
-    def attach(self, config: RunConfig, num_items: int, method: Method) -> Method:
+    def attach(self, config: Settings, num_items: int, method: Method) -> Method:
         """``method`` with this plug-in: checked, then wrapped (``METHOD``) or as it is (the
         other attachments read the plug-in's keys from the config)."""
         if self.check is not None:
@@ -136,7 +134,7 @@ class MethodPlugin(Method):
     answers the rest (``self.base``). Attributes the base method sets on itself (``dim``,
     ``dual``, FedNCF's ``mlp_dim``) are read from it too."""
 
-    def __init__(self, config: RunConfig, num_items: int, base: Method) -> None:
+    def __init__(self, config: Settings, num_items: int, base: Method) -> None:
         self.config = config
         self.num_items = num_items
         self.base = base

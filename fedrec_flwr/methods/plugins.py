@@ -6,24 +6,46 @@ each one out reads its keys where it acts (``module``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from enum import StrEnum
 
 from fedrec_flwr.methods.base import Method
 from fedrec_flwr.methods.plugin import Attachment, Plugin
-
-if TYPE_CHECKING:
-    from fedrec_flwr.config import RunConfig
+from fedrec_flwr.schema import ConfigError, Key, KeyGroup, Settings
 
 
-def dual_enabled(config: RunConfig) -> bool:
+class Personalization(StrEnum):
+    """``personalization``: the method as published, or with DualPer."""
+
+    NONE = "none"
+    DUAL = "dual"
+
+
+#: DualPer's key. Its checks: ``dual_applies``; no search space (a DualPer preset is tuned
+#: as its base method's).
+DUAL_KEYS = KeyGroup(
+    title="DualPer (plug-in)",
+    owner=__name__,
+    plugin="dualper",
+    keys=(
+        Key(
+            "personalization",
+            Personalization.NONE.value,
+            "`none`: the method as published; `dual`: PFedRec's plug-in (Table 3) on "
+            "`fedmf`, `fedncf`, `fedrecon`: the score function becomes private and the user "
+            "post-tunes personal item rows that it evaluates with",
+            choices=Personalization,
+        ),
+    ),
+)
+
+
+def dual_enabled(config: Settings) -> bool:
     return config.personalization == "dual"
 
 
-def dual_applies(config: RunConfig, method: Method) -> None:
+def dual_applies(config: Settings, method: Method) -> None:
     """DualPer applies to a method that declares ``supports_dual``."""
     if not method.supports_dual:
-        from fedrec_flwr.config import ConfigError
-
         raise ConfigError(
             f"personalization='dual' does not apply to method '{method.name}'"
             + (" (it keeps personal item rows already)" if method.native_personal_rows else "")
@@ -31,15 +53,15 @@ def dual_applies(config: RunConfig, method: Method) -> None:
         )
 
 
-def sam_enabled(config: RunConfig) -> bool:
+def sam_enabled(config: Settings) -> bool:
     return config.sam_rho_private > 0 or config.sam_rho_shared > 0
 
 
-def ldp_enabled(config: RunConfig) -> bool:
+def ldp_enabled(config: Settings) -> bool:
     return config.ldp_mechanism != "none" or config.ldp_laplace_lambda > 0
 
 
-def decoys_enabled(config: RunConfig) -> bool:
+def decoys_enabled(config: Settings) -> bool:
     return config.decoy_ratio > 0
 
 

@@ -9,13 +9,11 @@ the server, tuning and the audit all read these two dictionaries.
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from fedrec_flwr.methods.base import Method
 from fedrec_flwr.methods.plugin import MethodPlugin, Plugin
-
-if TYPE_CHECKING:
-    from fedrec_flwr.config import RunConfig
+from fedrec_flwr.schema import ConfigError, Settings
 
 #: Method classes by name (``method`` run-config key), in registration order.
 METHODS: dict[str, type[Method]] = {}
@@ -71,17 +69,15 @@ def _claim(registry: dict, kind: str, name: str, entry: object) -> None:
         )
 
 
-def enabled_plugins(config: RunConfig) -> tuple[Plugin, ...]:
+def enabled_plugins(config: Settings) -> tuple[Plugin, ...]:
     """The plug-ins ``config`` switches on, in the order they attach."""
     return tuple(plugin for plugin in PLUGINS.values() if plugin.enabled(config))
 
 
-def build_method(config: RunConfig, num_items: int) -> Method:
+def build_method(config: Settings, num_items: int) -> Method:
     """The configured method with every enabled plug-in attached (raises ConfigError for
     impossible combinations)."""
     if config.method not in METHODS:
-        from fedrec_flwr.config import ConfigError
-
         raise ConfigError(
             f"method='{config.method}' is not registered. Choose one of: "
             f"{', '.join(METHODS)}, or register_method() it before building the config."

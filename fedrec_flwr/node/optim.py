@@ -13,12 +13,37 @@ from collections.abc import Callable
 import torch
 
 from fedrec_flwr.methods.base import ROWS, Role, Step
+from fedrec_flwr.schema import NON_NEGATIVE, Dim, Key, KeyGroup
 
 Grads = dict[str, torch.Tensor]
 #: Gradients (and logits) of the phase's loss at the parameters plus ``offsets``.
 GradientFn = Callable[[Grads | None], tuple[Grads, torch.Tensor]]
 
 NORM_EPS = 1e-12
+
+#: The SAM plug-in's keys: one radius per group of parameters (both 0: plain SGD).
+SAM_KEYS = KeyGroup(
+    title="SAM (plug-in)",
+    owner=__name__,
+    plugin="sam",
+    keys=(
+        Key(
+            "sam-rho-private",
+            0.0,
+            "SAM radius of the private parameters (0 = no SAM); every method, every phase",
+            range=NON_NEGATIVE,
+            why=" (0 = no SAM)",
+        ),
+        Key(
+            "sam-rho-shared",
+            0.0,
+            "SAM radius of the shared parameters (item rows and shared-dense parameters)",
+            range=NON_NEGATIVE,
+            why=" (0 = no SAM)",
+        ),
+    ),
+    search_space={"sam-rho-private": Dim(0.001, 0.5), "sam-rho-shared": Dim(0.001, 0.5)},
+)
 
 
 class SGD:

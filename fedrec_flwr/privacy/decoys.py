@@ -15,12 +15,49 @@ it was sent (a zero change) plus the same LDP noise as every other row: see
 from __future__ import annotations
 
 import math
+from typing import Any, Protocol
 
 import numpy as np
 
-from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.sampling import sample_excluding
+from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Key, KeyGroup
 from fedrec_flwr.seeding import keyed_rng
+
+
+class UserItems(Protocol):
+    """What the decoys read of the data (:class:`~fedrec_flwr.data.prepared.PreparedData`)."""
+
+    num_items: int
+
+    def interacted(self, user: int) -> np.ndarray: ...
+
+    def train_positives(self, user: int) -> np.ndarray: ...
+
+
+def check_decoys(config: Any) -> None:
+    if config.decoy_ratio > 0 and config.aggregation != "round-mean":
+        raise ConfigError(
+            "decoy-ratio > 0 needs aggregation='round-mean': toucher-mean divides a row's "
+            "change by its number of uploaders, which decoys inflate unseen by the server."
+        )
+
+
+DECOY_KEYS = KeyGroup(
+    title="Decoys (plug-in)",
+    owner=__name__,
+    plugin="decoys",
+    check=check_decoys,
+    keys=(
+        Key(
+            "decoy-ratio",
+            0.0,
+            "decoy rows per distinct train positive, requested and uploaded by each user (fixed "
+            "per seed and user, never an item it interacted with; `round-mean` only)",
+            range=NON_NEGATIVE,
+            why=": decoy rows per distinct train positive (0 = none)",
+        ),
+    ),
+)
 
 
 def num_decoys(ratio: float, num_positives: int, num_free: int) -> int:
@@ -30,7 +67,7 @@ def num_decoys(ratio: float, num_positives: int, num_free: int) -> int:
     return min(math.ceil(ratio * num_positives - 1e-9), num_free)
 
 
-def decoy_items(prepared: PreparedData, seed: int, ratio: float, user: int) -> np.ndarray:
+def decoy_items(prepared: UserItems, seed: int, ratio: float, user: int) -> np.ndarray:
     """The user's decoy items (sorted, distinct), keyed by (seed, user)."""
     if ratio <= 0:
         return np.empty(0, dtype=np.int64)

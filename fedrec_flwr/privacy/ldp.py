@@ -21,10 +21,82 @@ no formal epsilon.
 from __future__ import annotations
 
 import math
+from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
-MECHANISMS = ("none", "laplace", "gaussian")
+from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Key, KeyGroup, Range
+
+
+class Mechanism(StrEnum):
+    """``ldp-mechanism``: the noise added to each uploaded row's clipped change."""
+
+    NONE = "none"
+    LAPLACE = "laplace"
+    GAUSSIAN = "gaussian"
+
+
+MECHANISMS = tuple(mechanism.value for mechanism in Mechanism)
+
+
+def check_ldp(config: Any) -> None:
+    """The two LDP modes exclude each other; denoising needs one of them."""
+    if config.ldp_laplace_lambda > 0 and config.ldp_mechanism != Mechanism.NONE:
+        raise ConfigError(
+            "ldp-laplace-lambda (raw noise, no clipping) and ldp-mechanism (clipped, "
+            "calibrated to ldp-epsilon) are two alternatives: set one, leave the other off."
+        )
+    if (
+        config.ldp_denoise
+        and config.ldp_mechanism == Mechanism.NONE
+        and not config.ldp_laplace_lambda
+    ):
+        raise ConfigError(
+            "ldp-denoise shrinks the LDP noise out of the aggregate: it needs ldp-mechanism "
+            "or ldp-laplace-lambda set (or set ldp-denoise = false)."
+        )
+
+
+LDP_KEYS = KeyGroup(
+    title="LDP (plug-in)",
+    owner=__name__,
+    plugin="ldp",
+    check=check_ldp,
+    keys=(
+        Key(
+            "ldp-mechanism",
+            Mechanism.NONE.value,
+            "LDP on each user's uploaded rows: `none`, `laplace` or `gaussian`: the row's change "
+            "is clipped to `ldp-clip`, then noise of scale `2C sqrt(d)/eps` (Laplace) or "
+            "`2C sqrt(2 ln(1.25/delta))/eps` (Gaussian) is added to every coordinate",
+            choices=Mechanism,
+        ),
+        Key("ldp-epsilon", 1.0, "epsilon per uploaded row and round", range=POSITIVE),
+        Key(
+            "ldp-delta",
+            1e-5,
+            "delta of the Gaussian mechanism",
+            range=Range(0, 1, low_included=False, high_included=False),
+            why=" (the Gaussian mechanism's delta; e.g. 1e-5, below 1 / number of users)",
+        ),
+        Key("ldp-clip", 1.0, "L2 bound `C` of a row's change before the noise", range=POSITIVE),
+        Key(
+            "ldp-laplace-lambda",
+            0.0,
+            "PFedRec Table 4's LDP: `Laplace(0, lambda)` on the uploaded rows, no clipping, no "
+            "formal epsilon (0 = off; not with `ldp-mechanism`)",
+            range=NON_NEGATIVE,
+            why=" (PFedRec Table 4's raw Laplace scale, 0 = off)",
+        ),
+        Key(
+            "ldp-denoise",
+            False,
+            "the server shrinks each aggregated row change by the James-Stein factor of the "
+            "known noise variance (post-processing, no privacy cost)",
+        ),
+    ),
+)
 
 
 def noise_scale(mechanism: str, epsilon: float, delta: float, clip: float, dim: int) -> float:

@@ -17,14 +17,13 @@ import json
 from pathlib import Path
 
 from fedrec_lab.audit.report import markdown, parse_sets
-from fedrec_lab.audit.run import ATTACKS, audited_run, preset
+from fedrec_lab.audit.run import ATTACKS, auditable_methods, audited_run, imitation_of, preset
 
 #: The audited configurations (run-config keys on top of the method's preset); ``--ldp``
 #: and ``--decoys`` override the keys of the protected ones. LDP: Gaussian, epsilon 4 per
-#: row, the clip at about the median norm of a user's row change without protection (PFedRec
-#: 15, FedMF 3: its item rows move less).
+#: row, the clip the method declares (``AuditImitation.ldp_clip``: about the median norm of
+#: a user's row change without protection; PFedRec 15, FedMF 3: its item rows move less).
 LDP = {"ldp-mechanism": "gaussian", "ldp-epsilon": 4.0, "ldp-delta": 1e-5}
-CLIP = {"pfedrec": 15.0, "fedmf": 3.0}
 DECOYS = {"decoy-ratio": 16.0}
 CONFIGS = {"none": {}, "ldp": LDP, "decoys": DECOYS, "both": {**LDP, **DECOYS}}
 
@@ -33,7 +32,7 @@ def config_keys(name: str, method: str, ldp: dict, decoys: dict) -> dict:
     """The keys of configuration ``name`` for ``method`` (with the overrides)."""
     keys = dict(CONFIGS[name])
     if "ldp-mechanism" in keys:
-        keys.update({"ldp-clip": CLIP.get(method, 1.0), **ldp})
+        keys.update({"ldp-clip": imitation_of(method).ldp_clip, **ldp})
     if "decoy-ratio" in keys:
         keys.update(decoys)
     return keys
@@ -41,7 +40,8 @@ def config_keys(name: str, method: str, ldp: dict, decoys: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--methods", nargs="+", default=["pfedrec", "fedmf"])
+    methods = auditable_methods()
+    parser.add_argument("--methods", nargs="+", default=methods, choices=methods)
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--lambdas", nargs="+", type=float, help="PFedRec Table 4 sweep")
     parser.add_argument("--protocol", default="strict", choices=["strict", "paper"])

@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from fedrec_flwr.config import RunConfig
+from fedrec_flwr.methods import METHODS
 from fedrec_flwr.methods.base import linear_head_init
+from fedrec_flwr.methods.declarations import AuditImitation
 from fedrec_flwr.privacy import uploads
 from fedrec_flwr.privacy.decoys import decoy_items
 from fedrec_flwr.seeding import keyed_rng
@@ -39,20 +41,42 @@ class Capture:
             self.uploads[(user, server_round)] = (items.copy(), rows.copy(), sent.copy())
 
 
+def auditable_methods() -> list[str]:
+    """The registered methods whose local update the audit can imitate (``audit``)."""
+    return [name for name, cls in METHODS.items() if cls.audit is not None]
+
+
+def imitation_of(method: str) -> AuditImitation:
+    """How the audit imitates ``method`` (its class's ``audit`` declaration)."""
+    cls = METHODS.get(method)
+    if cls is None or cls.audit is None:
+        raise ValueError(
+            f"the audit imitates {', '.join(auditable_methods())}, not '{method}' (a method "
+            "joins by declaring audit = AuditImitation(...) on its class)"
+        )
+    return cls.audit
+
+
 def shadow_of(config: RunConfig, num_items: int, rng: np.random.Generator) -> attacks.Shadow:
-    """The server's imitation of the method's local update (PFedRec, FedMF)."""
+    """The server's imitation of the method's local update (its ``audit`` declaration)."""
+    imitation = imitation_of(config.method)
     lr_rows = config.item_learning_rate(num_items)
-    if config.method == "pfedrec":
+    if imitation.head == "shared":
         head = linear_head_init(config, np.zeros(1, dtype=np.int64), config.embedding_dim)
         weight = head["score-weight"][0].numpy()
         bias = float(head["score-bias"][0])
-        return attacks.Shadow("alternate", weight, bias, lr_rows, config.lr, config.batch_size)
-    if config.method == "fedmf":
+    else:
         weight = rng.normal(0.0, config.init_std, size=config.embedding_dim)
-        return attacks.Shadow(
-            "joint", weight, 0.0, lr_rows, config.lr, config.batch_size, train_bias=False
-        )
-    raise ValueError(f"the audit imitates pfedrec and fedmf, not '{config.method}'")
+        bias = 0.0
+    return attacks.Shadow(
+        imitation.update,
+        weight,
+        bias,
+        lr_rows,
+        config.lr,
+        config.batch_size,
+        train_bias=imitation.train_bias,
+    )
 
 
 def request_of(prepared, config: RunConfig, user: int, server_round: int) -> np.ndarray:

@@ -1,25 +1,53 @@
-"""The run configuration rejects what cannot work, with a message that says what to do."""
+"""The run configuration: composed from the keys their owners declare, it rejects what cannot
+work with a message that says what to do; pyproject.toml and the reference follow it."""
 
+import copy
+import pickle
 import tomllib
+from dataclasses import FrozenInstanceError
+from pathlib import Path
 
 import pytest
+from golden import FAMILIES
 
-from fedrec_flwr.config import ConfigError, RunConfig
-from fedrec_lab.launch import PROJECT
+from fedrec_flwr.config import ConfigError, RunConfig, key_groups
+from fedrec_flwr.methods import METHODS, FedMF, register_method, unregister_method
+from fedrec_flwr.schema import POSITIVE, Key, KeyGroup
+from fedrec_lab import configref
 from fedrec_lab.presets import resolve
 
+PROJECT = Path(__file__).resolve().parents[2]
 
-def test_pyproject_defaults_are_the_dataclass_defaults():
+
+def test_pyproject_holds_every_key_with_its_default_in_order():
     pyproject = tomllib.loads((PROJECT / "pyproject.toml").read_text())
-    defaults = pyproject["tool"]["flwr"]["app"]["config"]
-    assert RunConfig.from_mapping(defaults) == RunConfig()
-    assert sorted(defaults) == sorted(RunConfig.key_names())  # every key is declared in pyproject
+    table = pyproject["tool"]["flwr"]["app"]["config"]
+    declared = RunConfig().to_mapping()
+    assert list(table) == list(declared)
+    assert [(type(v), v) for v in table.values()] == [(type(v), v) for v in declared.values()]
+    assert RunConfig.from_mapping(table) == RunConfig()
 
 
-def test_every_key_is_documented_in_the_readme():
-    readme = (PROJECT / "README.md").read_text()
+def test_the_generated_files_are_up_to_date():
+    assert configref.problems(PROJECT) == []
+    reference = (PROJECT / configref.REFERENCE).read_text()
     for key in RunConfig.key_names():
-        assert f"| `{key}` |" in readme, key
+        assert f"| `{key}` |" in reference, key
+
+
+def test_each_key_is_declared_once_by_its_owner():
+    owners = {key.name: group.owner for group in key_groups() for key in group.keys}
+    assert len(owners) == len(RunConfig.key_names())
+    assert owners["fedrap-v1"] == "fedrec_flwr.methods.fedrap"
+    assert owners["plgc-alpha"] == "fedrec_flwr.methods.plgc"
+    assert owners["sam-rho-shared"] == "fedrec_flwr.node.optim"
+    assert owners["ldp-epsilon"] == "fedrec_flwr.privacy.ldp"
+    assert owners["decoy-ratio"] == "fedrec_flwr.privacy.decoys"
+    assert owners["synthetic-users"] == "fedrec_flwr.data.registry"
+
+
+def test_every_method_has_a_golden_family():
+    assert set(METHODS) <= {family.split("-")[0] for family in FAMILIES}
 
 
 @pytest.mark.parametrize("preset", sorted((PROJECT / "conf").glob("*.toml")), ids=lambda p: p.name)
@@ -43,6 +71,16 @@ def test_presets_are_valid(preset):
         ({"fault-fraction": 1.0}, r"fault-fraction=1.0 must be in \[0, 1\)"),
         ({"fault-fraction": -0.1}, r"must be in \[0, 1\)"),
         ({"fault-mode": "hang"}, "Choose one of: crash, timeout"),
+        ({"init-std": 0.0}, "init-std=0.0 must be > 0"),
+        ({"lr": -0.1}, "lr=-0.1 must be >= 0"),
+        ({"seed": -1}, "seed=-1 must be >= 0"),
+        ({"torch-threads": -1}, r"must be >= 0 \(0 = PyTorch's default\)"),
+        ({"results-dir": ""}, "results-dir must not be empty"),
+        ({"fedrap-v2": -1.0}, r"fedrap-v2=-1.0 must be >= 0 \(0 = off\)"),
+        ({"fedrap-distance": "l1"}, "Choose one of: squared, bounded"),
+        ({"plgc-alpha": "1.5"}, "must be 'ntk' or a number in"),
+        ({"plgc-decorrelation": -1.0}, "plgc-decorrelation"),
+        ({"dataset": "synthetic", "synthetic-items": 10}, "at least twice"),
     ],
 )
 def test_bad_values_fail_early_with_a_hint(mapping, message):
@@ -57,3 +95,57 @@ def test_integers_are_accepted_for_floats():
     assert RunConfig.from_mapping({"item-lr-scaling": "none", "item-lr": 3}).item_learning_rate(
         100
     ) == pytest.approx(3.0)
+
+
+def test_a_number_is_accepted_for_plgc_alpha():
+    assert RunConfig.from_mapping({"plgc-alpha": 0.5}).plgc_alpha == "0.5"
+    with pytest.raises(ConfigError, match="'plgc-persist' must be of type bool"):
+        RunConfig.from_mapping({"plgc-persist": 1})
+
+
+def test_the_synthetic_keys_are_checked_only_for_the_synthetic_dataset():
+    assert RunConfig.from_mapping({"synthetic-users": 0}).synthetic_users == 0
+    with pytest.raises(ConfigError, match="synthetic-users=0 must be > 0"):
+        RunConfig.from_mapping({"dataset": "synthetic", "synthetic-users": 0})
+
+
+def test_a_config_is_a_frozen_value():
+    config = RunConfig.from_mapping({"method": "fedmf", "lr": 0.5})
+    assert config == RunConfig(method="fedmf", lr=0.5) != RunConfig()
+    assert hash(config) == hash(RunConfig(method="fedmf", lr=0.5))
+    assert pickle.loads(pickle.dumps(config)) == config == copy.deepcopy(config)
+    assert config.replace(lr=0.25).lr == 0.25 and config.lr == 0.5
+    with pytest.raises(FrozenInstanceError):
+        config.lr = 1.0
+    with pytest.raises(TypeError, match="unknown fields \\['learning_rate'\\]"):
+        RunConfig(learning_rate=0.1)
+    with pytest.raises(ConfigError, match="server-lr only applies"):
+        config.replace(server_lr=0.5)
+    assert "method='fedmf'" in repr(config)
+
+
+class ScaledMF(FedMF):
+    """A method declared after the config was composed, with a key of its own."""
+
+    name = "scaled-mf"
+    config_keys = KeyGroup(
+        title="Scaled MF",
+        owner=__name__,
+        keys=(Key("scaled-mf-scale", 2.0, "a scale of the scores", range=POSITIVE),),
+    )
+
+
+def test_a_method_registered_later_brings_its_keys():
+    before = RunConfig()
+    register_method(ScaledMF)
+    try:
+        config = RunConfig.from_mapping({"method": "scaled-mf", "scaled-mf-scale": 3})
+        assert config.scaled_mf_scale == 3.0 and before.scaled_mf_scale == 2.0
+        assert "scaled-mf-scale" in RunConfig.key_names()
+        with pytest.raises(ConfigError, match=r"scaled-mf-scale=0.0 must be > 0"):
+            config.replace(scaled_mf_scale=0.0)
+    finally:
+        unregister_method(ScaledMF.name)
+    assert "scaled-mf-scale" not in RunConfig.key_names()
+    with pytest.raises(ConfigError, match="unknown run-config key 'scaled-mf-scale'"):
+        RunConfig.from_mapping({"scaled-mf-scale": 3.0})

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from fedrec_flwr.config import RunConfig
+from fedrec_flwr.config import ConfigError, RunConfig
+from fedrec_flwr.methods import METHODS
+from fedrec_flwr.methods.plgc import PLGC_KEYS
+from fedrec_flwr.node.optim import SAM_KEYS
 from fedrec_lab import tuning
 from fedrec_lab.presets import resolve
 
@@ -37,6 +40,22 @@ def test_every_choice_and_bound_of_a_space_is_a_valid_run_config(preset):
             RunConfig.from_mapping({**config, key: int(value) if dim.integer else value})
 
 
+def test_the_space_is_the_methods_then_the_other_tuned_keys_by_name():
+    """The order Optuna draws them in (a study continued later draws the same)."""
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    space = tuning.space_for(resolve(conf / "pfedrec-sam-plgc-ml100k-strict.toml"))
+    own = list(METHODS["pfedrec"].search_space)
+    assert list(space)[: len(own)] == own == ["lr", "item-lr", "num-negatives"]
+    others = list(space)[len(own) :]
+    assert others == sorted(others)
+    assert {"plgc-alpha", "sam-rho-private", "keep-personal-rows"} <= set(others)
+
+
+def test_a_preset_of_an_unknown_method_is_refused_saying_what_to_do():
+    with pytest.raises(ConfigError, match=r"method='nope' is not known.*Choose one of: pfedrec"):
+        tuning.space_for({"method": "nope"})
+
+
 def test_write_preset_sets_and_adds_keys_and_keeps_comments(tmp_path):
     preset = tmp_path / "p.toml"
     preset.write_text('# why\nmethod = "pfedrec"\nlr = 0.1\n')
@@ -59,7 +78,7 @@ def test_a_study_reports_every_trial_and_resumes(tmp_path, private_cache):
     tuning.main([*args, "--trials", "2"])
     first = json.loads((out / "syn.json").read_text())
     assert len(first["trials"]) == 2
-    assert set(first["trials"][0]["params"]) == set(tuning.SPACES["fedmf"])
+    assert set(first["trials"][0]["params"]) == set(METHODS["fedmf"].search_space)
     assert first["best"]["val_hr@10"] == max(t["val_hr@10"] for t in first["trials"])
     preset_trial = next(t for t in first["trials"] if t["number"] == 0)  # the preset first
     assert preset_trial["preset"] is True
@@ -86,7 +105,7 @@ def test_plugin_only_tunes_the_plugin_knobs_alone():
     conf = Path(__file__).resolve().parents[2] / "conf"
     sam_plgc = resolve(conf / "pfedrec-sam-plgc-ml100k-strict.toml")
     space = tuning.space_for(sam_plgc, plugin_only=True)
-    assert set(space) == set(tuning.PLGC) | set(tuning.SAM)
+    assert set(space) == set(PLGC_KEYS.search_space) | set(SAM_KEYS.search_space)
     dual = resolve(conf / "fedmf-dual-ml100k-strict.toml")
     with pytest.raises(ValueError, match="DualPer has none"):
         tuning.space_for(dual, plugin_only=True)
@@ -118,6 +137,6 @@ def test_a_plugin_only_study_says_when_the_preset_is_outside_its_space(tmp_path,
         ]
     )
     data = json.loads((out / "syn-sam.json").read_text())
-    assert set(data["trials"][0]["params"]) == set(tuning.SAM)
+    assert set(data["trials"][0]["params"]) == set(SAM_KEYS.search_space)
     assert "--plugin-only" in data["command"]
     assert "not among them" in (out / "syn-sam.md").read_text()

@@ -1,0 +1,301 @@
+"""The run-config schema: keys declared by the modules that own them, and the values of a run.
+
+A :class:`Key` is one flat run-config key (kebab-case, as Flower passes it): its default
+(which fixes its type), help text, choices (an Enum, or a function for a registry such as
+the methods'), range and check. A module declares its keys as one :class:`KeyGroup`, with
+the checks that span several of its keys and, for a plug-in, its search space.
+:class:`Settings` holds the values of a sequence of groups as attributes (key ``foo-bar`` is
+attribute ``foo_bar``); :class:`~fedrec_flwr.config.RunConfig` composes the groups of the
+whole run.
+
+This module imports nothing of the project: the methods, plug-ins and datasets that declare
+keys sit above it, and the config that composes them above those.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import FrozenInstanceError, dataclass, field
+from typing import Any, ClassVar, Self
+
+Scalar = bool | int | float | str
+Choices = type[enum.Enum] | Callable[[], Iterable[str]]
+
+
+class ConfigError(ValueError):
+    """A run configuration value is unknown, of the wrong type or impossible."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """Allowed numbers: ``low`` .. ``high`` (None: unbounded), each end included or not."""
+
+    low: float | None = None
+    high: float | None = None
+    low_included: bool = True
+    high_included: bool = True
+
+    def __contains__(self, value: float) -> bool:
+        above = self.low is None or value > self.low or (value == self.low and self.low_included)
+        below = (
+            self.high is None or value < self.high or (value == self.high and self.high_included)
+        )
+        return above and below
+
+    def __str__(self) -> str:
+        """``> 0``, ``>= 5``, ``in [0, 1)``, ``<= 2``."""
+        if self.low is not None and self.high is not None:
+            left, right = "[" if self.low_included else "(", "]" if self.high_included else ")"
+            return f"in {left}{self.low:g}, {self.high:g}{right}"
+        if self.low is not None:
+            return f"{'>=' if self.low_included else '>'} {self.low:g}"
+        if self.high is not None:
+            return f"{'<=' if self.high_included else '<'} {self.high:g}"
+        return "any number"
+
+
+POSITIVE = Range(0, low_included=False)
+NON_NEGATIVE = Range(0)
+
+
+@dataclass(frozen=True)
+class Key:
+    """One run-config key.
+
+    ``why`` follows the range in the error for a value outside it (what the value means).
+    ``check(value)`` raises :class:`ConfigError` for a value of the right type and range that
+    still cannot work. ``parse(value)`` turns a value of another TOML type into the key's,
+    or returns None (``plgc-alpha = 0.5`` on the command line for the string ``"0.5"``).
+    """
+
+    name: str
+    default: Scalar
+    help: str
+    choices: Choices | None = None
+    range: Range | None = None
+    why: str = ""
+    check: Callable[[Any], None] | None = None
+    parse: Callable[[Any], Scalar | None] | None = None
+
+    @property
+    def field(self) -> str:
+        """The attribute name: ``foo-bar`` -> ``foo_bar``."""
+        return self.name.replace("-", "_")
+
+    @property
+    def type(self) -> type:
+        return type(self.default)
+
+    def choice_values(self) -> tuple[str, ...]:
+        """The allowed values, in their declared order (empty: any value of the type)."""
+        if self.choices is None:
+            return ()
+        if isinstance(self.choices, type) and issubclass(self.choices, enum.Enum):
+            return tuple(str(member.value) for member in self.choices)
+        return tuple(self.choices())
+
+    def coerce(self, value: Any) -> Scalar:
+        """``value`` (from TOML or the command line) as the key's type, or ConfigError."""
+        kind = self.type
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        if kind is float and numeric:
+            return float(value)
+        if kind is int and isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+            return value
+        if self.parse is not None and (parsed := self.parse(value)) is not None:
+            return parsed
+        raise ConfigError(
+            f"run-config key '{self.name}' must be of type {kind.__name__}, got {value!r} "
+            f"({type(value).__name__})."
+        )
+
+    def validate(self, value: Any) -> None:
+        """Raise :class:`ConfigError` if ``value`` is not a choice, outside the range or
+        refused by the check."""
+        choices = self.choice_values()
+        if choices and value not in choices:
+            hint = difflib.get_close_matches(str(value), choices, n=1)
+            raise ConfigError(
+                f"{self.name}='{value}' is not known"
+                + (f" (did you mean '{hint[0]}'?)" if hint else "")
+                + f". Choose one of: {', '.join(choices)}."
+            )
+        if self.range is not None and value not in self.range:
+            raise ConfigError(f"{self.name}={value} must be {self.range}{self.why}.")
+        if self.check is not None:
+            self.check(value)
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One tuned key of a search space: ``low`` .. ``high`` (log scale if ``log``), or
+    ``choices``."""
+
+    low: float = 0.0
+    high: float = 0.0
+    log: bool = True
+    integer: bool = False
+    choices: tuple = ()
+
+    def __contains__(self, value: Any) -> bool:
+        return value in self.choices if self.choices else self.low <= value <= self.high
+
+    def describe(self) -> str:
+        if self.choices:
+            return "{" + ", ".join(map(str, self.choices)) + "}"
+        return f"[{self.low:g}, {self.high:g}]" + (" log" if self.log else "")
+
+
+@dataclass(frozen=True, eq=False)
+class KeyGroup:
+    """The keys one module declares, and what it knows about them.
+
+    ``check(config)``: checks across keys (raise :class:`ConfigError`). ``applies(config)``:
+    when the keys' own checks and ``check`` run (default: always; the synthetic dataset's
+    keys only when it is the dataset). ``plugin``: the registered plug-in these keys belong to
+    (its ``search_space`` is tuned when the plug-in is enabled). ``tuned(config, method)``:
+    when the search space of a group that is no plug-in's is tuned (default: always).
+    """
+
+    title: str
+    owner: str
+    keys: tuple[Key, ...]
+    check: Callable[[Any], None] | None = None
+    applies: Callable[[Any], bool] | None = None
+    search_space: Mapping[str, Dim] = field(default_factory=dict)
+    plugin: str | None = None
+    tuned: Callable[[Any, Any], bool] | None = None
+
+    def __post_init__(self) -> None:
+        names = [key.name for key in self.keys]
+        if len(set(names)) != len(names) or not set(self.search_space) <= set(names):
+            raise ValueError(
+                f"{self.owner}: declare each key once, and give a search space over the "
+                f"group's own keys (keys {names}, search space {list(self.search_space)})."
+            )
+
+    def active(self, config: Any) -> bool:
+        return self.applies is None or self.applies(config)
+
+
+def flatten(groups: Sequence[KeyGroup]) -> tuple[Key, ...]:
+    """The keys of ``groups`` in order; raises if two groups declare the same key."""
+    owners: dict[str, str] = {}
+    keys = []
+    for group in groups:
+        for key in group.keys:
+            if key.name in owners:
+                raise ValueError(
+                    f"run-config key '{key.name}' is declared by both {owners[key.name]} and "
+                    f"{group.owner}: rename one of them."
+                )
+            owners[key.name] = group.owner
+            keys.append(key)
+    return tuple(keys)
+
+
+class Settings:
+    """Frozen values of the keys of :meth:`key_groups`, read as attributes.
+
+    ``Settings(**fields)`` takes attribute names and checks nothing (tests, internal
+    copies); :meth:`from_mapping` takes run-config keys, converts and validates them. A key
+    registered after an object was made reads as its default.
+    """
+
+    kind: ClassVar[str] = "run-config"
+
+    @classmethod
+    def key_groups(cls) -> tuple[KeyGroup, ...]:
+        """The groups whose keys these settings hold, in key order."""
+        raise NotImplementedError(f"{cls.__name__} must say which key groups it holds")
+
+    @classmethod
+    def declared_keys(cls) -> tuple[Key, ...]:
+        return flatten(cls.key_groups())
+
+    @classmethod
+    def key_names(cls) -> list[str]:
+        """Every key (kebab-case), in order."""
+        return [key.name for key in cls.declared_keys()]
+
+    def __init__(self, **values: Scalar) -> None:
+        keys = {key.field: key for key in self.declared_keys()}
+        unknown = sorted(set(values) - set(keys))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__}() got unknown fields {unknown}: fields are the "
+                f"{self.kind} keys with '_' for '-' (e.g. num_server_rounds)."
+            )
+        for name, key in keys.items():
+            object.__setattr__(self, name, values.get(name, key.default))
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("_"):
+            for key in self.declared_keys():
+                if key.field == name:
+                    return key.default
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}: use replace()")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.to_mapping() == other.to_mapping()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.to_mapping().items()))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(
+            f"{key.field}={getattr(self, key.field)!r}" for key in self.declared_keys()
+        )
+        return f"{type(self).__name__}({fields})"
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> Self:
+        """Build and validate from kebab-case keys (missing keys take their defaults)."""
+        by_name = {key.name: key for key in cls.declared_keys()}
+        values: dict[str, Scalar] = {}
+        for name, value in mapping.items():
+            if name not in by_name:
+                hint = difflib.get_close_matches(name, by_name, n=1)
+                raise ConfigError(
+                    f"unknown {cls.kind} key '{name}'"
+                    + (f" (did you mean '{hint[0]}'?)" if hint else "")
+                    + f". Valid keys: {', '.join(sorted(by_name))}."
+                )
+            key = by_name[name]
+            values[key.field] = key.coerce(value)
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def to_mapping(self) -> dict[str, Scalar]:
+        """The values as kebab-case keys, in key order (as written to ``config.json``)."""
+        return {key.name: getattr(self, key.field) for key in self.declared_keys()}
+
+    def replace(self, **changes: Scalar) -> Self:
+        """A validated copy with some fields changed (attribute names)."""
+        settings = type(self)(**{**vars(self), **changes})
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` for an impossible value: each key's own checks, then
+        each group's checks across its keys (groups that apply only)."""
+        groups = [group for group in self.key_groups() if group.active(self)]
+        for group in groups:
+            for key in group.keys:
+                key.validate(getattr(self, key.field))
+        for group in groups:
+            if group.check is not None:
+                group.check(self)
