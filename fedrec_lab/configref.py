@@ -98,7 +98,11 @@ def space_rows(groups: Sequence[KeyGroup], methods: dict[str, type]) -> list[str
     ]
     for group in groups:
         if group.search_space:
-            when = f"plug-in `{group.plugin}` enabled" if group.plugin else group.title
+            when = (
+                f"plug-in `{group.plugin}` enabled"
+                if group.plugin
+                else f"{group.title}, for the methods it applies to"
+            )
             rows.append(f"| {when} | {_cell(_space(dict(group.search_space)))} |")
     return rows
 

@@ -228,7 +228,7 @@ DATA_KEYS = KeyGroup(
         Key(
             "dataset",
             "ml-100k",
-            "the dataset (README: Offline use and data)",
+            "the dataset (`docs/getting-started.md`: where each one is read from)",
             choices=dataset_names,
         ),
         Key(
