@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +25,7 @@ class RowUpload:
 
 
 def row_changes(
-    table: np.ndarray, uploads: list[RowUpload], rule: str
+    table: np.ndarray, uploads: Sequence[RowUpload], rule: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """(touched rows, their float64 change) from the round's uploads.
 
@@ -56,7 +57,7 @@ def row_changes(
     return touched, change / divisor
 
 
-def aggregate_rows(table: np.ndarray, uploads: list[RowUpload], rule: str) -> np.ndarray:
+def aggregate_rows(table: np.ndarray, uploads: Sequence[RowUpload], rule: str) -> np.ndarray:
     """New global table from the round's uploads (``table`` is not modified)."""
     touched, delta = row_changes(table, uploads, rule)
     new_table = table.copy()
@@ -64,7 +65,9 @@ def aggregate_rows(table: np.ndarray, uploads: list[RowUpload], rule: str) -> np
     return new_table
 
 
-def dense_changes(dense: dict[str, np.ndarray], uploads: list[RowUpload]) -> dict[str, np.ndarray]:
+def dense_changes(
+    dense: dict[str, np.ndarray], uploads: Sequence[RowUpload]
+) -> dict[str, np.ndarray]:
     """Float64 change of each shared-dense parameter: mean over the round's users of their
     tuned copies, minus the global value (every training user trains every dense weight)."""
     total_users = sum(upload.num_users for upload in uploads)

@@ -12,6 +12,9 @@ towards small steps.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from functools import partial
+
 import numpy as np
 
 from fedrec_flwr.aggregation import RowUpload
@@ -31,10 +34,20 @@ def noise_variance(config: RunConfig, dim: int) -> float:
     return 2.0 * scale**2 if config.ldp_mechanism == "laplace" else scale**2
 
 
+def denoiser(
+    config: RunConfig, num_items: int
+) -> Callable[[np.ndarray, np.ndarray, Sequence[RowUpload]], np.ndarray] | None:
+    """The server update's denoising hook (:class:`fedrec_flwr.server.model.ServerModel`):
+    :func:`denoised` for this run with ``ldp-denoise``, else None."""
+    if not config.ldp_denoise:
+        return None
+    return partial(denoised, config=config, num_items=num_items)
+
+
 def denoised(
     touched: np.ndarray,
     change: np.ndarray,
-    uploads: list[RowUpload],
+    uploads: Sequence[RowUpload],
     config: RunConfig,
     num_items: int,
 ) -> np.ndarray:

@@ -25,31 +25,13 @@ from flwr.serverapp import Grid
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.device import DataIdentity, conflict, run_conflict
 from fedrec_flwr.messages import ARRAYS, CONFIG, METRICS, record_arrays
+from fedrec_flwr.server.nodes import NodeInfo
+
+__all__ = ["Federation", "FederationError", "NodeInfo", "connect"]
 
 
 class FederationError(RuntimeError):
     """The nodes of the federation do not match what the run needs."""
-
-
-@dataclass
-class NodeInfo:
-    """What the server knows of a node after the handshake."""
-
-    partition_id: int
-    num_partitions: int
-    users: np.ndarray
-    eval_items: np.ndarray | None  # None: the node ranks all items
-    data: DataIdentity | None = None
-    request_round: int = 0
-    request_items: np.ndarray | None = None
-
-    def remember_request(self, arrays: dict[str, np.ndarray], metrics) -> None:
-        """Keep the ``next-items`` request of a reply (its arrays and metrics), if it has
-        one."""
-        if "next-items" in arrays:
-            self.request_round = int(metrics["next-round"])
-            # A copy: the array may be a view of the whole reply's packed bytes.
-            self.request_items = np.array(arrays["next-items"])
 
 
 @dataclass

@@ -18,6 +18,16 @@ import numpy as np
 
 from fedrec_flwr.aggregation import RowUpload
 from fedrec_flwr.messages import DENSE_PREFIX
+from fedrec_flwr.server.payloads import TrainOrder
+
+__all__ = [
+    "NonFiniteReplyError",
+    "ReplyError",
+    "ReplySchema",
+    "TrainOrder",
+    "check_eval_reply",
+    "check_train_reply",
+]
 
 TRAIN_KEYS = frozenset({"item-ids", "row-sums", "row-counts", "zero-ids", "zero-counts"})
 EVAL_KEYS = frozenset()
@@ -48,15 +58,6 @@ class ReplySchema:
     def train_keys(self) -> frozenset[str]:
         """Array keys a train reply may carry (a subset of ``allowed_upload_keys``)."""
         return TRAIN_KEYS | {REQUEST_KEY} | {DENSE_PREFIX + n for n in self.dense_shapes}
-
-
-@dataclass(frozen=True)
-class TrainOrder:
-    """What the server sent one node in a round: the users to train and the rows
-    (``item_ids`` None: the full table, any item may come back)."""
-
-    users: np.ndarray
-    item_ids: np.ndarray | None
 
 
 def check_train_reply(

@@ -28,9 +28,6 @@ MAX_CLASS_LINES = 250
 # gone (a stale entry is reported as a warning). Nothing new may be added here.
 #: (importer, imported) imports that close a known cycle.
 KNOWN_CYCLE_IMPORTS: dict[tuple[str, str], str] = {
-    # fedrec_flwr/server/checkpoint.py names the strategy it saves (a TYPE_CHECKING import):
-    # checkpoints through the server model's state_dict remove it.
-    ("fedrec_flwr.server.checkpoint", "fedrec_flwr.server.strategy"): "checkpoint <-> strategy",
     # fedrec_lab/launch.py runs deploy-local (a function-local import) and deploy.py uses the
     # launcher's helpers: the split of the launcher removes it.
     ("fedrec_lab.launch", "fedrec_lab.deploy"): "launch <-> deploy",
@@ -41,9 +38,7 @@ KNOWN_LONG_MODULES: dict[str, str] = {
     "fedrec_lab/baselines.py": "the centralized baselines, being split",
 }
 #: Classes over MAX_CLASS_LINES: (path, class name).
-KNOWN_LONG_CLASSES: dict[tuple[str, str], str] = {
-    ("fedrec_flwr/server/strategy.py", "FedRecStrategy"): "becomes thin glue over its parts",
-}
+KNOWN_LONG_CLASSES: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import csv
 
-import numpy as np
 import pytest
 
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
-from fedrec_flwr.server_app import initial_item_table, run_federation
-from fedrec_lab.audit.loop import initial_table, run_plain
+from fedrec_flwr.server_app import run_federation
+from fedrec_lab.audit.loop import run_plain
 from fedrec_lab.local_grid import LocalGrid
 
 pytestmark = pytest.mark.usefixtures("private_cache")
@@ -34,6 +33,10 @@ SYNTHETIC = {
         {"method": "pfedrec", "ldp-mechanism": "gaussian", "ldp-clip": 5.0, "decoy-ratio": 1.0},
         {"method": "pfedrec", "protocol": "paper", "ldp-laplace-lambda": 0.3},
         {"method": "fedmf", "ldp-mechanism": "laplace", "ldp-clip": 0.5, "ldp-denoise": True},
+        # shared-dense parameters through the server's Adam
+        {"method": "fedncf", "server-optimizer": "adam", "server-lr": 0.01, "item-lr": 1.0},
+        # a sparse method (zero threshold) under the toucher-mean rule
+        {"method": "fedrap", "init-std": 0.1, "aggregation": "toucher-mean"},
     ],
 )
 def test_the_plain_loop_reproduces_the_flower_run(tmp_path, keys):
@@ -47,8 +50,3 @@ def test_the_plain_loop_reproduces_the_flower_run(tmp_path, keys):
         rows = list(csv.DictReader(f))
     for row, mine in zip(rows, plain["history"], strict=True):
         assert float(row["val-hr@10"]) == pytest.approx(mine["val-hr@10"], abs=1e-12)
-
-
-def test_the_initial_table_is_the_servers():
-    config = RunConfig.from_mapping(SYNTHETIC)
-    np.testing.assert_array_equal(initial_table(config, 50, 8), initial_item_table(config, 50, 8))

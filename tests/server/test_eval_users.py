@@ -9,6 +9,7 @@ from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.messages import record_arrays
 from fedrec_flwr.partition import eval_sample, participants
+from fedrec_flwr.server.payloads import PayloadPlanner
 from fedrec_flwr.server_app import run_federation
 from fedrec_lab.local_grid import LocalGrid
 
@@ -66,8 +67,6 @@ def test_one_user_nodes_without_a_sampled_user_get_no_rows(tmp_path, monkeypatch
     """Faithful mode with a sample: only nodes holding a sampled user receive rows; those
     that owe a next-round request get an empty message; the rest none. The figures are
     those of every node receiving the table (the sampled users are the same)."""
-    from fedrec_flwr.server.evaluation_rounds import EvaluationRounds
-
     overrides = {"eval-users": 8, "fraction-train": 0.25, "num-server-rounds": 4}
 
     def run(folder, grid_nodes=40):
@@ -79,7 +78,7 @@ def test_one_user_nodes_without_a_sampled_user_get_no_rows(tmp_path, monkeypatch
             return list(csv.DictReader(f)), grid.sent
 
     pruned, sent = run("pruned")
-    monkeypatch.setattr(EvaluationRounds, "_eval_recipients", lambda self, r, n: (None, set()))
+    monkeypatch.setattr(PayloadPlanner, "eval_recipients", lambda self, r, n: (None, set()))
     everyone, sent_all = run("everyone")
     figures = [k for k in pruned[0] if k.startswith(("val-", "test-", "train-", "erank"))]
     for a, b in zip(pruned, everyone, strict=True):

@@ -12,12 +12,13 @@ from flwr.app import ArrayRecord, ConfigRecord, Error, Message
 
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.data.prepared import prepare
-from fedrec_flwr.messages import array_record, dense_arrays, record_arrays
+from fedrec_flwr.messages import array_record, record_arrays
 from fedrec_flwr.methods import build_method
 from fedrec_flwr.results import TIMING_COLUMNS
+from fedrec_flwr.server.handshake import connect
+from fedrec_flwr.server.model import ServerModel
 from fedrec_flwr.server.strategy import FedRecStrategy
-from fedrec_flwr.server_app import initial_item_table, run_federation
+from fedrec_flwr.server_app import run_federation
 from fedrec_lab.local_grid import LocalGrid
 
 SMALL = {
@@ -38,15 +39,11 @@ def connected(tmp_path, nodes: int, **overrides) -> tuple[FedRecStrategy, LocalG
     """A strategy holding round 1's table, connected to ``nodes`` in-process nodes."""
     run_config = {**SMALL, "results-dir": str(tmp_path / "results"), **overrides}
     config = RunConfig.from_mapping(run_config)
-    prepared = prepare(config)
-    method = build_method(config, prepared.num_items)
-    strategy = FedRecStrategy(config, method, prepared.num_users, prepared.num_items)
-    table = initial_item_table(config, prepared.num_items, method.row_dim)
-    shared = {n: v for n, v in method.init_dense().items() if n in method.shared_dense_names()}
-    strategy.load(array_record(dense_arrays(shared), item_table=table))
     grid = LocalGrid(client_app, run_config, num_nodes=nodes)
-    strategy.connect(grid, timeout=600)
-    return strategy, grid
+    federation = connect(grid, config, config.node_wait_timeout, timeout=600)
+    method = build_method(config, federation.num_items)
+    model = ServerModel.initial(config, method, federation.num_items)
+    return FedRecStrategy(config, method, model, federation), grid
 
 
 def read_rounds(tmp_path) -> list[dict[str, str]]:
@@ -72,7 +69,8 @@ def tamper(reply: Message, key: str, change) -> None:
 
 
 def state_bytes(strategy) -> bytes:
-    return strategy.table.tobytes() + b"".join(v.tobytes() for v in strategy.dense.values())
+    model = strategy.model
+    return model.table.tobytes() + b"".join(v.tobytes() for v in model.dense.values())
 
 
 @pytest.mark.parametrize("method", ["pfedrec", "fedncf"])
@@ -86,9 +84,9 @@ def test_a_rejected_reply_leaves_the_table_as_if_it_never_came(tmp_path, method,
     strategy.aggregate_train(1, replies)
     without.aggregate_train(1, [r for r in replies if r is not bad])
     assert state_bytes(strategy) == state_bytes(without)  # bit-identical
-    assert strategy.log.rejected_replies == 1 and without.log.rejected_replies == 0
-    assert strategy.log.train_failures == 0
-    assert strategy.log.train_users == without.log.train_users
+    assert strategy.round_log.rejected_replies == 1 and without.round_log.rejected_replies == 0
+    assert strategy.round_log.train_failures == 0
+    assert strategy.round_log.train_users == without.round_log.train_users
     assert "train reply of node 1001 (partition 1) rejected" in caplog.text
     assert "'row-sums' holds 1 NaN or inf values" in caplog.text
 
@@ -96,12 +94,12 @@ def test_a_rejected_reply_leaves_the_table_as_if_it_never_came(tmp_path, method,
 def test_when_every_reply_is_rejected_nothing_changes(tmp_path):
     strategy, grid = connected(tmp_path, 2)
     replies = train_round(strategy, grid)
-    before, table = state_bytes(strategy), strategy.table
+    before, table = state_bytes(strategy), strategy.model.table
     for reply in replies:
         tamper(reply, "item-ids", lambda ids: ids.__setitem__(0, 400))  # out of range
     assert strategy.aggregate_train(1, replies) == (None, None)
-    assert strategy.table is table and state_bytes(strategy) == before
-    assert strategy.log.rejected_replies == 2
+    assert strategy.model.table is table and state_bytes(strategy) == before
+    assert strategy.round_log.rejected_replies == 2
 
 
 def test_missing_and_unexpected_replies(tmp_path, caplog):
@@ -109,8 +107,8 @@ def test_missing_and_unexpected_replies(tmp_path, caplog):
     replies = train_round(strategy, grid)
     dropped = replies[0].metadata.src_node_id
     strategy.aggregate_train(1, [*replies[1:], replies[1]])  # one missing, one twice
-    assert strategy.log.train_failures == 1
-    assert strategy.log.rejected_replies == 1
+    assert strategy.round_log.train_failures == 1
+    assert strategy.round_log.rejected_replies == 1
     assert f"no train reply within the round timeout from node(s) {dropped}" in caplog.text
     assert "was not sent a train message this round" in caplog.text
 
@@ -190,6 +188,6 @@ def test_an_unavailable_node_counts_once_for_the_node_it_answers_for(tmp_path, c
     unavailable.metadata.__dict__["_src_node_id"] = 1  # the SuperLink
     kept = [r for r in replies if r.metadata.src_node_id != lost.metadata.dst_node_id]
     strategy.aggregate_train(1, [*kept, unavailable])
-    assert strategy.log.train_failures == 1
+    assert strategy.round_log.train_failures == 1
     assert f"node {lost.metadata.dst_node_id} failed to train" in caplog.text
     assert "no train reply within the round timeout" not in caplog.text

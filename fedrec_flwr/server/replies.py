@@ -1,0 +1,192 @@
+"""Reading a round's Flower replies: which node each answers for, which are valid.
+
+Every reply is checked (:mod:`fedrec_flwr.server.validation`) before any of it is used: a
+malformed one is logged and rejected (``rejected-replies``); error replies and nodes that
+did not answer within the round timeout are logged and counted (``train-failures``,
+``eval-failures``). A valid reply's ``next-items`` request is remembered for the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from logging import WARNING
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, Message
+from flwr.common.logger import log
+
+from fedrec_flwr.aggregation import RowUpload
+from fedrec_flwr.messages import ARRAYS, PER_USER, read_reply, record_arrays
+from fedrec_flwr.server.evaluation_rounds import NodeEvaluation
+from fedrec_flwr.server.nodes import NodeInfo
+from fedrec_flwr.server.payloads import TrainOrder
+from fedrec_flwr.server.recording import RoundLog
+from fedrec_flwr.server.validation import (
+    NonFiniteReplyError,
+    ReplyError,
+    ReplySchema,
+    check_eval_reply,
+    check_train_reply,
+)
+
+__all__ = ["NodeUpload", "ReplyReader"]
+
+
+@dataclass(frozen=True)
+class NodeUpload:
+    """One node's valid train reply: its upload and its loss and sample counts."""
+
+    partition_id: int
+    upload: RowUpload
+    metrics: Mapping[str, Any]
+
+
+class ReplyReader:
+    """Reads the replies of one phase of ``server_round`` (``sent``: its messages) into valid
+    uploads or evaluations, counting the rest in ``round_log``."""
+
+    def __init__(
+        self,
+        server_round: int,
+        nodes: Mapping[int, NodeInfo],
+        sent: Sequence[Message],
+        round_log: RoundLog,
+    ) -> None:
+        self.server_round = server_round
+        self.nodes = nodes
+        self.sent = sent
+        self.round_log = round_log
+
+    def sender(self, reply: Message) -> int:
+        """The node a reply answers for: its sender, except for the error replies Flower's
+        SuperLink writes itself (e.g. "node unavailable" for a node that stopped sending
+        heartbeats): those come from the SuperLink, and answer for the node the message was
+        sent to (else the node would count twice: once failed, once missing)."""
+        sender = reply.metadata.src_node_id
+        if reply.has_error() and sender not in self.nodes:
+            for message in self.sent:
+                if message.metadata.message_id == reply.metadata.reply_to_message_id:
+                    return message.metadata.dst_node_id
+        return sender
+
+    def train_uploads(
+        self,
+        replies: Iterable[Message],
+        orders: dict[int, TrainOrder],
+        schema: ReplySchema,
+    ) -> list[NodeUpload]:
+        """The valid uploads among a round's train replies (``orders``: what each node was
+        sent; consumed), in partition order, not arrival order."""
+        uploads = []
+        for reply in replies:
+            node_id = self.sender(reply)
+            order = orders.pop(node_id, None)
+            if reply.has_error():
+                self.round_log.train_failures += 1
+                log(
+                    WARNING,
+                    "round %d: node %d failed to train, its update is skipped: %s",
+                    self.server_round,
+                    node_id,
+                    reply.error.reason,
+                )
+                continue
+            try:
+                arrays, metrics = read_reply(reply)
+                self.round_log.bytes_up += reply.content[ARRAYS].count_bytes()
+                if order is None:
+                    raise ReplyError("the node was not sent a train message this round")
+                upload = check_train_reply(arrays, metrics, schema, order)
+            except ValueError as error:  # ReplyError, or a reply that cannot be read
+                self._reject("train", node_id, error)
+                continue
+            info = self.nodes[node_id]
+            uploads.append(NodeUpload(info.partition_id, upload, metrics))
+            info.remember_request(arrays, metrics)
+        self.round_log.train_failures += self._missing("train", orders)
+        return sorted(uploads, key=lambda entry: entry.partition_id)
+
+    def evaluations(
+        self,
+        replies: Iterable[Message],
+        expected: set[int],
+        schema: ReplySchema,
+        metric_names: Sequence[str],
+    ) -> list[NodeEvaluation]:
+        """The valid evaluations among a round's evaluate replies, in arrival order
+        (``expected``: the nodes sent an evaluate message; consumed)."""
+        evaluated = []
+        for reply in replies:
+            node_id = self.sender(reply)
+            was_sent = node_id in expected
+            expected.discard(node_id)
+            if reply.has_error():
+                self.round_log.eval_failures += 1
+                log(
+                    WARNING,
+                    "round %d: node %d failed to evaluate, its users are left out: %s",
+                    self.server_round,
+                    node_id,
+                    reply.error.reason,
+                )
+                continue
+            try:
+                arrays, metrics = read_reply(reply)
+                self.round_log.bytes_up += reply.content[ARRAYS].count_bytes()
+                if not was_sent:
+                    raise ReplyError("the node was not sent an evaluate message this round")
+                per_user = _per_user_arrays(reply)
+                node_users = self.nodes[node_id].users
+                check_eval_reply(arrays, metrics, schema, metric_names, node_users, per_user)
+            except ValueError as error:
+                self._reject("evaluate", node_id, error)
+                continue
+            info = self.nodes[node_id]
+            evaluated.append(
+                NodeEvaluation(
+                    info.partition_id, metrics, per_user["user-ids"], per_user["user-metrics"]
+                )
+            )
+            info.remember_request(arrays, metrics)
+        self.round_log.eval_failures += self._missing("evaluate", expected)
+        return evaluated
+
+    def _reject(self, kind: str, node_id: int, error: Exception) -> None:
+        self.round_log.rejected_replies += 1
+        self.round_log.nonfinite_replies += isinstance(error, NonFiniteReplyError)
+        info = self.nodes.get(node_id)
+        where = f" (partition {info.partition_id})" if info else ""
+        log(
+            WARNING,
+            "round %d: %s reply of node %d%s rejected, nothing of it is used: %s",
+            self.server_round,
+            kind,
+            node_id,
+            where,
+            error,
+        )
+
+    def _missing(self, kind: str, node_ids: Iterable[int]) -> int:
+        """Log the nodes sent a ``kind`` message that never answered; return how many."""
+        node_ids = sorted(node_ids)
+        if node_ids:
+            log(
+                WARNING,
+                "round %d: no %s reply within the round timeout from node(s) %s; counted as "
+                "failures",
+                self.server_round,
+                kind,
+                ", ".join(map(str, node_ids)),
+            )
+        return len(node_ids)
+
+
+def _per_user_arrays(reply: Message) -> dict[str, np.ndarray]:
+    """The ``per-user`` record of an evaluate reply as numpy arrays ({} if absent: the
+    check then says what is missing)."""
+    record = reply.content.get(PER_USER)
+    if not isinstance(record, ArrayRecord):
+        return {}
+    return record_arrays(record, "per-user array")
