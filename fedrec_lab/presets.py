@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from fedrec_flwr.config import ConfigError, RunConfig
+from fedrec_lab.project import conf_dir, lazy_paths
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+__getattr__ = lazy_paths(__name__, "CONF")  # the project's conf/, found when read
 #: The key naming a preset's base (not a run-config key: resolution removes it).
 EXTENDS = "extends"
 #: Sub-folder of the preset folder holding the generated flat presets.
@@ -92,12 +93,12 @@ def same_value(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def presets(conf: Path = CONF) -> list[Path]:
+def presets(conf: Path | None = None) -> list[Path]:
     """Every preset of a folder (not its generated flat copies)."""
-    return sorted(Path(conf).glob("*.toml"))
+    return sorted(Path(conf or conf_dir()).glob("*.toml"))
 
 
-def extending(conf: Path = CONF) -> list[Path]:
+def extending(conf: Path | None = None) -> list[Path]:
     """The presets of a folder that extend another (those with a flat copy)."""
     return [path for path in presets(conf) if EXTENDS in load(path)]
 
@@ -121,10 +122,10 @@ def render(path: Path) -> str:
     return text
 
 
-def build(conf: Path = CONF) -> list[Path]:
+def build(conf: Path | None = None) -> list[Path]:
     """(Re)write ``<conf>/flat/`` from the extending presets, removing stale copies; returns
     the files written or removed."""
-    flat = Path(conf) / FLAT
+    flat = Path(conf or conf_dir()) / FLAT
     wanted = {path.name: render(path) for path in extending(conf)}
     changed = []
     for old in sorted(flat.glob("*.toml")) if flat.is_dir() else []:
@@ -141,9 +142,9 @@ def build(conf: Path = CONF) -> list[Path]:
     return changed
 
 
-def flat_problems(conf: Path = CONF) -> list[str]:
+def flat_problems(conf: Path | None = None) -> list[str]:
     """Flat copies missing, out of date or without an extending preset."""
-    flat = Path(conf) / FLAT
+    flat = Path(conf or conf_dir()) / FLAT
     wanted = {path.name: path for path in extending(conf)}
     out = [
         f"{flat / name}: no extending preset {name} (remove it: `{BUILD}`)"
@@ -198,7 +199,7 @@ def preset_problems(path: Path) -> list[str]:
     return out
 
 
-def problems(conf: Path = CONF) -> list[str]:
+def problems(conf: Path | None = None) -> list[str]:
     """Every problem of a preset folder: each preset's, then the flat copies'."""
     out = [line for path in presets(conf) for line in preset_problems(path)]
     return out + flat_problems(conf)
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="action", required=True)
     for action, text in (("build", "(re)write conf/flat/"), ("check", "exit 1 on a problem")):
-        sub.add_parser(action, help=text).add_argument("--conf", type=Path, default=CONF)
+        sub.add_parser(action, help=text).add_argument("--conf", type=Path)
     sub.add_parser("show", help="print a preset resolved (TOML)").add_argument("preset", type=Path)
     args = parser.parse_args(argv)
     if args.action == "show":

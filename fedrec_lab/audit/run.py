@@ -18,15 +18,16 @@ from fedrec_flwr.privacy.decoys import decoy_items
 from fedrec_flwr.seeding import keyed_rng
 from fedrec_lab.audit import attacks
 from fedrec_lab.presets import resolve
+from fedrec_lab.project import conf_dir, lazy_paths
 
-PROJECT = Path(__file__).resolve().parents[2]
+__getattr__ = lazy_paths(__name__, "PROJECT")  # the project folder, found when read
 ATTACKS = ("norm", "direction", "imia", "request")
 
 
 def preset(method: str, protocol: str, dataset: str = "ml-100k") -> dict:
     """The method's preset ``conf/<method>-<dataset>-<protocol>.toml`` as a mapping."""
     short = dataset.replace("-", "")
-    return resolve(PROJECT / "conf" / f"{method}-{short}-{protocol}.toml")
+    return resolve(conf_dir() / f"{method}-{short}-{protocol}.toml")
 
 
 class Capture:

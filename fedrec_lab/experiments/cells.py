@@ -25,9 +25,9 @@ from typing import Any
 from fedrec_flwr.data.registry import DATASETS
 from fedrec_flwr.results import INCOMPLETE
 from fedrec_lab.presets import resolve
+from fedrec_lab.project import conf_dir, lazy_paths, project_root
 
-PROJECT = Path(__file__).resolve().parents[2]
-CONF = PROJECT / "conf"
+__getattr__ = lazy_paths(__name__, "PROJECT", "CONF")  # found when read
 SHORT = {
     "ml-100k": "ml100k",
     "lastfm-2k": "lastfm2k",
@@ -93,10 +93,10 @@ class Cell:
 
 def preset_path(row: RowSpec) -> Path:
     """The preset file a federated row runs (its dataset's, else the ML-100K one)."""
-    own = CONF / f"{row.preset}-{SHORT[row.dataset]}-{row.protocol}.toml"
+    own = conf_dir() / f"{row.preset}-{SHORT[row.dataset]}-{row.protocol}.toml"
     if own.exists():
         return own
-    return CONF / f"{row.preset}-{SHORT[PRESET_FALLBACK]}-{row.protocol}.toml"
+    return conf_dir() / f"{row.preset}-{SHORT[PRESET_FALLBACK]}-{row.protocol}.toml"
 
 
 def data_present(dataset: str, data_dir: str | Path) -> bool:
@@ -221,7 +221,7 @@ def run_federated(config: dict[str, Any], nodes: int, use_flwr: bool) -> str:
         [sys.executable, "-c", RUNNER, json.dumps(config), str(nodes)],
         capture_output=True,
         text=True,
-        cwd=PROJECT,
+        cwd=project_root(),
     )
     if done.returncode:
         return "failed: " + done.stderr[-1500:]
@@ -312,7 +312,7 @@ def compute_reference(cell: Cell, config, rounds: int | None):
     return baselines.reference_rows(config, (cell.row.preset,), local_rounds)[0]
 
 
-def scrub_paths(runs: Path, project: Path = PROJECT, only: tuple[str, ...] = ()) -> None:
+def scrub_paths(runs: Path, project: Path | None = None, only: tuple[str, ...] = ()) -> None:
     """Store each run's ``data-dir``, ``results-dir`` and ``resume`` relative to the project,
     so that committed results carry no path of the machine that made them (``only``: these
     run folders, else all)."""
@@ -323,7 +323,7 @@ def scrub_paths(runs: Path, project: Path = PROJECT, only: tuple[str, ...] = ())
         for key in ("data-dir", "results-dir", "resume"):
             value = config.get(key, "")
             if isinstance(value, str) and Path(value).is_absolute():
-                config[key] = os.path.relpath(value, project)
+                config[key] = os.path.relpath(value, project or project_root())
                 changed = True
         if changed:
             config_file.write_text(json.dumps(config, indent=2) + "\n")

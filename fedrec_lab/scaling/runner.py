@@ -15,10 +15,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fedrec_lab.project import lazy_paths, project_root
+
 from .rss import rusage_peak_bytes
 
-PROJECT = Path(__file__).resolve().parents[2]
-ECHO_DIR = PROJECT / "bench" / "echo_app"
+__getattr__ = lazy_paths(__name__, "PROJECT")  # the project folder, found when read
+
+
+def echo_dir() -> Path:
+    """The echo floor's Flower app, ``bench/echo_app`` of the project."""
+    return project_root() / "bench" / "echo_app"
 
 
 def machine() -> dict[str, Any]:
@@ -103,7 +109,7 @@ def run_ours(spec: dict[str, Any]) -> dict[str, Any]:
 
 def load_echo():
     """The echo app's module (``bench/echo_app/echo.py``)."""
-    spec = importlib.util.spec_from_file_location("fedrec_echo", ECHO_DIR / "echo.py")
+    spec = importlib.util.spec_from_file_location("fedrec_echo", echo_dir() / "echo.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -130,7 +136,7 @@ def run_floor(spec: dict[str, Any]) -> dict[str, Any]:
             config,
             nodes=nodes,
             federation=federation(spec),
-            project=ECHO_DIR,
+            project=echo_dir(),
             stream=False,
             check=False,
         )

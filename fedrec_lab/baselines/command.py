@@ -1,0 +1,65 @@
+"""``fedrec baselines`` (or ``python -m fedrec_lab.baselines``): compute the reference rows."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data.prepared import prepare
+from fedrec_lab.baselines.report import markdown, write
+from fedrec_lab.baselines.rows import NEEDS_IMPLICIT, ROWS, implicit_available, reference_rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description="Reference rows (centralized models tuned on validation, local-only "
+        "training) on the split and evaluation code of the federated methods."
+    )
+    parser.add_argument("--dataset", default="ml-100k")
+    parser.add_argument("--protocol", default="strict")
+    parser.add_argument("--data-dir", default="")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the paper negatives and models"
+    )
+    parser.add_argument("--rows", nargs="+", choices=ROWS, default=None, help="default: all")
+    parser.add_argument(
+        "--local-rounds", type=int, default=None, help="rounds of the local-only rows (preset's)"
+    )
+    parser.add_argument(
+        "--out", default="", help="write baselines-<dataset>-<protocol>.md/json here"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    config = RunConfig(
+        dataset=args.dataset, protocol=args.protocol, data_dir=args.data_dir, seed=args.seed
+    )
+    rows = tuple(args.rows or ROWS)
+    if not implicit_available():
+        missing = [r for r in rows if r in NEEDS_IMPLICIT]
+        if args.rows and missing:
+            sys.exit(f"rows {missing} need the implicit library: pip install -e '.[baselines]'")
+        if missing:
+            print(
+                f"implicit is not installed: rows {missing} skipped (pip install -e '.[baselines]')"
+            )
+        rows = tuple(r for r in rows if r not in NEEDS_IMPLICIT)
+    prepared = prepare(config)
+    results = reference_rows(config, rows, args.local_rounds)
+    command = " ".join(
+        [
+            "python -m fedrec_lab.baselines",
+            f"--dataset {args.dataset}",
+            f"--protocol {args.protocol}",
+        ]
+        + (["--data-dir DIR"] if args.data_dir else [])
+        + ([f"--seed {args.seed}"] if args.seed else [])
+        + ([f"--rows {' '.join(args.rows)}"] if args.rows else [])
+        + ([f"--local-rounds {args.local_rounds}"] if args.local_rounds else [])
+        + ([f"--out {args.out}"] if args.out else [])
+    )
+    print(markdown(config, prepared, results, command))
+    if args.out:
+        print(f"written {write(Path(args.out), config, prepared, results, command)}.md/.json")
