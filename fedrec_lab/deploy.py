@@ -32,20 +32,13 @@ from typing import Any
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.export import export_devices
 from fedrec_flwr.node import timing as node_timing
-from fedrec_lab.launch import (
-    COMPLETED,
-    PROJECT,
-    ConfigError,
-    RunInterrupted,
-    Say,
-    _follow,
-    _say,
-    _signals_interrupt,
-    _stop_run,
-    check_run_config,
-    merged_run_config,
-    project_defaults,
-)
+from fedrec_lab.launch.command import read_config, signals_interrupt
+from fedrec_lab.launch.command import say as _say
+from fedrec_lab.launch.flwr_cli import follow, stop_run
+from fedrec_lab.launch.run_config import ConfigError, check_run_config, project_defaults
+from fedrec_lab.launch.runs import COMPLETED, RunInterrupted, conclude, outlive_superlink
+from fedrec_lab.launch.tools import Say
+from fedrec_lab.project import ProjectNotFoundError, project_root
 from fedrec_lab.supernodes import FEDERATION, LocalDeployment
 
 
@@ -56,8 +49,10 @@ def deploy_local(
     secure: bool = False,
     timeout: float | None = None,
     say: Say = _say,
+    project: Path | None = None,
 ) -> tuple[str, Path]:
-    """Run ``config`` on ``num_nodes`` local SuperNodes; (final status, results folder)."""
+    """Run ``config`` on ``num_nodes`` local SuperNodes; (final status, results folder).
+    ``project``: the project folder (:func:`fedrec_lab.project.project_root`)."""
     config = dict(config)
     for key in ("results-dir", "data-dir", "data-file"):
         if config.get(key):
@@ -65,25 +60,33 @@ def deploy_local(
     config.setdefault("results-dir", str(Path("results").resolve()))
     config.setdefault("num-server-rounds", 3)
     config.setdefault("run-name", f"deploy{num_nodes}-{time.strftime('%Y%m%d-%H%M%S')}")
-    for line in check_run_config(config):
+    project = project_root(project)
+    for line in check_run_config(config, project):
         say(line)
-    run_config = RunConfig.from_mapping({**project_defaults(), **config})
+    run_config = RunConfig.from_mapping({**project_defaults(project), **config})
     devices = export_devices(run_config, num_nodes, folder / "devices")
     say(f"exported {num_nodes} device folders into {folder / 'devices'}")
+    named = run_config.results_path(config["run-name"])
+    deadline = None if timeout is None else time.monotonic() + timeout
     with LocalDeployment(folder, secure=secure, say=say) as deployment:
         for device in devices:
             deployment.add_supernode(device)
         deployment.wait_online(num_nodes)
         run_id = None
         try:
-            run_id = deployment.submit(config, PROJECT)
+            run_id = deployment.submit(config, project)
             say(f"run {run_id} submitted to federation '{FEDERATION}'")
-            status, _ = _follow(deployment.link, run_id, True, timeout)
+            link = deployment.link
+            status, _ = follow(link, run_id, True, timeout)
+            announced = status is None
+            if announced:
+                status = outlive_superlink(link, lambda: _run_folder(named), deadline, say)
+            outcome = conclude(link, status, "", _run_folder(named), say, folder, announced)
         except KeyboardInterrupt as interrupt:
             signum = getattr(interrupt, "signum", signal.SIGINT)
-            stopped = _stop_run(deployment.link, run_id) if run_id else "not-started"
+            stopped = stop_run(deployment.link, run_id) if run_id else "not-started"
             raise RunInterrupted(signum, run_id, stopped) from None
-    return status, _run_folder(run_config.results_path(config["run-name"]))
+    return outcome.status, _run_folder(named)
 
 
 def _run_folder(named: Path) -> Path:
@@ -153,6 +156,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--timings", action="store_true", help="where each round's seconds go")
     parser.add_argument("--timeout", type=float, help="stop the run after this many seconds")
+    parser.add_argument(
+        "--project",
+        metavar="DIR",
+        help="the project folder (presets, pyproject.toml); default $FEDREC_PROJECT, else the "
+        "nearest folder upwards whose pyproject.toml names fedrec-flwr",
+    )
     return parser
 
 
@@ -161,8 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.nodes < 1:
         _say("error: at least one SuperNode")
         return 2
-    preset = args.items[0] if args.items and args.items[0].endswith(".toml") else None
-    config = merged_run_config(preset, args.items[1:] if preset else args.items)
+    try:
+        config = read_config(args.items)
+    except ConfigError as error:
+        _say(f"error: {error}")
+        return 2
     folder = Path(args.keep or tempfile.mkdtemp(prefix="fedrec-deploy-")).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     timings = folder / "node-timings.jsonl" if args.timings else None
@@ -170,10 +182,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         timings.unlink(missing_ok=True)
         os.environ[node_timing.ENV] = str(timings)  # inherited by the SuperNodes
     status, run_dir = "not-started", None
-    with _signals_interrupt():
+    with signals_interrupt():
         try:
-            status, run_dir = deploy_local(args.nodes, config, folder, args.secure, args.timeout)
-        except ConfigError as error:
+            status, run_dir = deploy_local(
+                args.nodes, config, folder, args.secure, args.timeout, project=args.project
+            )
+        except (ConfigError, ProjectNotFoundError) as error:
             _say(f"error: {error}")
             if not args.keep:
                 shutil.rmtree(folder, ignore_errors=True)

@@ -99,6 +99,18 @@ def descendants(pid: int) -> list[Process]:
     return found
 
 
+def with_environment(name: str, value: str) -> list[Process]:
+    """Every living process whose environment (as it started) has ``name=value``; only
+    this user's processes can be read."""
+    found = []
+    for pid in _pids():
+        if (environment(pid) or {}).get(name) == value:
+            started = start_time(pid)
+            if started is not None:
+                found.append((pid, started))
+    return found
+
+
 def alive(process: Process) -> bool:
     """Whether this very process (same PID, same start time) still runs."""
     return start_time(process[0]) == process[1]

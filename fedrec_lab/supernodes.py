@@ -23,16 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from fedrec_lab import processes
-from fedrec_lab.launch import (
-    LocalSuperLink,
-    Say,
-    _flwr,
-    _free_port,
-    _quiet,
-    _tool,
-    with_tools_on_path,
-)
-from fedrec_lab.launch import write_run_config as _write_run_config
+from fedrec_lab.launch import tools
+from fedrec_lab.launch.run_config import write_run_config
+from fedrec_lab.launch.superlink import LocalSuperLink, stop_home_processes
+from fedrec_lab.launch.tools import Say, free_port, quiet, with_tools_on_path
 from fedrec_lab.secure import NodeKey, write_certificates, write_node_key
 
 FEDERATION = "deploy"
@@ -43,10 +37,10 @@ TASK_POLL_INTERVAL = 0.2  # seconds
 class LocalDeployment:
     """A SuperLink (started on entry) and the SuperNodes added to it; all stopped on exit."""
 
-    def __init__(self, folder: Path, secure: bool = False, say: Say = _quiet) -> None:
+    def __init__(self, folder: Path, secure: bool = False, say: Say = quiet) -> None:
         self.folder, self.secure, self.say = Path(folder), secure, say
         self.home = self.folder / "flwr-home"
-        self.port = _free_port()
+        self.port = free_port()
         env = {k: v for k, v in os.environ.items() if k != "FEDREC_DATA_DIR"}  # no shared data
         self.env = {
             **with_tools_on_path(dict(env)),
@@ -82,7 +76,7 @@ class LocalDeployment:
             c = self.certificates
             tls = ["--ssl-ca-certfile", str(c.ca_cert), "--ssl-certfile", str(c.server_cert)]
             tls += ["--ssl-keyfile", str(c.server_key), "--enable-supernode-auth"]
-        command = [_tool("flower-superlink"), *tls, "--host", HOST, "--port", str(self.port)]
+        command = [tools.tool("flower-superlink"), *tls, "--host", HOST, "--port", str(self.port)]
         command += ["--database", str(runtime / "state.db"), "--log-file"]
         command += [str(runtime / "superlink.log"), "--disable-runtime-dependency-installation"]
         process = self._spawn(command, self.env, self.folder / "superlink.out", self.folder)
@@ -143,8 +137,8 @@ class LocalDeployment:
                 self.flwr("supernode", "register", str(key.public), FEDERATION)
             auth = ["--root-certificates", str(self.certificates.ca_cert)]
             auth += ["--auth-supernode-private-key", str(key.private)]
-        command = [_tool("flower-supernode"), *auth, "--superlink", f"{HOST}:{self.port}"]
-        command += ["--port", str(_free_port()), "--node-config", node_config]
+        command = [tools.tool("flower-supernode"), *auth, "--superlink", f"{HOST}:{self.port}"]
+        command += ["--port", str(free_port()), "--node-config", node_config]
         env = {
             **self.env,
             "FLWR_HOME": str(node_dir / "flwr-home"),
@@ -213,7 +207,7 @@ class LocalDeployment:
 
     def submit(self, config: dict[str, Any], project: Path) -> str:
         """``flwr run <project> deploy``; the run id."""
-        toml = _write_run_config(config, self.home / "run-config.toml")
+        toml = write_run_config(config, self.home / "run-config.toml")
         out = self.flwr("run", str(project), FEDERATION, "--run-config", str(toml))
         try:
             return str(json.loads(out)["run-id"])
@@ -223,7 +217,7 @@ class LocalDeployment:
     def flwr(self, *args: str, timeout: float = 300) -> str:
         """A ``flwr`` CLI command on this deployment (JSON output); its stdout."""
         done = subprocess.run(
-            [_flwr(), *args, "--format", "json"],
+            [tools.tool("flwr"), *args, "--format", "json"],
             cwd=self.home,
             env=self.env,
             capture_output=True,
@@ -259,18 +253,21 @@ class LocalDeployment:
         if self.link is not None:
             self.link.watch()
             for process, _ in self.supernodes:
-                self.link.seen.update(processes.descendants(process.pid))
+                if process.poll() is None:  # a reaped one's PID may be another's
+                    self.link.seen.update(processes.descendants(process.pid))
 
     def stop(self) -> list[int]:
-        """Stop the SuperNodes, then the SuperLink, then whatever they started; their PIDs."""
+        """Stop the SuperNodes, then the SuperLink, then whatever they started or still runs
+        with one of their ``FLWR_HOME``; their PIDs."""
         self._done.set()
         self.watch()
         mine = [(p.pid, processes.start_time(p.pid)) for p, _ in self.supernodes]
         stopped = processes.stop([(pid, t) for pid, t in mine if t is not None], grace=15.0)
         for process, _ in self.supernodes:
             process.wait()  # reap it
-        if self.link is not None:
-            stopped += self.link.stop()
+        stopped += self.link.stop() if self.link is not None else stop_home_processes(self.home)
+        for _, node_dir in self.supernodes:  # anything left with a SuperNode's FLWR_HOME
+            stopped += stop_home_processes(node_dir / "flwr-home")
         if stopped:
             self.say(f"stopped the SuperNodes, the SuperLink and their processes: PIDs {stopped}")
         return stopped

@@ -28,7 +28,7 @@ from fedrec_flwr.data.export import export_devices
 from fedrec_flwr.results import TIMING_COLUMNS
 from fedrec_flwr.server_app import run_federation
 from fedrec_lab import processes
-from fedrec_lab.launch import COMPLETED, PROJECT, _follow
+from fedrec_lab.launch import COMPLETED, PROJECT, follow
 from fedrec_lab.local_grid import LocalGrid
 from fedrec_lab.secure import write_node_key
 from fedrec_lab.supernodes import LocalDeployment
@@ -59,7 +59,8 @@ linux = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /
 
 def deploy_command(nodes: int, *items: str) -> list[str]:
     args = [f"{key}={value!r}" for key, value in SYNTHETIC.items()]
-    return [sys.executable, "-m", "fedrec_lab.deploy", str(nodes), *args, *items]
+    deploy = [sys.executable, "-m", "fedrec_lab.deploy", "--project", str(PROJECT)]
+    return [*deploy, str(nodes), *args, *items]
 
 
 def audited_env(tmp_path: Path, root: Path) -> dict[str, str]:
@@ -215,7 +216,7 @@ def test_secure_mode_refuses_an_unregistered_supernode_and_trains(tmp_path: Path
             "run-name": "secure",
         }
         run_id = deployment.submit(run_config, PROJECT)
-        status, _ = _follow(deployment.link, run_id, False, 600)
+        status, _ = follow(deployment.link, run_id, False, 600)
     assert status == COMPLETED
     assert json.loads((tmp_path / "results" / "secure" / "summary.json").read_text())["rounds"] == 1
     assert left_running(tmp_path / "work") == []
@@ -278,7 +279,7 @@ def test_a_supernode_killed_between_rounds_keeps_its_private_state(tmp_path: Pat
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
         deployment.restart_supernode(0)
-        status, _ = _follow(deployment.link, run_id, False, 900)
+        status, _ = follow(deployment.link, run_id, False, 900)
     assert status == COMPLETED
     ids = re.findall(r"SuperNode ID: (\d+)", log.read_text())
     assert len(ids) == 2 and ids[0] == ids[1], log.read_text()  # the same node, restarted

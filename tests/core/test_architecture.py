@@ -28,14 +28,9 @@ MAX_CLASS_LINES = 250
 # gone (a stale entry is reported as a warning). Nothing new may be added here.
 #: (importer, imported) imports that close a known cycle.
 KNOWN_CYCLE_IMPORTS: dict[tuple[str, str], str] = {
-    # fedrec_lab/launch.py runs deploy-local (a function-local import) and deploy.py uses the
-    # launcher's helpers: the split of the launcher removes it.
-    ("fedrec_lab.launch", "fedrec_lab.deploy"): "launch <-> deploy",
 }
 #: Modules over MAX_MODULE_LINES (path relative to the repository).
 KNOWN_LONG_MODULES: dict[str, str] = {
-    "fedrec_lab/launch.py": "the launcher, being split into a package",
-    "fedrec_lab/baselines.py": "the centralized baselines, being split",
 }
 #: Classes over MAX_CLASS_LINES: (path, class name).
 KNOWN_LONG_CLASSES: dict[tuple[str, str], str] = {}

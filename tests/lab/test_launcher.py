@@ -32,14 +32,25 @@ from fedrec_lab.launch import (
 
 
 def fedrec() -> list[str]:
-    """The ``fedrec`` console script of this environment (else the module it runs)."""
+    """``fedrec run`` through the console script of this environment (else the module)."""
     script = Path(sys.executable).with_name("fedrec")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "fedrec_lab.launch"]
+    if script.exists():
+        return [str(script), "run"]
+    return [sys.executable, "-m", "fedrec_lab.launch"]
+
+
+def outside_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a launcher started outside the project folder: it is named."""
+    return {
+        **os.environ,
+        "FEDREC_CACHE_DIR": str(tmp_path / "cache"),
+        "FEDREC_PROJECT": str(PROJECT),
+    }
 
 
 def test_the_console_script_is_declared() -> None:
     pyproject = tomllib.loads((PROJECT / "pyproject.toml").read_text())
-    assert pyproject["project"]["scripts"]["fedrec"] == "fedrec_lab.launch:main"
+    assert pyproject["project"]["scripts"]["fedrec"] == "fedrec_lab.cli:main"
 
 
 # --- run configuration checked before submitting ---------------------------------------------
@@ -89,6 +100,7 @@ def test_the_entry_point_names_an_unknown_key_and_starts_nothing(tmp_path: Path)
         capture_output=True,
         text=True,
         cwd=tmp_path,
+        env=outside_env(tmp_path),
         timeout=300,
     )
     assert done.returncode == 2, done.stderr
@@ -174,7 +186,7 @@ def processes_with_home(home: Path) -> list[int]:
 
 @pytest.mark.slow
 def test_a_failed_run_exits_non_zero_through_the_entry_point(tmp_path: Path) -> None:
-    env = {**os.environ, "FEDREC_CACHE_DIR": str(tmp_path / "cache")}
+    env = outside_env(tmp_path)
     done = subprocess.run(
         [
             *fedrec(),
@@ -214,7 +226,7 @@ def test_sigint_stops_the_run_the_superlink_and_every_process_it_started(
         f"results-dir='{results}'",
         "run-name='long'",
     ]
-    env = {**os.environ, "FEDREC_CACHE_DIR": str(tmp_path / "cache")}
+    env = outside_env(tmp_path)
     launcher = subprocess.Popen(
         command,
         cwd=tmp_path,
@@ -288,16 +300,17 @@ def test_worker_entries_start_that_many_actors_even_above_the_cores() -> None:
 
 def test_workers_option_reaches_the_federation_config(monkeypatch, capsys) -> None:
     from fedrec_lab import launch
+    from fedrec_lab.launch import command, ray_cluster
 
     seen = {}
 
-    def fake_run(config, nodes, federation, **kwargs):
+    def fake_launch(config, nodes, federation, **kwargs):
         seen.update(nodes=nodes, federation=list(federation))
-        return "finished:completed", ""
+        return launch.Outcome(launch.COMPLETED)
 
-    monkeypatch.setattr(launch, "run", fake_run)
-    monkeypatch.setattr(launch, "default_superlink_report", lambda: None)
-    monkeypatch.setattr(launch.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(command, "launch", fake_launch)
+    monkeypatch.setattr(command, "default_superlink_report", lambda: None)
+    monkeypatch.setattr(ray_cluster.os, "cpu_count", lambda: 2)
     argv = ["--nodes", "7", "--workers", "4", "--federation", "client-resources-num-gpus=0.5"]
     assert launch.main(argv) == 0
     assert seen == {

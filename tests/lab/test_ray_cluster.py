@@ -30,11 +30,12 @@ from fedrec_lab import processes
 from fedrec_lab.launch import (
     LOCAL_RAY,
     ConfigError,
-    _free_port,
-    _tool,
+    free_port,
     local_superlink,
     resolve_ray_address,
+    tool,
 )
+from fedrec_lab.project import ENVIRONMENT, project_root
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
@@ -70,20 +71,23 @@ print(json.dumps({"nodes": nodes, "actors": actors, "jobs": jobs}))
 
 def _fedrec() -> list[str]:
     script = Path(sys.executable).with_name("fedrec")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "fedrec_lab.launch"]
+    if script.exists():
+        return [str(script), "run"]
+    return [sys.executable, "-m", "fedrec_lab.launch"]
 
 
 def _ray_env() -> dict[str, str]:
-    """The test's environment (its FEDREC_CACHE_DIR reaches the ClientApps), no RAY_ADDRESS."""
+    """The test's environment (its FEDREC_CACHE_DIR reaches the ClientApps), no RAY_ADDRESS;
+    the project named (the launcher runs in a folder outside it)."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    return {**env, "RAY_USAGE_STATS_ENABLED": "0"}
+    return {**env, "RAY_USAGE_STATS_ENABLED": "0", ENVIRONMENT: str(project_root())}
 
 
 class LocalRayCluster:
     """Ray nodes on 127.0.0.1 started by this test (``ray start --block``), stopped by PID."""
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.nodes: list[tuple[subprocess.Popen, Path]] = []  # ray start, its temp dir
         self.seen: set[processes.Process] = set()
@@ -98,7 +102,7 @@ class LocalRayCluster:
             f"--port={self.port}",
             "--num-cpus=0",
             "--include-dashboard=false",
-            f"--ray-client-server-port={_free_port()}",
+            f"--ray-client-server-port={free_port()}",
         )
         self._wait_for_head()
         for _ in range(workers):
@@ -109,14 +113,14 @@ class LocalRayCluster:
     def _node(self, *args: str) -> None:
         temp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # short: Unix socket paths
         command = [
-            _tool("ray"),
+            tool("ray"),
             "start",
             "--block",
             "--disable-usage-stats",
             "--node-ip-address=127.0.0.1",
             f"--temp-dir={temp}",
             f"--object-store-memory={80 * 1024**2}",
-            *(f"--{name}={_free_port()}" for name in self._port_flags),
+            *(f"--{name}={free_port()}" for name in self._port_flags),
             *args,
         ]
         with (temp / "ray-start.log").open("w") as log:
@@ -141,7 +145,7 @@ class LocalRayCluster:
 
     def _wait_for_head(self) -> None:
         deadline = time.monotonic() + RAY_START_TIMEOUT
-        check = [_tool("ray"), "health-check", f"--address={self.address}"]
+        check = [tool("ray"), "health-check", f"--address={self.address}"]
         while subprocess.run(check, env=_ray_env(), capture_output=True).returncode != 0:
             head = self.nodes[0][0]
             assert head.poll() is None and time.monotonic() < deadline, self.logs()
@@ -246,7 +250,7 @@ def test_no_address_means_a_new_local_ray_instance() -> None:
 
 
 def test_an_address_where_no_ray_head_answers_says_what_to_do() -> None:
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     with pytest.raises(ConfigError) as error:
         resolve_ray_address(f"127.0.0.1:{port}")
     message = str(error.value)
@@ -272,12 +276,13 @@ def test_a_malformed_address_and_local_ray_sizes_are_refused() -> None:
 def test_the_entry_point_refuses_an_unreachable_cluster_before_starting_anything(
     tmp_path: Path,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     done = subprocess.run(
         [*_fedrec(), "dataset='synthetic'", "--ray-address", f"127.0.0.1:{port}"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
+        env=_ray_env(),
         timeout=300,
     )
     assert done.returncode == 2, done.stderr

@@ -330,7 +330,9 @@ def test_fedrec_resume_continues_a_run_stopped_with_ctrl_c(tmp_path):
     script = Path(sys.executable).with_name("fedrec")
     fedrec = [str(script)] if script.exists() else [sys.executable, "-m", "fedrec_lab.launch"]
     items = [f"{k}={json.dumps(v)}" for k, v in settings(results, **over).items()]
+    # The launcher runs outside the project folder: FEDREC_PROJECT names it.
     env = {**os.environ, "FEDREC_CACHE_DIR": str(tmp_path / "cache")}
+    env["FEDREC_PROJECT"] = str(launch.PROJECT)
     launcher = subprocess.Popen(
         [*fedrec, *items, "--nodes", "2"],
         cwd=tmp_path,
