@@ -6,7 +6,8 @@ the loader table (``loaders.LOADERS``) and the run-config keys of a dataset (its
 ``config_keys``, checked when it is the run's dataset). Add a dataset here, write its loader in
 :mod:`fedrec_flwr.data.loaders`, and add its row to the README's dataset table.
 
-This module imports nothing heavy and of the project only the schema at import time
+This module imports nothing heavy and of the project only the schema (and the keys of the
+dataset ``file``, :mod:`fedrec_flwr.data.user_keys`) at import time
 (``config`` imports it); a loader is named, and imported from :mod:`fedrec_flwr.data.loaders`
 on first use.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedrec_flwr.data.user_keys import FILE_DATASET, FILE_KEYS
 from fedrec_flwr.schema import POSITIVE, ConfigError, Key, KeyGroup, Range
 
 if TYPE_CHECKING:
@@ -199,6 +201,13 @@ _SPECS = (
         source=None,
         description="seeded synthetic data: power-law degrees, clustered tastes (synthetic-*)",
         config_keys=SYNTHETIC_KEYS,
+    ),
+    DatasetSpec(
+        name=FILE_DATASET,
+        loader=None,  # read by fedrec_flwr.data.user_dataset, configured by its keys
+        source=None,
+        description="your own interaction file: CSV, TSV, Parquet or RecBole .inter (data-file)",
+        config_keys=FILE_KEYS,
     ),
 )
 

@@ -2,8 +2,8 @@
 
 ``dataset = "file"`` reads ``data-file`` (:mod:`fedrec_flwr.data.user_file`), filters it
 (:mod:`fedrec_flwr.data.user_filters`) and from then on is split, cached and served like any
-named dataset. :data:`KEYS` lists its run-config keys with their defaults; the split's cache
-key holds the file's size and modification time and every one of these settings.
+named dataset. Its run-config keys are declared in :mod:`fedrec_flwr.data.user_keys`; the
+split's cache key holds the file's size and modification time and every one of these settings.
 :func:`fedrec_flwr.data.prepared.check_user_file` prepares the split before a run starts (the
 ``fedrec`` command calls it), so that a bad file is refused before a run folder exists, and
 returns the dataset card.
@@ -16,26 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedrec_flwr.data.interactions import DataError
+from fedrec_flwr.data.user_keys import FILE_DATASET, FILE_KEYS
 
 if TYPE_CHECKING:  # the reader imports pandas: only where a file is read
     from fedrec_flwr.data.interactions import Interactions
     from fedrec_flwr.data.user_file import UserFile
 
-FILE_DATASET = "file"
-
-# run-config key -> (UserFile field, default): the keys of the dataset 'file'.
-KEYS: dict[str, tuple[str, Any]] = {
-    "data-file": ("path", ""),
-    "data-format": ("format", "auto"),
-    "user-column": ("user_column", "user_id"),
-    "item-column": ("item_column", "item_id"),
-    "timestamp-column": ("timestamp_column", "timestamp"),
-    "rating-column": ("rating_column", ""),
-    "rating-threshold": ("rating_threshold", 0.0),
-    "id-type": ("id_type", "auto"),
-    "repeated-pairs": ("repeated_pairs", "keep-all"),
-    "min-user-interactions": ("min_user_interactions", 0),
-    "k-core": ("k_core", 0),
+# run-config key -> UserFile field, where they differ (else the key in snake_case).
+_FIELDS = {"data-file": "path", "data-format": "format"}
+KEYS: dict[str, tuple[str, Any]] = {  # run-config key -> (UserFile field, default)
+    key.name: (_FIELDS.get(key.name, key.field), key.default) for key in FILE_KEYS.keys
 }
 _SHA256: dict[tuple[str, int, int], str] = {}
 
@@ -56,14 +46,6 @@ def user_file(config: Any) -> UserFile:
             "interaction file (CSV, TSV, Parquet or RecBole .inter; docs/own-data.md)."
         )
     return UserFile(**{KEYS[key][0]: value for key, value in values.items()})
-
-
-def unused_settings(config: Any) -> list[str]:
-    """The keys of :data:`KEYS` set away from their defaults although dataset is not 'file'."""
-    if config.dataset == FILE_DATASET:
-        return []
-    values = settings(config)
-    return [key for key, (_, default) in KEYS.items() if values[key] != default]
 
 
 def fingerprint(config: Any) -> dict[str, Any]:

@@ -21,11 +21,12 @@ import numpy as np
 import pandas as pd
 
 from fedrec_flwr.data.interactions import DataError
+from fedrec_flwr.data.user_keys import DataFormat, IdType, RepeatedPairs
 from fedrec_flwr.data.user_values import Failure, ids, ratings, timestamps
 
-FORMATS = ("auto", "csv", "tsv", "parquet", "inter")
-ID_TYPES = ("auto", "integer", "string")
-REPEATED_PAIRS = ("keep-all", "keep-newest")
+FORMATS = tuple(member.value for member in DataFormat)
+ID_TYPES = tuple(member.value for member in IdType)
+REPEATED_PAIRS = tuple(member.value for member in RepeatedPairs)
 SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet"}
 SUFFIXES[".inter"] = "inter"
 SEPARATORS = {"csv": ",", "tsv": "\t", "inter": "\t"}

@@ -258,7 +258,8 @@ def readme_dataset_table() -> dict[str, str]:
 
 def run_config_accepts(dataset: str) -> bool:
     try:
-        RunConfig.from_mapping({"dataset": dataset})
+        own_file = {"data-file": "interactions.csv"} if dataset == "file" else {}
+        RunConfig.from_mapping({"dataset": dataset, **own_file})
     except ConfigError:
         return False
     return True
