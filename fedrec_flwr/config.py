@@ -37,6 +37,7 @@ from fedrec_flwr.run_keys import (
     KeepPersonalRows,
 )
 from fedrec_flwr.schema import ConfigError, Key, KeyGroup, Settings
+from fedrec_flwr.server.optimizer import SERVER_OPTIMIZER_KEYS
 
 __all__ = ["DATA_DIR_ENV", "ConfigError", "RunConfig", "key_groups"]
 
@@ -83,6 +84,7 @@ def key_groups() -> tuple[KeyGroup, ...]:
         LEARNING,
         SAM_KEYS,
         SERVER,
+        SERVER_OPTIMIZER_KEYS,
         *method_key_groups(),
         PLGC_KEYS,
         EVALUATION,

@@ -20,6 +20,13 @@ class EvaluationProtocol(StrEnum):
     PAPER = "paper"
 
 
+class TrainNegatives(StrEnum):
+    """``train-negatives``: which items a user's training negatives are drawn from."""
+
+    PROTOCOL = "protocol"
+    NON_TRAIN = "non-train"
+
+
 class Aggregation(StrEnum):
     """``aggregation``: what a row's summed change is divided by."""
 
@@ -105,6 +112,15 @@ TRAINING = KeyGroup(
             4,
             "negatives sampled per train positive, fresh every round",
             range=POSITIVE,
+        ),
+        Key(
+            "train-negatives",
+            TrainNegatives.PROTOCOL.value,
+            "items training negatives are drawn from: `protocol` (`paper`: items the user never "
+            "interacted with; `strict`: items not among its train positives) or `non-train` "
+            "(items not among its train positives under either protocol: FedRecGEL's "
+            "reference code, whose negatives may be its validation and test items)",
+            choices=TrainNegatives,
         ),
         Key(
             "seed",

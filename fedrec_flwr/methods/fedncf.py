@@ -8,7 +8,9 @@ and the user post-tunes personal item rows that it evaluates with.
 
 FedRecGEL (seeds 000/001) is this model trained with SAM (two radii, ``sam-rho-private`` and
 ``sam-rho-shared``), one full-batch step per client and round, and the server's Adam on the
-mean update (``server-optimizer = "adam"``): see ``conf/fedrecgel-*.toml``.
+mean update (``server-optimizer = "adam"``): see ``conf/fedrecgel-*.toml``. Its reference
+code's loss, the sum of the means of 128-sample chunks, is ``fedrecgel-loss-chunk = 128``;
+its Adam on the user embeddings, ``fedrecgel-private-optimizer = "adam"``.
 """
 
 from __future__ import annotations
@@ -16,14 +18,16 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import ClassVar
 
 import numpy as np
 import torch
 
-from fedrec_flwr.methods.base import Method, user_normal
+from fedrec_flwr.methods.adam_state import adam_state, is_adam_state
+from fedrec_flwr.methods.base import Method, Phase, Step, bce_losses, user_normal
 from fedrec_flwr.methods.declarations import INIT_STD, ITEM_LR, LR
-from fedrec_flwr.schema import POSITIVE, ConfigError, Dim, Key, KeyGroup
+from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Dim, Key, KeyGroup
 from fedrec_flwr.seeding import keyed_rng
 
 USER_GMF, USER_MLP = "user-gmf", "user-mlp"
@@ -163,11 +167,57 @@ class FedNCF(Method):
         return self._output(params, gmf, hidden, in_place)
 
 
+class PrivateOptimizer(StrEnum):
+    """``fedrecgel-private-optimizer``: the local optimiser of the user embeddings."""
+
+    SGD = "sgd"
+    ADAM = "adam"
+
+
+#: FedRecGEL's own keys (its model's are FedNCF's).
+FEDRECGEL_KEYS = KeyGroup(
+    title="FedRecGEL",
+    owner=__name__,
+    keys=(
+        Key(
+            "fedrecgel-loss-chunk",
+            0,
+            "FedRecGEL's loss: `0`, each user's mean BCE over its batch; `n > 0`, the sum of "
+            "the mean BCE of each `n` consecutive samples of the batch (the reference code: "
+            "128), so that a user with more samples weighs more",
+            range=NON_NEGATIVE,
+            why=" (0 = each user's mean)",
+        ),
+        Key(
+            "fedrecgel-private-optimizer",
+            PrivateOptimizer.SGD.value,
+            "local optimiser of the user embeddings: `sgd` or `adam` (the reference code: "
+            "PyTorch's Adam with step `lr`, its state kept per user across rounds)",
+            choices=PrivateOptimizer,
+        ),
+    ),
+)
+
+
+def chunk_weights(weights: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Per-entry weights [a, B] of the sum of ``chunk``-sample means over each user's batch.
+
+    ``weights`` is ``1 / (the user's batch size)`` on the real entries, which fill slots
+    ``0 .. size - 1``; an entry's weight becomes ``1 / (the size of its chunk)``.
+    """
+    real = weights > 0
+    size = torch.where(real, torch.round(1.0 / weights), torch.zeros_like(weights))
+    start = (torch.arange(weights.shape[-1], device=weights.device) // chunk * chunk).to(size)
+    chunk_size = torch.clamp(size - start, min=1.0, max=float(chunk))
+    return torch.where(real, 1.0 / chunk_size, torch.zeros_like(weights))
+
+
 class FedRecGEL(FedNCF):
     """FedNCF with sharpness-aware local steps: requires a positive SAM radius."""
 
     name = "fedrecgel"
     paper = "FedRecGEL (2026; seeds 000/001): sharpness-aware generalised item embeddings"
+    config_keys = FEDRECGEL_KEYS
     # Its uploads are minus the gradient (item-lr 1): the server's Adam sets the step.
     search_space: ClassVar[Mapping[str, Dim]] = {
         "lr": LR,
@@ -184,6 +234,32 @@ class FedRecGEL(FedNCF):
                 "0.02/0, Amazon-Video 0.2/0.01; see conf/fedrecgel-*.toml), or use "
                 "method='fedncf' for NeuMF without SAM."
             )
+        self.loss_chunk = config.fedrecgel_loss_chunk
+        self.private_adam = config.fedrecgel_private_optimizer == PrivateOptimizer.ADAM
+
+    def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
+        """FedNCF's user embeddings, and their zero Adam state under the Adam optimiser."""
+        private = super().init_private(users)
+        return {**private, **adam_state(private)} if self.private_adam else private
+
+    def phases(self) -> tuple[Phase, ...]:
+        """FedNCF's phases, without the Adam state (the optimiser updates it)."""
+        return tuple(
+            Phase(phase.name, tuple(n for n in phase.params if not is_adam_state(n)))
+            for phase in super().phases()
+        )
+
+    def loss(
+        self,
+        step: Step,
+        params: dict[str, torch.Tensor],
+        rows: torch.Tensor,
+        logits: torch.Tensor,
+    ) -> torch.Tensor:
+        """Each user's mean BCE, or with ``fedrecgel-loss-chunk`` the sum of its chunks'."""
+        if not self.loss_chunk:
+            return super().loss(step, params, rows, logits)
+        return (bce_losses(logits, step) * chunk_weights(step.weights, self.loss_chunk)).sum()
 
 
 def _linear(seed: int, name: str, fan_in: int, fan_out: int, index: int) -> dict:

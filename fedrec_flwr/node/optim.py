@@ -1,4 +1,11 @@
-"""Local optimisers of a phase: plain SGD, and SAM as a wrapper around it.
+"""Local optimisers of a phase: plain SGD (Adam for private parameters that carry Adam
+state), and SAM as a wrapper around it.
+
+SAM has two modes (``sam-mode``). ``joint``: one gradient with both groups of parameters
+perturbed at once (two gradient evaluations a step). ``hierarchical`` (FedRecGEL's reference
+code): the shared gradient is taken with only the shared group perturbed and the private
+gradient with only the private group perturbed, both perturbations from the same base
+gradient (three evaluations).
 
 Both work on the batched parameters of :mod:`fedrec_flwr.methods.base`: per-user tensors
 [a, ...] gathered by ``step.users`` and the flat item-row table, whose gradient arrives per
@@ -9,9 +16,11 @@ of its entries' gradients).
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import StrEnum
 
 import torch
 
+from fedrec_flwr.methods.adam_state import ADAM_STEPS, adam_moment_names
 from fedrec_flwr.methods.base import ROWS, Role, Step
 from fedrec_flwr.schema import NON_NEGATIVE, Dim, Key, KeyGroup
 
@@ -20,6 +29,14 @@ Grads = dict[str, torch.Tensor]
 GradientFn = Callable[[Grads | None], tuple[Grads, torch.Tensor]]
 
 NORM_EPS = 1e-12
+
+
+class SamMode(StrEnum):
+    """``sam-mode``: where each group's SAM gradient is taken."""
+
+    JOINT = "joint"
+    HIERARCHICAL = "hierarchical"
+
 
 #: The SAM plug-in's keys: one radius per group of parameters (both 0: plain SGD).
 SAM_KEYS = KeyGroup(
@@ -40,6 +57,14 @@ SAM_KEYS = KeyGroup(
             "SAM radius of the shared parameters (item rows and shared-dense parameters)",
             range=NON_NEGATIVE,
             why=" (0 = no SAM)",
+        ),
+        Key(
+            "sam-mode",
+            "joint",
+            "`joint`: one gradient with both groups perturbed at once; `hierarchical` "
+            "(FedRecGEL's reference code): the shared gradient with only the shared group "
+            "perturbed, the private one with only the private group perturbed",
+            choices=SamMode,
         ),
     ),
     search_space={"sam-rho-private": Dim(0.001, 0.5), "sam-rho-shared": Dim(0.001, 0.5)},
@@ -73,20 +98,68 @@ class SGD:
         return logits
 
 
+#: Adam's constants for the private parameters (PyTorch's defaults).
+ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 0.9, 0.999, 1e-8
+
+
+class PrivateAdam(SGD):
+    """SGD, except that a private parameter with Adam moments among the parameters
+    (:func:`adam_moment_names`) steps with Adam (PyTorch's update), its state kept per user
+    across rounds: the step count ``ADAM_STEPS`` counts the user's own steps."""
+
+    def __init__(
+        self,
+        learning_rates: dict[str, float],
+        row_names: tuple[str, ...],
+        adam_names: tuple[str, ...],
+    ) -> None:
+        super().__init__(learning_rates, row_names)
+        self.adam_names = adam_names
+
+    def apply(self, params: dict[str, torch.Tensor], step: Step, grads: Grads) -> None:
+        plain = {n: g for n, g in grads.items() if n not in self.adam_names}
+        super().apply(params, step, plain)
+        adam = [n for n in grads if n in self.adam_names]
+        if not adam:
+            return
+        steps = params[ADAM_STEPS][step.users] + 1
+        bias1, bias2 = 1 - ADAM_BETA1**steps, (1 - ADAM_BETA2**steps).sqrt()
+        for name in adam:
+            grad, first, second = grads[name], *adam_moment_names(name)
+            shape = (-1,) + (1,) * (grad.dim() - 1)
+            m = params[first][step.users] * ADAM_BETA1 + (1 - ADAM_BETA1) * grad
+            v = params[second][step.users] * ADAM_BETA2 + (1 - ADAM_BETA2) * grad * grad
+            denom = v.sqrt() / bias2.reshape(shape) + ADAM_EPS
+            size = self.learning_rates[name] / bias1.reshape(shape)
+            params[name][step.users] = params[name][step.users] - size * m / denom
+            params[first][step.users], params[second][step.users] = m, v
+        params[ADAM_STEPS][step.users] = steps
+
+
 class SAM:
     """Sharpness-aware minimisation (Foret et al. 2021) around an inner optimiser.
 
     From the base gradient ``g``, each group of parameters is moved by ``rho * g / ||g||``
     with its own radius and its own norm **per user**: the private group (``rho_private``)
     and the shared group (item rows and shared-dense parameters, ``rho_shared``). The
-    gradient taken at that perturbed point is applied to the unperturbed parameters by the
-    inner optimiser. With both radii 0 it is the inner optimiser exactly.
+    gradient taken at the perturbed point is applied to the unperturbed parameters by the
+    inner optimiser. ``joint``: one gradient with every group perturbed; ``hierarchical``:
+    each perturbed group's gradient with only that group perturbed (a group with radius 0
+    keeps its base gradient). With both radii 0 it is the inner optimiser exactly.
     """
 
-    def __init__(self, inner: SGD, roles: dict[str, Role], rho_private: float, rho_shared: float):
+    def __init__(
+        self,
+        inner: SGD,
+        roles: dict[str, Role],
+        rho_private: float,
+        rho_shared: float,
+        mode: str = SamMode.JOINT,
+    ):
         self.inner = inner
         self.roles = roles
         self.rho = {"private": rho_private, "shared": rho_shared}
+        self.mode = SamMode(mode)
 
     def group(self, name: str) -> str:
         private = self.roles[name] in (Role.PRIVATE, Role.PRIVATE_ROWS)
@@ -95,9 +168,25 @@ class SAM:
     def step(self, params: dict[str, torch.Tensor], step: Step, gradients: GradientFn):
         grads, logits = gradients(None)
         if any(self.rho[self.group(name)] > 0 for name in grads):
-            grads, _ = gradients(self.perturbation(step, grads))
+            offsets = self.perturbation(step, grads)
+            if self.mode is SamMode.JOINT:
+                grads, _ = gradients(offsets)
+            else:
+                grads = self.per_group_gradients(grads, offsets, gradients)
         self.inner.apply(params, step, grads)
         return logits
+
+    def per_group_gradients(self, base: Grads, offsets: Grads, gradients: GradientFn) -> Grads:
+        """Hierarchical SAM: each perturbed group's gradient at the point where only that
+        group is moved (shared first, as the reference code does); the others keep ``base``."""
+        grads = dict(base)
+        for group in ("shared", "private"):
+            moved = {name: offset for name, offset in offsets.items() if self.group(name) == group}
+            if not moved:
+                continue
+            at, _ = gradients(moved)
+            grads.update({name: g for name, g in at.items() if self.group(name) == group})
+        return grads
 
     def perturbation(self, step: Step, grads: Grads) -> Grads:
         """``rho * g / ||g||`` per group and per user (zero for a group with rho = 0)."""
@@ -145,10 +234,18 @@ def _distinct_row_grads(step: Step, grad: torch.Tensor):
     return real, owner, summed, inverse
 
 
-def build_optimizer(method, rho_private: float, rho_shared: float) -> SGD | SAM:
-    """SGD with the method's learning rates, wrapped in SAM when a radius is positive."""
+def build_optimizer(
+    method, rho_private: float, rho_shared: float, mode: str = SamMode.JOINT
+) -> SGD | SAM:
+    """SGD with the method's learning rates (Adam for the private parameters that have Adam
+    state beside them), wrapped in SAM (``mode``) when a radius is positive."""
     roles = method.roles()
-    inner = SGD({name: method.learning_rate(name) for name in roles}, method.row_names())
+    learning_rates = {name: method.learning_rate(name) for name in roles}
+    adam = tuple(name for name in roles if adam_moment_names(name)[0] in roles)
+    if adam:
+        inner: SGD = PrivateAdam(learning_rates, method.row_names(), adam)
+    else:
+        inner = SGD(learning_rates, method.row_names())
     if rho_private > 0 or rho_shared > 0:
-        return SAM(inner, roles, rho_private, rho_shared)
+        return SAM(inner, roles, rho_private, rho_shared, mode)
     return inner

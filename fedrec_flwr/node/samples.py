@@ -1,9 +1,11 @@
 """A round's training samples of a node's users (:class:`RoundSamples`).
 
 Per user and round: its train rows as positives plus ``num-negatives`` fresh uniform
-negatives per positive (generator keyed by (seed, user, round)). The users' distinct items
-become their blocks of item rows, each sample pointing at its row. Everything here is a
-draw or an index computation: the same for a user whatever other users share its node.
+negatives per positive (generator keyed by (seed, user, round)), from the items the protocol
+allows or, with ``train-negatives = "non-train"``, every item not among its train positives.
+The users' distinct items become their blocks of item rows, each sample pointing at its row.
+Everything here is a draw or an index computation: the same for a user whatever other users
+share its node.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
+from fedrec_flwr.run_keys import TrainNegatives
 from fedrec_flwr.sampling import is_member, sample_excluding
 from fedrec_flwr.seeding import keyed_rng
 
@@ -28,11 +31,30 @@ def user_round_items(
     negatives = sample_excluding(
         rng,
         prepared.num_items,
-        prepared.negative_exclusion(user),
+        negative_exclusion(prepared, config, user),
         config.num_negatives * len(positives),
     )
     labels = np.r_[np.ones(len(positives), np.float32), np.zeros(len(negatives), np.float32)]
     return np.r_[positives, negatives], labels
+
+
+def negative_exclusion(prepared: PreparedData, config: RunConfig, user: int) -> np.ndarray:
+    """Items the user's training negatives avoid (sorted): the protocol's, or with
+    ``train-negatives = "non-train"`` its train positives only."""
+    if config.train_negatives == TrainNegatives.NON_TRAIN:
+        return np.unique(prepared.train_positives(user))
+    return prepared.negative_exclusion(user)
+
+
+def negative_exclusions(
+    prepared: PreparedData, config: RunConfig, users: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(counts, items): :func:`negative_exclusion` of each of ``users``, concatenated."""
+    if config.train_negatives != TrainNegatives.NON_TRAIN:
+        return prepared.exclusions_of(users)
+    parts = [negative_exclusion(prepared, config, int(u)) for u in users]
+    counts = np.array([len(part) for part in parts], dtype=np.int64)
+    return counts, np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
 def distinct_items(items: np.ndarray, num_items: int) -> tuple[np.ndarray, np.ndarray]:
@@ -89,7 +111,7 @@ def users_round_items(
     users = np.asarray(users, dtype=np.int64)
     if len(users) < 2:  # one user (a faithful-mode node): no batching to gain
         return [user_round_items(prepared, config, int(u), server_round) for u in users]
-    counts, excluded = prepared.exclusions_of(users)
+    counts, excluded = negative_exclusions(prepared, config, users)
     n = prepared.num_items
     positives = [prepared.train_positives(int(u)) for u in users]
     sizes = np.array([config.num_negatives * len(p) for p in positives], dtype=np.int64)

@@ -131,7 +131,9 @@ def local_update(
 
     Returns (sum of per-sample BCE over the logged stage, number of its samples).
     """
-    optimizer = build_optimizer(method, config.sam_rho_private, config.sam_rho_shared)
+    optimizer = build_optimizer(
+        method, config.sam_rho_private, config.sam_rho_shared, config.sam_mode
+    )
     device = params[ROWS].device
     method.begin_round(params, samples.users, server_round)
     context = round_context(samples, config, server_round, device)

@@ -85,7 +85,12 @@ class ServerModel:
         return cls(
             table,
             dense,
-            ServerOptimizer(config.server_optimizer, config.server_lr, config.server_momentum),
+            ServerOptimizer(
+                config.server_optimizer,
+                config.server_lr,
+                config.server_momentum,
+                config.server_optimizer_rows,
+            ),
             aggregation=config.aggregation,
             zero_threshold=method.zero_threshold,
             evaluate_round_start=method.eval_table == "round-start",

@@ -4,29 +4,75 @@ The round's aggregate gives, for each touched item row and each shared-dense par
 change ``delta`` (the mean of the users' changes). ``none`` applies it as it is (FedAvg).
 ``sgd-momentum`` and ``adam`` treat ``-delta`` as a pseudo-gradient (Reddi et al., 2021): a
 client that took one SGD step with learning rate 1 uploads exactly minus its gradient, so
-FedRecGEL's "clients send SAM gradients, the server applies Adam" is ``adam`` here. Rows
-keep their own state and are updated only when touched (lazy, per-row step counts for Adam's
-bias correction); dense parameters are updated every round.
+FedRecGEL's "clients send SAM gradients, the server applies Adam" is ``adam`` here. Dense
+parameters are updated every round. Rows (``server-optimizer-rows``): ``touched`` keeps each
+row's own state and updates a row only when touched (lazy, per-row step counts for Adam's
+bias correction); ``all`` steps the whole table every round with a zero pseudo-gradient for
+the untouched rows (dense, one step count: FedRecGEL's reference code).
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
+from typing import Any
+
 import numpy as np
 
+from fedrec_flwr.schema import ConfigError, Key, KeyGroup
+
 BETA2, EPS = 0.999, 1e-8
+
+
+class OptimizedRows(StrEnum):
+    """``server-optimizer-rows``: which item rows the server optimiser steps each round."""
+
+    TOUCHED = "touched"
+    ALL = "all"
+
+
+def check_optimized_rows(config: Any) -> None:
+    if config.server_optimizer_rows != OptimizedRows.TOUCHED and config.server_optimizer == "none":
+        raise ConfigError(
+            f"server-optimizer-rows='{config.server_optimizer_rows}' applies to a server "
+            "optimizer: set server-optimizer to 'adam' or 'sgd-momentum', or leave "
+            "server-optimizer-rows = 'touched'."
+        )
+
+
+#: The server optimiser's own keys (its rule, step and momentum are the run's SERVER keys).
+SERVER_OPTIMIZER_KEYS = KeyGroup(
+    title="Server optimiser rows",
+    owner=__name__,
+    check=check_optimized_rows,
+    keys=(
+        Key(
+            "server-optimizer-rows",
+            OptimizedRows.TOUCHED.value,
+            "item rows the server optimiser steps: `touched` (lazy, per-row state and step "
+            "count) or `all` (the whole table every round, untouched rows with a zero "
+            "pseudo-gradient, one step count: FedRecGEL's reference code)",
+            choices=OptimizedRows,
+        ),
+    ),
+)
 
 
 class ServerOptimizer:
     """Per-row and per-dense-parameter state of the chosen rule."""
 
-    def __init__(self, rule: str, lr: float, momentum: float) -> None:
+    def __init__(
+        self, rule: str, lr: float, momentum: float, rows: str = OptimizedRows.TOUCHED
+    ) -> None:
         if rule not in ("none", "sgd-momentum", "adam"):
             raise ValueError(f"unknown server optimizer '{rule}'")
         self.rule, self.lr, self.momentum = rule, lr, momentum
+        self.rows = OptimizedRows(rows)
         self.state: dict[str, dict[str, np.ndarray]] = {}
 
     def update_rows(self, table: np.ndarray, touched: np.ndarray, delta: np.ndarray) -> np.ndarray:
         """New table from the float64 change ``delta`` of the rows ``touched``."""
+        if self.rule != "none" and self.rows is OptimizedRows.ALL:
+            return self._update_all_rows(table, touched, delta)
         new_table = table.copy()
         base = table[touched].astype(np.float64)
         if self.rule == "none":
@@ -35,6 +81,16 @@ class ServerOptimizer:
         state = self._state("rows", table.shape)
         new_table[touched] = (base - self._step(state, touched, -delta)).astype(table.dtype)
         return new_table
+
+    def _update_all_rows(
+        self, table: np.ndarray, touched: np.ndarray, delta: np.ndarray
+    ) -> np.ndarray:
+        """Every row steps; the pseudo-gradient of an untouched row is zero."""
+        grad = np.zeros(table.shape)
+        grad[touched] = -delta
+        every = np.arange(len(table))
+        step = self._step(self._state("rows", table.shape), every, grad)
+        return (table.astype(np.float64) - step).astype(table.dtype)
 
     def update_dense(self, name: str, value: np.ndarray, delta: np.ndarray) -> np.ndarray:
         """New value of a shared-dense parameter from its float64 change."""
