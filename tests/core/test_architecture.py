@@ -13,7 +13,6 @@ Budget: no module over 400 lines, no class over 250 lines.
 from __future__ import annotations
 
 import ast
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,17 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("fedrec_flwr", "fedrec_lab")
 MAX_MODULE_LINES = 400
 MAX_CLASS_LINES = 250
-
-# Known violations, each being removed by the work on its module; delete an entry once it is
-# gone (a stale entry is reported as a warning). Nothing new may be added here.
-#: (importer, imported) imports that close a known cycle.
-KNOWN_CYCLE_IMPORTS: dict[tuple[str, str], str] = {
-}
-#: Modules over MAX_MODULE_LINES (path relative to the repository).
-KNOWN_LONG_MODULES: dict[str, str] = {
-}
-#: Classes over MAX_CLASS_LINES: (path, class name).
-KNOWN_LONG_CLASSES: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)
@@ -180,47 +168,28 @@ def long_classes(root: Path, packages: tuple[str, ...], limit: int) -> dict[tupl
     return found
 
 
-def _warn_stale(kind: str, stale: set) -> None:
-    if stale:
-        warnings.warn(
-            f"{kind} no longer true, delete them from tests/core/test_architecture.py: "
-            f"{sorted(stale)}",
-            stacklevel=2,
-        )
-
-
 def test_no_import_cycles_counting_local_and_type_checking_imports():
     edges = import_graph(ROOT, PACKAGES)
-    group_of = {module: tuple(group) for group in cycles(edges) for module in group}
-    closing = {
-        (importer, imported)
-        for importer, imported in KNOWN_CYCLE_IMPORTS
-        if group_of.get(importer, ()) == group_of.get(imported) != ()
-    }
-    _warn_stale("known cycle imports", set(KNOWN_CYCLE_IMPORTS) - closing)
-    kept = [edge for edge in edges if (edge.importer, edge.imported) not in KNOWN_CYCLE_IMPORTS]
-    found = cycles(kept)
+    found = cycles(edges)
     assert not found, (
         "import cycles (move what both sides need into a lower module; a function-local or "
         "TYPE_CHECKING import only hides the cycle):\n"
-        + "\n".join(describe_cycle(group, kept, ROOT) for group in found)
+        + "\n".join(describe_cycle(group, edges, ROOT) for group in found)
     )
 
 
 def test_modules_within_the_line_budget():
     found = long_modules(ROOT, PACKAGES, MAX_MODULE_LINES)
-    _warn_stale("known long modules", set(KNOWN_LONG_MODULES) - set(found))
-    new = {path: lines for path, lines in found.items() if path not in KNOWN_LONG_MODULES}
-    assert not new, f"modules over {MAX_MODULE_LINES} lines (split them by responsibility): {new}"
+    assert not found, (
+        f"modules over {MAX_MODULE_LINES} lines (split them by responsibility): {found}"
+    )
 
 
 def test_classes_within_the_line_budget():
     found = long_classes(ROOT, PACKAGES, MAX_CLASS_LINES)
-    _warn_stale("known long classes", set(KNOWN_LONG_CLASSES) - set(found))
-    new = {key: lines for key, lines in found.items() if key not in KNOWN_LONG_CLASSES}
-    assert not new, (
+    assert not found, (
         f"classes over {MAX_CLASS_LINES} lines (move a responsibility into a part the class "
-        f"holds): {new}"
+        f"holds): {found}"
     )
 
 
