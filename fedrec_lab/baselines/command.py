@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 from pathlib import Path
 
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.data.prepared import prepare
+from fedrec_flwr.data import user_dataset
+from fedrec_flwr.data.prepared import check_user_file, prepare
 from fedrec_lab.baselines.report import markdown, write
 from fedrec_lab.baselines.rows import NEEDS_IMPLICIT, ROWS, implicit_available, reference_rows
 
@@ -31,11 +33,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--out", default="", help="write baselines-<dataset>-<protocol>.md/json here"
     )
+    for key, (_, default) in user_dataset.KEYS.items():  # --dataset file (docs/own-data.md)
+        parser.add_argument(f"--{key}", type=type(default), help=f"default {default!r}")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    config = RunConfig(
-        dataset=args.dataset, protocol=args.protocol, data_dir=args.data_dir, seed=args.seed
-    )
+    own_file = {
+        key: getattr(args, key.replace("-", "_"))
+        for key in user_dataset.KEYS
+        if getattr(args, key.replace("-", "_")) is not None
+    }
+    try:
+        config = RunConfig.from_mapping(
+            {
+                "dataset": args.dataset,
+                "protocol": args.protocol,
+                "data-dir": args.data_dir,
+                "seed": args.seed,
+                **own_file,
+            }
+        )
+        if config.dataset == user_dataset.FILE_DATASET:
+            check_user_file(config)  # splits it (its card is logged), or says what is wrong
+    except ValueError as error:  # a bad key or a bad file: the message says what to do
+        sys.exit(f"error: {error}")
     rows = tuple(args.rows or ROWS)
     if not implicit_available():
         missing = [r for r in rows if r in NEEDS_IMPLICIT]
@@ -55,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
             f"--protocol {args.protocol}",
         ]
         + (["--data-dir DIR"] if args.data_dir else [])
+        + [f"--{key} {shlex.quote(str(value))}" for key, value in own_file.items()]
         + ([f"--seed {args.seed}"] if args.seed else [])
         + ([f"--rows {' '.join(args.rows)}"] if args.rows else [])
         + ([f"--local-rounds {args.local_rounds}"] if args.local_rounds else [])

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data import user_dataset
 from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.evaluation import metric_names
 from fedrec_lab.baselines.models import ALS_ITERATIONS
@@ -36,10 +37,18 @@ def _pct(value: float) -> str:
     return f"{100 * value:.2f}"
 
 
+def dataset_label(config: RunConfig) -> str:
+    """The dataset's name; a user's file with its name and sha256."""
+    if config.dataset != user_dataset.FILE_DATASET:
+        return config.dataset
+    sha256 = user_dataset.source_record(config).get("data-file-sha256", "")
+    return f"file {Path(config.data_file).name} (sha256 {sha256[:16]})"
+
+
 def markdown(config: RunConfig, prepared: PreparedData, rows: list[Row], command: str) -> str:
     metrics = metric_names(config.protocol)
     lines = [
-        f"# Reference rows: {config.dataset}, {config.protocol} protocol",
+        f"# Reference rows: {dataset_label(config)}, {config.protocol} protocol",
         "",
         "```bash",
         command,
@@ -104,9 +113,13 @@ def markdown(config: RunConfig, prepared: PreparedData, rows: list[Row], command
 def write(folder: Path, config: RunConfig, prepared: PreparedData, rows: list[Row], command: str):
     """``baselines-<dataset>-<protocol>.md`` and ``.json`` in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
-    stem = folder / f"baselines-{config.dataset}-{config.protocol}"
+    name = config.dataset
+    if config.dataset == user_dataset.FILE_DATASET:  # a user's file: named after it
+        name = f"file-{Path(config.data_file).stem}"
+    stem = folder / f"baselines-{name}-{config.protocol}"
     record = {
         "dataset": config.dataset,
+        **user_dataset.source_record(config),
         "protocol": config.protocol,
         "seed": config.seed,
         "command": command,

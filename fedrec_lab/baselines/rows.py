@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data import user_dataset
 from fedrec_flwr.data.prepared import PreparedData, prepare
 from fedrec_lab.baselines.models import (
     ease_scores,
@@ -155,6 +156,7 @@ def local_only_config(config: RunConfig, method: str, rounds: int | None = None)
     mapping = resolve(preset) if preset.exists() else {"method": method}
     keep = ("dataset", "protocol", "data_dir", "seed", "synthetic_users", "synthetic_items")
     keep += ("synthetic_mean_degree", "torch_threads", "device")
+    keep += tuple(key.replace("-", "_") for key in user_dataset.KEYS)  # a user's file
     base = RunConfig.from_mapping(mapping)
     return base.replace(
         **{k: getattr(config, k) for k in keep},

@@ -1,0 +1,50 @@
+"""The reference rows of a user's file (dataset = "file"): the same rows as the named loader."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from fedrec_flwr.config import RunConfig
+from fedrec_lab.baselines import local_only_config
+from fedrec_lab.baselines.command import main
+
+pytest.importorskip("scipy")  # the [baselines] extra (and [test]) installs it
+pytestmark = pytest.mark.usefixtures("private_cache")
+
+
+def test_ml100k_written_out_gets_the_named_datasets_rows(real_data_dir, tmp_path, capsys):
+    raw = pd.read_csv(real_data_dir / "ml-100k" / "u.data", sep="\t", header=None)
+    raw.columns = ["user", "movie", "rating", "time"]
+    raw.to_csv(tmp_path / "ratings.csv", index=False)
+    rows = ["--rows", "popularity", "ease"]
+    main(["--dataset", "ml-100k", "--data-dir", str(real_data_dir), *rows, "--out", str(tmp_path)])
+    own = ["--dataset", "file", "--data-file", str(tmp_path / "ratings.csv")]
+    own += ["--user-column", "user", "--item-column", "movie", "--timestamp-column", "time"]
+    main([*own, *rows, "--out", str(tmp_path)])
+    named = json.loads((tmp_path / "baselines-ml-100k-strict.json").read_text())
+    mine = json.loads((tmp_path / "baselines-file-ratings-strict.json").read_text())
+    assert len(mine["data-file-sha256"]) == 64 and "--user-column user" in mine["command"]
+    for a, b in zip(named["rows"], mine["rows"], strict=True):
+        assert {**a, "seconds": 0} == {**b, "seconds": 0}
+    assert "# Reference rows: file ratings.csv (sha256 " in capsys.readouterr().out
+
+
+def test_a_bad_file_stops_the_command_with_its_message(tmp_path):
+    (tmp_path / "x.csv").write_text("user_id,item_id\n1,2\n")
+    with pytest.raises(SystemExit, match=r"x.csv: line 1 \(the header\) has no column 'timestamp'"):
+        main(["--dataset", "file", "--data-file", str(tmp_path / "x.csv")])
+
+
+def test_local_only_rows_read_the_same_file(tmp_path):
+    config = RunConfig.from_mapping(
+        {"dataset": "file", "data-file": str(tmp_path / "x.csv"), "user-column": "u", "k-core": 2}
+    )
+    local = local_only_config(config, "pfedrec", rounds=3)
+    assert (local.dataset, local.data_file, local.user_column, local.k_core) == (
+        "file",
+        str(tmp_path / "x.csv"),
+        "u",
+        2,
+    )
+    assert local.server_lr == 0.0 and local.num_server_rounds == 3
