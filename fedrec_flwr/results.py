@@ -6,7 +6,8 @@ finished. An ``INCOMPLETE`` file marks a run that has not finished (running, sto
 crashed): written first, removed once ``summary.json`` is written. The test metrics reported
 are those of the round with the best validation HR@10 (earliest round on ties): the model is
 selected on validation only. ``per-user.csv`` holds each user's metrics at that round (one
-row per user evaluated there, sorted by user): its column means are ``summary.json``'s.
+row per user evaluated there, sorted by user): its column means are ``summary.json``'s. A run
+with LDP adds ``ldp_user_level`` to the summary (:mod:`fedrec_flwr.privacy.accounting`).
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ class RunRecorder:
             "eval-users",
             "cpu-seconds",
         ]
+        if config.malicious_attack != "none":  # the attack's target items' exposure ER@10
+            self.columns.append("target-er@10")
         self.rows: list[dict[str, Any]] = []
         self.stopped_diverged: int | None = None
         self.extra = {**source_record(config), **extra}  # a user's file: its sha256

@@ -13,6 +13,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import data_dir_read
 from fedrec_flwr.methods import build_method
+from fedrec_flwr.privacy.accounting import summary_fields
 from fedrec_flwr.results import RunRecorder
 from fedrec_flwr.server.checkpoint import Checkpoints, open_run
 from fedrec_flwr.server.handshake import connect
@@ -95,6 +96,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
             recorder.write_per_user(stopping.best_val[1], *stopping.best_per_user)
         except ValueError as error:  # a bug: the summary is still written
             log(ERROR, "per-user.csv not written: %s", error)
+    recorder.extra.update(summary_fields(config, recorder.rows))  # LDP's user-level epsilon
     summary = recorder.finish(time.perf_counter() - started + checkpoints.prior_seconds)
     checkpoints.completed()
     log(

@@ -1,7 +1,7 @@
 """``fedrec deploy-local N``: a real Flower deployment on this machine, one SuperNode per
 device, each reading only its own data.
 
-    fedrec deploy-local 3 [PRESET.toml] [key=value ...] [--secure] [--keep DIR] [--timings]
+    fedrec deploy-local 3 [PRESET.toml] [key=value ...] [--insecure] [--keep DIR] [--timings]
 
 exports the configured dataset for N devices (:mod:`fedrec_flwr.data.export`), starts a
 SuperLink and N SuperNodes on 127.0.0.1 (SuperNode ``i`` with node config
@@ -9,8 +9,10 @@ SuperLink and N SuperNodes on 127.0.0.1 (SuperNode ``i`` with node config
 of them with ``FEDREC_DATA_DIR``), runs ``flwr run <project> deploy`` (3 rounds unless
 ``num-server-rounds`` says otherwise), prints the metrics and stops every process it started,
 by PID, also on Ctrl-C, SIGTERM and failure. Exit status 0 only if the run completed.
-``--secure``: TLS with a CA of its own and SuperNode authentication
-(:mod:`fedrec_lab.secure`). ``python -m fedrec_lab.deploy`` is the same command.
+The deployment is secure unless told otherwise: TLS with a CA of its own and SuperNode
+authentication, generated for the run (:mod:`fedrec_lab.secure`); ``--insecure`` turns both
+off and prints a warning (``--secure``, the default, is still accepted).
+``python -m fedrec_lab.deploy`` is the same command.
 """
 
 from __future__ import annotations
@@ -41,12 +43,18 @@ from fedrec_lab.launch.tools import Say
 from fedrec_lab.project import ProjectNotFoundError, project_root
 from fedrec_lab.supernodes import FEDERATION, LocalDeployment
 
+INSECURE_WARNING = (
+    "WARNING: --insecure: the SuperLink serves without TLS and accepts any SuperNode (no "
+    "authentication): whoever reaches its port can read the models and join the federation. "
+    "Leave --insecure out for TLS and SuperNode authentication."
+)
+
 
 def deploy_local(
     num_nodes: int,
     config: dict[str, Any],
     folder: Path,
-    secure: bool = False,
+    secure: bool = True,
     timeout: float | None = None,
     say: Say = _say,
     project: Path | None = None,
@@ -147,7 +155,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("nodes", type=int, help="number of SuperNodes (devices)")
     parser.add_argument("items", nargs="*", help="a preset .toml first (optional), then key=value")
-    parser.add_argument("--secure", action="store_true", help="TLS + SuperNode authentication")
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="no TLS and no SuperNode authentication (prints a warning); default: both, "
+        "with credentials generated for the run",
+    )
+    parser.add_argument("--secure", action="store_true", help="the default (kept for scripts)")
     parser.add_argument(
         "--keep",
         metavar="DIR",
@@ -175,6 +189,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         _say(f"error: {error}")
         return 2
+    if args.insecure and args.secure:
+        _say("error: --secure and --insecure exclude each other (secure is the default)")
+        return 2
+    if args.insecure:
+        _say(INSECURE_WARNING)
     folder = Path(args.keep or tempfile.mkdtemp(prefix="fedrec-deploy-")).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     timings = folder / "node-timings.jsonl" if args.timings else None
@@ -185,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with signals_interrupt():
         try:
             status, run_dir = deploy_local(
-                args.nodes, config, folder, args.secure, args.timeout, project=args.project
+                args.nodes, config, folder, not args.insecure, args.timeout, project=args.project
             )
         except (ConfigError, ProjectNotFoundError) as error:
             _say(f"error: {error}")

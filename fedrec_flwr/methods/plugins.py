@@ -61,6 +61,19 @@ def ldp_enabled(config: Settings) -> bool:
     return config.ldp_mechanism != "none" or config.ldp_laplace_lambda > 0
 
 
+def ldp_applies(config: Settings, method: Method) -> None:
+    """LDP clips and noises item rows only: a method that uploads shared-dense parameters
+    (FedNCF's MLP, outside DualPer) would send them in the clear, so it is refused."""
+    dense = method.shared_dense_names()
+    if dense:
+        raise ConfigError(
+            f"LDP noises the uploaded item rows, but method '{method.name}' also uploads the "
+            f"shared-dense parameters {', '.join(dense)}, which LDP does not clip or noise: "
+            "use a method without shared-dense parameters (or personalization='dual', which "
+            "keeps them on the device), or set ldp-mechanism='none' and ldp-laplace-lambda=0."
+        )
+
+
 def decoys_enabled(config: Settings) -> bool:
     return config.decoy_ratio > 0
 
@@ -83,13 +96,15 @@ SAM = Plugin(
     enabled=sam_enabled,
     module="fedrec_flwr.node.optim",
 )
-#: Clipped Laplace or Gaussian noise on each uploaded row, or PFedRec Table 4's raw Laplace.
+#: Clipped Laplace or Gaussian noise on each uploaded row, or PFedRec Table 4's raw Laplace;
+#: refused for methods with shared-dense parameters (``ldp_applies``).
 LDP = Plugin(
     name="ldp",
     paper="Laplace and Gaussian mechanisms; PFedRec Table 4",
     attaches_to=Attachment.UPLOAD,
     enabled=ldp_enabled,
     module="fedrec_flwr.privacy.ldp",
+    check=ldp_applies,
 )
 #: A fixed set of never-interacted rows per user, uploaded beside its real rows.
 DECOYS = Plugin(

@@ -20,6 +20,15 @@ def parse_sets(pairs: list[str]) -> dict:
     return out
 
 
+EPSILONS = ("epsilon-median", "epsilon-max")
+
+
+def levels_delta(records: list[dict]) -> str:
+    """The delta of the user-level epsilons in ``records`` ('-' when there are none)."""
+    deltas = sorted({r["user_level"]["delta"] for r in records if r.get("user_level")})
+    return ", ".join(f"{d:g}" for d in deltas) or "-"
+
+
 def cell(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
     """'mean ± std' (std over seeds; '-' when there are none)."""
     values = [v * scale for v in values if v == v]
@@ -29,6 +38,16 @@ def cell(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {std:.{digits}f}"
 
 
+def user_epsilon(runs: list[dict]) -> str:
+    """'median / max' of the users' epsilon over the run (mean over seeds; the accountant's
+    :meth:`~fedrec_flwr.privacy.accounting.RowCounter.user_levels`), '-' without LDP."""
+    levels = [r["user_level"] for r in runs if r.get("user_level")]
+    if not levels:
+        return "-"
+    median, worst = (statistics.mean(level[k] for level in levels) for k in EPSILONS)
+    return f"{median:.3g} / {worst:.3g}"
+
+
 def markdown(records: list[dict], attacks: tuple[str, ...], command: str) -> str:
     """The table of every (protocol, method, configuration) over its seeds."""
     groups: dict[tuple, list[dict]] = {}
@@ -36,7 +55,7 @@ def markdown(records: list[dict], attacks: tuple[str, ...], command: str) -> str
         key = (record["protocol"], record["method"], record["config"])
         groups.setdefault(key, []).append(record)
     head = ["protocol", "method", "config", "keys", "seeds", "test HR@10 (%)", "vs none*"]
-    head += ["test NDCG@10 (%)"]
+    head += ["test NDCG@10 (%)", "user ε median / max"]
     head += [f"{a} AUC" for a in attacks] + [f"{a} F1" for a in attacks] + ["random F1"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (protocol, method, config), runs in groups.items():
@@ -52,6 +71,7 @@ def markdown(records: list[dict], attacks: tuple[str, ...], command: str) -> str
         keys = ", ".join(f"{k}={v}" for k, v in runs[0]["keys"].items()) or "-"
         row = [protocol, method, config, keys, ",".join(str(r["seed"]) for r in runs)]
         row += [cell(hr, 100), change, cell([r["test"]["ndcg@10"] for r in runs], 100)]
+        row += [user_epsilon(runs)]
         row += [cell([r["attacks"][a]["auc"] for r in runs], digits=3) for a in attacks]
         row += [cell([r["attacks"][a]["f1"] for r in runs], digits=3) for a in attacks]
         row += [cell([r["attacks"]["random-f1"] for r in runs], digits=3)]
@@ -63,7 +83,9 @@ def markdown(records: list[dict], attacks: tuple[str, ...], command: str) -> str
         + "; test HR@10 at the best validation round; "
         f"attacks on {first['users']} sampled users' "
         f"uploads (one user per upload) in rounds {first['audit_rounds']}, mean over users and "
-        "rounds, then mean ± std over seeds. AUC 0.5 and 'random F1' are a random guess. "
+        "rounds, then mean ± std over seeds. User ε: the median and the worst user's epsilon "
+        f"over every row they uploaded in the run, at delta {levels_delta(records)} (Google's "
+        "dp-accounting; docs/privacy.md, Accounting). AUC 0.5 and 'random F1' are a random guess. "
         "*: relative change of the mean test HR@10 against no protection on the same seeds.\n\n"
         f"Command: `{command}`\n"
     )

@@ -14,6 +14,7 @@ from fedrec_flwr.methods import METHODS
 from fedrec_flwr.methods.base import linear_head_init
 from fedrec_flwr.methods.declarations import AuditImitation
 from fedrec_flwr.privacy import uploads
+from fedrec_flwr.privacy.accounting import RowCounter
 from fedrec_flwr.privacy.decoys import decoy_items
 from fedrec_flwr.seeding import keyed_rng
 from fedrec_lab.audit import attacks
@@ -147,7 +148,8 @@ def audited_run(
             )
         )
         capture = Capture(users, set(audit_rounds))
-        uploads.OBSERVERS.append(capture)
+        counter = RowCounter()  # every user's uploaded rows: its user-level epsilon
+        uploads.OBSERVERS.extend([capture, counter])
         try:
             if num_nodes:
                 from fedrec_flwr.client_app import app
@@ -162,8 +164,10 @@ def audited_run(
                 summary = run_plain(config, prepared)
         finally:
             uploads.OBSERVERS.remove(capture)
+            uploads.OBSERVERS.remove(counter)
     return {
         "best_round": summary["best_round"],
         "test": summary["test"],
         "attacks": attack_all(capture, prepared, config),
+        "user_level": counter.user_levels(config),
     }
