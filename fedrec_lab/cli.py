@@ -121,12 +121,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
         name, rest = "run", argv
+    program = sys.argv[0]
+    sys.argv[0] = f"fedrec {name}"  # the usage line of a parser that does not name itself
     try:
         module = importlib.import_module(COMMANDS[name].module)
         return int(module.main(rest) or 0)
     except ProjectNotFoundError as error:
         print(f"fedrec {name}: error: {error}", file=sys.stderr)
         return 2
+    finally:
+        sys.argv[0] = program
 
 
 if __name__ == "__main__":
