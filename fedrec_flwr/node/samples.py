@@ -17,6 +17,7 @@ import numpy as np
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
+from fedrec_flwr.privacy.decoys import with_trained_decoys
 from fedrec_flwr.run_keys import TrainNegatives
 from fedrec_flwr.sampling import is_member, sample_excluding
 from fedrec_flwr.seeding import keyed_rng
@@ -35,7 +36,7 @@ def user_round_items(
         config.num_negatives * len(positives),
     )
     labels = np.r_[np.ones(len(positives), np.float32), np.zeros(len(negatives), np.float32)]
-    return np.r_[positives, negatives], labels
+    return with_trained_decoys(prepared, config, user, np.r_[positives, negatives], labels)
 
 
 def negative_exclusion(prepared: PreparedData, config: RunConfig, user: int) -> np.ndarray:
@@ -149,7 +150,8 @@ def users_round_items(
             continue
         labels = np.zeros(len(positives[j]) + len(draws[j]), np.float32)
         labels[: len(positives[j])] = 1.0
-        result.append((np.concatenate([positives[j], draws[j]]), labels))
+        items = np.concatenate([positives[j], draws[j]])
+        result.append(with_trained_decoys(prepared, config, int(user), items, labels))
     return result
 
 

@@ -11,7 +11,10 @@ the same up to float64 rounding), with noise on it adds zero-mean noise (varianc
 ``toucher-mean`` divides by the number of uploaders of the row, which decoys would inflate
 (shrinking every step of the rows they hit) without the server being able to tell them
 apart, so the configuration refuses decoys with it. Clipping is the one bias LDP brings:
-changes longer than ``ldp-clip`` are shortened, as in DP-SGD.
+changes longer than ``ldp-clip`` are shortened, as in DP-SGD. Decoys trained with the
+user's samples (``decoy-updates``) are already among its tuned rows: they upload a real
+change, and bias the aggregate as extra training samples would (see
+:mod:`fedrec_flwr.privacy.decoys`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
-from fedrec_flwr.privacy.decoys import decoy_items
+from fedrec_flwr.privacy.decoys import user_decoys
 from fedrec_flwr.privacy.ldp import privatize
 from fedrec_flwr.seeding import keyed_rng
 
@@ -46,7 +49,7 @@ def with_decoys(
     prepared: PreparedData, config: RunConfig, user: int, items: np.ndarray
 ) -> np.ndarray:
     """The sorted rows a user requests: ``items`` (what it trains) and its decoys."""
-    decoys = decoy_items(prepared, config.seed, config.decoy_ratio, user)
+    decoys = user_decoys(prepared, config, user)
     return np.union1d(items, decoys).astype(np.int64) if len(decoys) else items
 
 
@@ -68,9 +71,7 @@ def user_uploads(
     for j, user in enumerate(np.asarray(users, dtype=np.int64)):
         lo, hi = int(row_offsets[j]), int(row_offsets[j + 1])
         items, rows, base = row_items[lo:hi], tuned[lo:hi], sent[lo:hi]
-        decoys = np.setdiff1d(
-            decoy_items(prepared, config.seed, config.decoy_ratio, int(user)), items
-        )
+        decoys = np.setdiff1d(user_decoys(prepared, config, int(user)), items)
         if len(decoys):
             decoy_rows = lookup(decoys)
             order = np.argsort(np.r_[items, decoys], kind="stable")

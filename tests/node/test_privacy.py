@@ -11,8 +11,9 @@ from fedrec_flwr.aggregation import RowUpload, row_changes
 from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.node.runtime import NodeRuntime
+from fedrec_flwr.node.samples import user_round_items, users_round_items
 from fedrec_flwr.privacy import uploads
-from fedrec_flwr.privacy.decoys import decoy_items, num_decoys
+from fedrec_flwr.privacy.decoys import decoy_items, item_popularity, num_decoys, user_decoys
 from fedrec_flwr.privacy.ldp import clip_rows, noise_scale, privatize
 from fedrec_flwr.server_app import initial_item_table
 
@@ -113,10 +114,15 @@ def _one_round(overrides: dict, users=None):
     return table, upload, request, prepared
 
 
-@pytest.mark.parametrize("method", ["pfedrec", "fedmf"])
-def test_decoys_without_noise_leave_the_aggregate_unchanged(method):
+SHAPES = {"decoy-selection": "popularity", "decoy-request-size": 150}
+
+
+@pytest.mark.parametrize(
+    "method, shape", [("pfedrec", {}), ("fedmf", {}), ("pfedrec", SHAPES), ("fedmf", SHAPES)]
+)
+def test_decoys_without_noise_leave_the_aggregate_unchanged(method, shape):
     table, plain, plain_request, prepared = _one_round({"method": method})
-    _, decoyed, request, _ = _one_round({"method": method, "decoy-ratio": 2.0})
+    _, decoyed, request, _ = _one_round({"method": method, "decoy-ratio": 2.0, **shape})
     touched, change = row_changes(table, [plain], "round-mean")
     touched_d, change_d = row_changes(table, [decoyed], "round-mean")
     assert len(touched_d) > len(touched)  # the decoy rows were uploaded
@@ -125,7 +131,8 @@ def test_decoys_without_noise_leave_the_aggregate_unchanged(method):
     full[touched], full_d[touched_d] = change, change_d
     np.testing.assert_allclose(full_d, full, rtol=0, atol=1e-9 * np.abs(full).max())
     # the request holds the decoys: what a node asks for hides which rows it trains
-    decoys = np.concatenate([decoy_items(prepared, 0, 2.0, u) for u in range(prepared.num_users)])
+    config = RunConfig.from_mapping({**SYNTHETIC, "decoy-ratio": 2.0, **shape})
+    decoys = np.concatenate([user_decoys(prepared, config, u) for u in range(prepared.num_users)])
     assert np.isin(decoys, request).all() and len(request) > len(plain_request)
 
 
@@ -193,3 +200,86 @@ def test_denoise_knows_the_noise_variance_and_shrinks_noise_only_rows():
     assert denoised(np.array([0, 1]), change, [upload], off, 2) is change
     with pytest.raises(ConfigError, match="ldp-denoise"):
         RunConfig.from_mapping({"ldp-denoise": True})
+
+
+@pytest.mark.parametrize(
+    "selection, request_size", [("uniform", 150), ("popularity", 0), ("popularity", 150)]
+)
+def test_shaped_decoys_never_include_a_positive(selection, request_size):
+    config = RunConfig.from_mapping(
+        {
+            **SYNTHETIC,
+            "decoy-ratio": 1.0,
+            "decoy-selection": selection,
+            "decoy-request-size": request_size,
+        }
+    )
+    prepared = prepare(config)
+    for user in range(prepared.num_users):
+        decoys = user_decoys(prepared, config, user)
+        assert not np.isin(decoys, prepared.interacted(user)).any()
+        assert len(np.unique(decoys)) == len(decoys)
+        positives = len(np.unique(prepared.train_positives(user)))
+        free = prepared.num_items - len(prepared.interacted(user))
+        wanted = max(math.ceil(positives), min(request_size - 5 * positives, free))
+        assert len(decoys) == wanted  # the ratio, or enough to fill the request size
+
+
+def test_popularity_matched_decoys_are_as_popular_as_the_positives():
+    prepared = prepare(RunConfig.from_mapping(SYNTHETIC))
+    popularity = item_popularity(prepared)
+    positives, matched, uniform = [], [], []
+    for user in range(prepared.num_users):
+        positives.append(popularity[prepared.train_positives(user)].mean())
+        matched.append(popularity[decoy_items(prepared, 0, 2.0, user, selection="popularity")])
+        uniform.append(popularity[decoy_items(prepared, 0, 2.0, user)])
+    matched_mean, uniform_mean = np.concatenate(matched).mean(), np.concatenate(uniform).mean()
+    assert matched_mean > uniform_mean
+    assert abs(matched_mean - np.mean(positives)) < abs(uniform_mean - np.mean(positives))
+
+
+@pytest.mark.parametrize("updates, label", [("negatives", 0.0), ("positives", 1.0)])
+def test_trained_decoys_join_the_samples_with_their_label(updates, label):
+    config = RunConfig.from_mapping({**SYNTHETIC, "decoy-ratio": 1.0, "decoy-updates": updates})
+    plain = RunConfig.from_mapping(SYNTHETIC)
+    prepared = prepare(config)
+    users = np.arange(prepared.num_users)
+    batched = users_round_items(prepared, config, users, 2)
+    for user, (items, labels) in zip(users, batched, strict=True):
+        base_items, base_labels = user_round_items(prepared, plain, int(user), 2)
+        decoys = user_decoys(prepared, config, int(user))
+        np.testing.assert_array_equal(items, np.r_[base_items, decoys])
+        np.testing.assert_array_equal(labels[: len(base_labels)], base_labels)
+        assert (labels[len(base_labels) :] == label).all()
+        assert not np.isin(decoys, prepared.train_positives(int(user))).any()
+        single = user_round_items(prepared, config, int(user), 2)
+        np.testing.assert_array_equal(single[0], items)
+
+
+def test_trained_decoys_move_like_real_rows_and_unchanged_ones_do_not():
+    def decoy_rows_moved(updates: str) -> np.ndarray:
+        seen = []
+        uploads.OBSERVERS.append(lambda *args: seen.append(args))
+        try:
+            keys = {"decoy-ratio": 2.0, "decoy-updates": updates, "method": "fedmf"}
+            _, _, _, prepared = _one_round(keys)
+        finally:
+            uploads.OBSERVERS.clear()
+        config = RunConfig.from_mapping({**SYNTHETIC, **keys})
+        moved = []
+        plain = RunConfig.from_mapping({**SYNTHETIC, "method": "fedmf"})
+        for user, _, items, rows, sent in seen:
+            trained = user_round_items(prepared, plain, user, 1)[0]  # a decoy may be a negative
+            decoy = np.isin(items, user_decoys(prepared, config, user)) & ~np.isin(items, trained)
+            moved.append(np.any(rows[decoy] != sent[decoy], axis=1))
+        return np.concatenate(moved)
+
+    assert not decoy_rows_moved("unchanged").any()  # identifiable: exactly the rows sent
+    assert decoy_rows_moved("negatives").all()
+
+
+def test_decoy_shape_keys_need_decoys():
+    with pytest.raises(ConfigError, match="decoy-ratio > 0"):
+        RunConfig.from_mapping({"decoy-updates": "negatives"})
+    with pytest.raises(ConfigError, match="did you mean 'popularity'"):
+        RunConfig.from_mapping({"decoy-ratio": 1.0, "decoy-selection": "popular"})
