@@ -5,6 +5,9 @@ in-process, attacks sampled users' uploads (:mod:`fedrec_lab.audit.attacks`) and
 
     # the table: no protection / LDP / decoys / both (strict, ML-100K)
     python -m fedrec_lab.audit.command --methods pfedrec fedmf --seeds 0 1 2
+    # the decoys built against the attacks that know them
+    python -m fedrec_lab.audit.command --configs none decoys decoys-trained \
+        decoys-as-positives fixed-requests
     # PFedRec Table 4: raw Laplace lambda 0 .. 0.5, paper protocol
     python -m fedrec_lab.audit.command --methods pfedrec --protocol paper --tag table4-paper \\
         --lambdas 0 0.1 0.2 0.3 0.4 0.5
@@ -25,7 +28,24 @@ from fedrec_lab.audit.run import ATTACKS, auditable_methods, audited_run, imitat
 #: a user's row change without protection; PFedRec 15, FedMF 3: its item rows move less).
 LDP = {"ldp-mechanism": "gaussian", "ldp-epsilon": 4.0, "ldp-delta": 1e-5}
 DECOYS = {"decoy-ratio": 16.0}
-CONFIGS = {"none": {}, "ldp": LDP, "decoys": DECOYS, "both": {**LDP, **DECOYS}}
+#: Decoys built against an attacker who knows them: popularity-matched, trained with the
+#: user's samples (as negatives, or as positives so that they move like its real rows), and
+#: a fixed request size (``fedrec_flwr.privacy.decoys``).
+MATCHED = {"decoy-selection": "popularity"}
+TRAINED = {"decoy-ratio": 4.0, "decoy-updates": "negatives", **MATCHED}
+AS_POSITIVES = {"decoy-ratio": 4.0, "decoy-updates": "positives", **MATCHED}
+FIXED = {"decoy-ratio": 1.0, "decoy-updates": "negatives", "decoy-request-size": 800, **MATCHED}
+CONFIGS = {
+    "none": {},
+    "ldp": LDP,
+    "decoys": DECOYS,
+    "both": {**LDP, **DECOYS},
+    "decoys-trained": TRAINED,
+    "decoys-as-positives": AS_POSITIVES,
+    "fixed-requests": FIXED,
+}
+#: The configurations run when ``--configs`` is not given (the earlier table's four).
+DEFAULT_CONFIGS = ["none", "ldp", "decoys", "both"]
 
 
 def config_keys(name: str, method: str, ldp: dict, decoys: dict) -> dict:
@@ -42,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     methods = auditable_methods()
     parser.add_argument("--methods", nargs="+", default=methods, choices=methods)
-    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS, choices=list(CONFIGS))
     parser.add_argument("--lambdas", nargs="+", type=float, help="PFedRec Table 4 sweep")
     parser.add_argument("--protocol", default="strict", choices=["strict", "paper"])
     parser.add_argument("--dataset", default="ml-100k")

@@ -48,6 +48,17 @@ def user_epsilon(runs: list[dict]) -> str:
     return f"{median:.3g} / {worst:.3g}"
 
 
+def score(record: dict, attack: str, measure: str) -> float:
+    """An attack's ``auc`` or ``f1`` in a record (NaN where the record predates it)."""
+    return record["attacks"].get(attack, {}).get(measure, float("nan"))
+
+
+def max_auc(record: dict, attacks: tuple[str, ...]) -> float:
+    """The strongest attack's AUC in a record (NaN: none scored)."""
+    values = [v for a in attacks if (v := score(record, a, "auc")) == v]
+    return max(values) if values else float("nan")
+
+
 def markdown(records: list[dict], attacks: tuple[str, ...], command: str) -> str:
     """The table of every (protocol, method, configuration) over its seeds."""
     groups: dict[tuple, list[dict]] = {}
@@ -56,7 +67,8 @@ def markdown(records: list[dict], attacks: tuple[str, ...], command: str) -> str
         groups.setdefault(key, []).append(record)
     head = ["protocol", "method", "config", "keys", "seeds", "test HR@10 (%)", "vs none*"]
     head += ["test NDCG@10 (%)", "user ε median / max"]
-    head += [f"{a} AUC" for a in attacks] + [f"{a} F1" for a in attacks] + ["random F1"]
+    head += ["max AUC"] + [f"{a} AUC" for a in attacks] + [f"{a} F1" for a in attacks]
+    head += ["random F1"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (protocol, method, config), runs in groups.items():
         hr = [r["test"]["hr@10"] for r in runs]
@@ -72,8 +84,9 @@ def markdown(records: list[dict], attacks: tuple[str, ...], command: str) -> str
         row = [protocol, method, config, keys, ",".join(str(r["seed"]) for r in runs)]
         row += [cell(hr, 100), change, cell([r["test"]["ndcg@10"] for r in runs], 100)]
         row += [user_epsilon(runs)]
-        row += [cell([r["attacks"][a]["auc"] for r in runs], digits=3) for a in attacks]
-        row += [cell([r["attacks"][a]["f1"] for r in runs], digits=3) for a in attacks]
+        row += [cell([max_auc(r, attacks) for r in runs], digits=3)]
+        row += [cell([score(r, a, "auc") for r in runs], digits=3) for a in attacks]
+        row += [cell([score(r, a, "f1") for r in runs], digits=3) for a in attacks]
         row += [cell([r["attacks"]["random-f1"] for r in runs], digits=3)]
         lines.append("| " + " | ".join(row) + " |")
     first = records[0]

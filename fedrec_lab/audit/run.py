@@ -13,16 +13,21 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import METHODS
 from fedrec_flwr.methods.base import linear_head_init
 from fedrec_flwr.methods.declarations import AuditImitation
+from fedrec_flwr.partition import participants
 from fedrec_flwr.privacy import uploads
 from fedrec_flwr.privacy.accounting import RowCounter
-from fedrec_flwr.privacy.decoys import decoy_items
+from fedrec_flwr.privacy.decoys import DecoyUpdates, user_decoys
 from fedrec_flwr.seeding import keyed_rng
-from fedrec_lab.audit import attacks
+from fedrec_lab.audit import adaptive, attacks
 from fedrec_lab.presets import resolve
 from fedrec_lab.project import conf_dir, lazy_paths
 
 __getattr__ = lazy_paths(__name__, "PROJECT")  # the project folder, found when read
-ATTACKS = ("norm", "direction", "imia", "request")
+BASIC_ATTACKS = ("norm", "direction", "imia", "request")
+ATTACKS = BASIC_ATTACKS + adaptive.ADAPTIVE_ATTACKS
+#: Rounds the multi-round attacker accumulates (ending at the attacked one) and the
+#: consistency attacker compares (on either side of it).
+WINDOW = 3
 
 
 def preset(method: str, protocol: str, dataset: str = "ml-100k") -> dict:
@@ -89,16 +94,79 @@ def request_of(prepared, config: RunConfig, user: int, server_round: int) -> np.
     return uploads.with_decoys(prepared, config, user, np.unique(items))
 
 
-def attack_all(capture: Capture, prepared, config: RunConfig) -> dict:
-    """Mean AUC and F1 of every attack over the captured uploads, the random-guess F1, and
-    the norms of the real rows' changes (median, 90th percentile)."""
+def captured_rounds(audit_rounds: list[int], window: int) -> set[int]:
+    """The audited rounds and the ``window - 1`` rounds before each (multi-round attacker)."""
+    return {r - back for r in audit_rounds for back in range(window) if r - back >= 1}
+
+
+def request_counts(prepared, config: RunConfig, server_round: int) -> np.ndarray:
+    """How many of the round's participants request each item (the server's view)."""
+    users = participants(config.seed, server_round, prepared.num_users, config.fraction_train)
+    counts = np.zeros(prepared.num_items, dtype=np.int64)
+    for user in users:
+        counts[request_of(prepared, config, int(user), server_round)] += 1
+    return counts
+
+
+def adaptive_scores(
+    capture: Capture, prepared, config: RunConfig, user: int, server_round: int, popular
+) -> dict[str, np.ndarray]:
+    """The scores of the attacks that know the defence (:mod:`.adaptive`) on one upload."""
+    items, rows, sent = capture.uploads[(user, server_round)]
+    rng = keyed_rng(config.seed, "audit", 2, user, server_round)
+    positives = len(np.unique(prepared.train_positives(user)))
+    decoys = len(user_decoys(prepared, config, user))
+    label = {DecoyUpdates.NEGATIVES: 0.0, DecoyUpdates.POSITIVES: 1.0}
+    roles = (positives, max(len(items) - positives - decoys, 0), decoys)
+    last = config.num_server_rounds
+    near = [r for r in range(server_round - WINDOW + 1, server_round + WINDOW) if 1 <= r <= last]
+    history = [
+        capture.uploads[(user, r)]
+        for r in near
+        if r <= server_round and (user, r) in capture.uploads
+    ]
+    others = [request_of(prepared, config, user, r) for r in near if r != server_round]
+    return {
+        "unchanged": adaptive.unchanged_scores(sent, rows),
+        "popularity": adaptive.popularity_scores(items, popular(server_round)),
+        "consistency": adaptive.consistency_scores(items, others),
+        "distribution": adaptive.distribution_scores(
+            sent,
+            rows,
+            shadow_of(config, prepared.num_items, rng),
+            roles,
+            label.get(config.decoy_updates),
+            rng,
+        ),
+        "pubpara": adaptive.pubpara_scores(sent, rows, positives),
+        "multi-round": adaptive.multiround_scores(items, history),
+    }
+
+
+def attack_all(
+    capture: Capture, prepared, config: RunConfig, audit_rounds: list[int] | None = None
+) -> dict:
+    """Mean AUC and F1 of every attack over the captured uploads of ``audit_rounds`` (None:
+    all), the random-guess F1, and the norms of the real rows' changes (median, 90th
+    percentile)."""
     results = {name: {"auc": [], "f1": []} for name in ATTACKS}
     random_f1, norms = [], []
-    for (user, server_round), (items, rows, sent) in sorted(capture.uploads.items()):
+    counts_of: dict[int, np.ndarray] = {}
+
+    def popular(server_round: int) -> np.ndarray:
+        if server_round not in counts_of:
+            counts_of[server_round] = request_counts(prepared, config, server_round)
+        return counts_of[server_round]
+
+    audited = sorted(
+        key for key in capture.uploads if audit_rounds is None or key[1] in audit_rounds
+    )
+    for user, server_round in audited:
+        items, rows, sent = capture.uploads[(user, server_round)]
         rng = keyed_rng(config.seed, "audit", 1, user, server_round)
         positive = np.isin(items, prepared.train_positives(user))
         count = int(positive.sum())
-        decoy = np.isin(items, decoy_items(prepared, config.seed, config.decoy_ratio, user))
+        decoy = np.isin(items, user_decoys(prepared, config, user))
         norms.extend(np.linalg.norm(rows[~decoy].astype(np.float64) - sent[~decoy], axis=1))
         shadow = shadow_of(config, prepared.num_items, rng)
         other = server_round + 1 if server_round < config.num_server_rounds else server_round - 1
@@ -108,6 +176,7 @@ def attack_all(capture: Capture, prepared, config: RunConfig) -> dict:
             "imia": attacks.imia_scores(sent, rows, shadow, count, rng),
             "request": attacks.request_scores(items, request_of(prepared, config, user, other)),
         }
+        scores.update(adaptive_scores(capture, prepared, config, user, server_round, popular))
         for name, score in scores.items():
             results[name]["auc"].append(attacks.auc(score, positive))
             results[name]["f1"].append(attacks.top_f1(score, positive, count, rng))
@@ -117,7 +186,7 @@ def attack_all(capture: Capture, prepared, config: RunConfig) -> dict:
         for name, values in results.items()
     }
     out["random-f1"] = float(np.mean(random_f1))
-    out["uploads"] = len(capture.uploads)
+    out["uploads"] = len(audited)
     out["change-norm-median"] = float(np.median(norms))
     out["change-norm-p90"] = float(np.quantile(norms, 0.9))
     return out
@@ -147,7 +216,7 @@ def audited_run(
                 prepared.num_users, size=min(num_users, prepared.num_users), replace=False
             )
         )
-        capture = Capture(users, set(audit_rounds))
+        capture = Capture(users, captured_rounds(audit_rounds, WINDOW))
         counter = RowCounter()  # every user's uploaded rows: its user-level epsilon
         uploads.OBSERVERS.extend([capture, counter])
         try:
@@ -168,6 +237,6 @@ def audited_run(
     return {
         "best_round": summary["best_round"],
         "test": summary["test"],
-        "attacks": attack_all(capture, prepared, config),
+        "attacks": attack_all(capture, prepared, config, audit_rounds),
         "user_level": counter.user_levels(config),
     }
