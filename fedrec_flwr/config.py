@@ -36,6 +36,7 @@ from fedrec_flwr.run_keys import (
     ItemLrScaling,
     KeepPersonalRows,
 )
+from fedrec_flwr.sampling import NEGATIVE_SAMPLER_KEYS
 from fedrec_flwr.schema import ConfigError, Key, KeyGroup, Settings
 from fedrec_flwr.server.optimizer import SERVER_OPTIMIZER_KEYS
 
@@ -80,6 +81,7 @@ def key_groups() -> tuple[KeyGroup, ...]:
         DUAL_KEYS,
         DATA_KEYS,
         TRAINING,
+        NEGATIVE_SAMPLER_KEYS,
         OUTPUTS,
         LEARNING,
         SAM_KEYS,

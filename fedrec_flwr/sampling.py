@@ -2,7 +2,35 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import numpy as np
+
+from fedrec_flwr.schema import Key, KeyGroup
+
+
+class NegativeSampler(StrEnum):
+    """``negative-sampler``: the generator of a user's training negatives."""
+
+    KEYED_NUMPY = "keyed-numpy"
+    COUNTER = "counter"
+
+
+#: The training negatives' generator (both keyed by (seed, user, round): packing-invariant).
+NEGATIVE_SAMPLER_KEYS = KeyGroup(
+    title="Negative sampling",
+    owner=__name__,
+    keys=(
+        Key(
+            "negative-sampler",
+            "keyed-numpy",
+            "`keyed-numpy`: a NumPy generator per (seed, user, round), drawn user by user; "
+            "`counter`: Philox4x32-10 of (seed, user, round, draw) in tensor ops, every user "
+            "of a round at once, the same on CPU and CUDA (other draws: other figures)",
+            choices=NegativeSampler,
+        ),
+    ),
+)
 
 
 def is_member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:

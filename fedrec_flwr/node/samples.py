@@ -17,10 +17,11 @@ import numpy as np
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
+from fedrec_flwr.node.counter_rng import counter_negatives
 from fedrec_flwr.privacy.decoys import with_trained_decoys
 from fedrec_flwr.run_keys import TrainNegatives
-from fedrec_flwr.sampling import is_member, sample_excluding
-from fedrec_flwr.seeding import keyed_rng
+from fedrec_flwr.sampling import NegativeSampler, is_member, sample_excluding
+from fedrec_flwr.seeding import STREAMS, keyed_rng
 
 
 def user_round_items(
@@ -28,13 +29,15 @@ def user_round_items(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(items, labels) a user trains on in a round: its positives, then its negatives."""
     positives = prepared.train_positives(user)
-    rng = keyed_rng(config.seed, "train-negatives", user, server_round)
-    negatives = sample_excluding(
-        rng,
-        prepared.num_items,
-        negative_exclusion(prepared, config, user),
-        config.num_negatives * len(positives),
-    )
+    excluded = negative_exclusion(prepared, config, user)
+    size = config.num_negatives * len(positives)
+    if config.negative_sampler == NegativeSampler.COUNTER:
+        negatives = counter_round_negatives(
+            config, [user], server_round, [size], [len(excluded)], excluded, prepared.num_items
+        )
+    else:
+        rng = keyed_rng(config.seed, "train-negatives", user, server_round)
+        negatives = sample_excluding(rng, prepared.num_items, excluded, size)
     labels = np.r_[np.ones(len(positives), np.float32), np.zeros(len(negatives), np.float32)]
     return with_trained_decoys(prepared, config, user, np.r_[positives, negatives], labels)
 
@@ -116,6 +119,9 @@ def users_round_items(
     n = prepared.num_items
     positives = [prepared.train_positives(int(u)) for u in users]
     sizes = np.array([config.num_negatives * len(p) for p in positives], dtype=np.int64)
+    if config.negative_sampler == NegativeSampler.COUNTER:  # every user at once
+        flat = counter_round_negatives(config, users, server_round, sizes, counts, excluded, n)
+        return assembled(prepared, config, users, positives, np.split(flat, np.cumsum(sizes)[:-1]))
     fallback = (sizes == 0) | (counts >= n)  # nothing to draw, or the per-user error
     rngs = [
         None if fallback[j] else keyed_rng(config.seed, "train-negatives", int(u), server_round)
@@ -143,16 +149,43 @@ def users_round_items(
         )
         wrong = wrong[is_member(draw_owner[wrong] * n + flat[wrong], excluded_keys)]
     draws = np.split(flat, np.cumsum(sizes)[:-1])
+    result = assembled(prepared, config, users, positives, draws)
+    for j in np.flatnonzero(fallback):
+        result[j] = user_round_items(prepared, config, int(users[j]), server_round)
+    return result
+
+
+def assembled(
+    prepared: PreparedData,
+    config: RunConfig,
+    users: np.ndarray,
+    positives: list[np.ndarray],
+    draws: list[np.ndarray],
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each user's (items, labels): its positives, then its negatives ``draws``."""
     result = []
     for j, user in enumerate(users):
-        if fallback[j]:
-            result.append(user_round_items(prepared, config, int(user), server_round))
-            continue
         labels = np.zeros(len(positives[j]) + len(draws[j]), np.float32)
         labels[: len(positives[j])] = 1.0
         items = np.concatenate([positives[j], draws[j]])
         result.append(with_trained_decoys(prepared, config, int(user), items, labels))
     return result
+
+
+def counter_round_negatives(
+    config: RunConfig,
+    users: np.ndarray | list[int],
+    server_round: int,
+    sizes: np.ndarray | list[int],
+    counts: np.ndarray | list[int],
+    excluded: np.ndarray,
+    num_items: int,
+) -> np.ndarray:
+    """``negative-sampler = "counter"``: the users' negatives from the keyed Philox stream,
+    drawn on the run's device (the same integers on CPU and CUDA)."""
+    stream = STREAMS["train-negatives"]
+    args = (config.seed, stream, server_round, users, sizes, counts, excluded, num_items)
+    return counter_negatives(*args, device=config.device)
 
 
 @dataclass(frozen=True)

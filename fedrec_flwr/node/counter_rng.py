@@ -1,0 +1,164 @@
+"""A counter-based keyed generator in tensor ops, and negative sampling from it.
+
+Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11): a
+keyed bijection of a 128-bit counter. Here the key is the run's seed (two 32-bit words) and
+the counter is (index // 4, user, round, stream << 16 | attempt); each block gives four
+32-bit words, lane ``index % 4`` of which is draw ``index``. A draw therefore depends only
+on (seed, stream, user, round, index, attempt): the same whatever other users share the
+call (packing-invariant), whatever the order, and whatever the device.
+
+Every value is a non-negative int64 below 2**49: the 32x32-bit products are formed from
+16-bit halves of the constants, so no operation overflows and CPU and CUDA compute the same
+integers (no float arithmetic until the last step).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+MASK32 = 0xFFFFFFFF
+PHILOX_M0, PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
+PHILOX_W0, PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
+PHILOX_ROUNDS = 10
+#: Lanes per Philox block: consecutive draws share a block.
+LANES = 4
+#: Attempts (a draw's redraws) and streams fit 16 bits each in the last counter word.
+MAX_ATTEMPTS = 1 << 16
+
+
+def _mulhilo(word: torch.Tensor, constant: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(high, low) 32-bit words of ``word * constant`` for 32-bit ``word`` and ``constant``,
+    from products below 2**48 (exact in int64 on every device)."""
+    low_product = word * (constant & 0xFFFF)
+    high_product = word * (constant >> 16)
+    spill = ((high_product & 0xFFFF) << 16) + low_product
+    return (high_product >> 16) + (spill >> 32), spill & MASK32
+
+
+def philox_blocks(
+    counters: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Philox4x32-10 of the four 32-bit counter words (int64 tensors of one shape) under the
+    64-bit ``seed``: four int64 tensors of 32-bit words."""
+    c0, c1, c2, c3 = counters
+    key0, key1 = seed & MASK32, (seed >> 32) & MASK32
+    for _ in range(PHILOX_ROUNDS):
+        hi0, lo0 = _mulhilo(c0, PHILOX_M0)
+        hi1, lo1 = _mulhilo(c2, PHILOX_M1)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ key0, lo1, hi0 ^ c3 ^ key1, lo0
+        key0, key1 = (key0 + PHILOX_W0) & MASK32, (key1 + PHILOX_W1) & MASK32
+    return c0, c1, c2, c3
+
+
+def random_words(
+    seed: int,
+    stream: int,
+    users: torch.Tensor,
+    server_round: int,
+    indices: torch.Tensor,
+    attempt: int | torch.Tensor = 0,
+) -> torch.Tensor:
+    """Uniform 32-bit words (int64) of draws ``indices`` of ``users`` (same shape) in
+    ``server_round``: the word of key (seed, stream, user, round, index, attempt)."""
+    indices = indices.to(torch.int64)
+    lanes = random_blocks(seed, stream, users, server_round, indices // LANES, attempt)
+    return torch.gather(lanes, -1, (indices % LANES).unsqueeze(-1)).squeeze(-1)
+
+
+def random_blocks(
+    seed: int,
+    stream: int,
+    users: torch.Tensor,
+    server_round: int,
+    blocks: torch.Tensor,
+    attempt: int | torch.Tensor = 0,
+) -> torch.Tensor:
+    """The words of draws ``4 * block .. 4 * block + 3`` of ``users`` (shape + (4,))."""
+    if not 0 <= stream < MAX_ATTEMPTS or seed < 0 or seed >> 64:
+        raise ValueError(f"seed={seed}, stream={stream}: use a seed in [0, 2**64), stream < 2**16")
+    users = users.to(torch.int64)
+    tag = torch.as_tensor(attempt, dtype=torch.int64, device=users.device) + (stream << 16)
+    counters = (
+        blocks.to(torch.int64),
+        users & MASK32,
+        torch.full_like(users, server_round & MASK32),
+        tag.expand_as(users),
+    )
+    return torch.stack(philox_blocks(counters, int(seed)), dim=-1)
+
+
+def uniform_integers(words: torch.Tensor, high: int) -> torch.Tensor:
+    """Integers in ``[0, high)`` from 32-bit words (multiply-shift: bias below high / 2**32)."""
+    if not 0 < high < 1 << 31:
+        raise ValueError(f"high={high}: draws need 0 < high < 2**31")
+    return (words * high) >> 32
+
+
+def uniform_floats(words: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Floats in ``[0, 1)`` from the top 24 bits of 32-bit words (exact in float32)."""
+    return (words >> 8).to(dtype) * (1.0 / (1 << 24))
+
+
+def counter_negatives(
+    seed: int,
+    stream: int,
+    server_round: int,
+    users: np.ndarray,
+    sizes: np.ndarray,
+    exclusion_counts: np.ndarray,
+    exclusions: np.ndarray,
+    num_items: int,
+    device: torch.device | str = "cpu",
+) -> np.ndarray:
+    """``sizes[j]`` uniform items of ``range(num_items)`` outside user ``users[j]``'s sorted
+    exclusion set (``exclusion_counts[j]`` items of ``exclusions``, users in order), all
+    concatenated. Draw ``i`` of a user is redrawn with the next attempt while it falls in
+    the set: every user's draws in lockstep, in tensor ops, none depending on another user.
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    exclusion_counts = np.asarray(exclusion_counts, dtype=np.int64)
+    full = (sizes > 0) & (exclusion_counts >= num_items)
+    if full.any():
+        user = int(np.asarray(users)[np.flatnonzero(full)[0]])
+        raise ValueError(
+            f"cannot draw negatives for user {user}: its exclusion set covers all {num_items} "
+            "items; use train-negatives = 'non-train' or a dataset with more items."
+        )
+    as_tensor = lambda values: torch.as_tensor(np.asarray(values, np.int64), device=device)  # noqa: E731
+    positions = torch.arange(len(sizes), device=device)
+    owner = torch.repeat_interleave(positions, as_tensor(sizes))
+    starts = torch.cumsum(as_tensor(sizes), 0) - as_tensor(sizes)
+    indices = torch.arange(len(owner), device=device) - starts[owner]
+    draw_users = as_tensor(users)[owner]
+    excluded_keys = torch.repeat_interleave(
+        positions, as_tensor(exclusion_counts)
+    ) * num_items + as_tensor(exclusions)  # sorted: users in order, each set sorted
+    # first attempt: whole blocks of four draws, each user's last block cut to its size
+    block_counts = (as_tensor(sizes) + LANES - 1) // LANES
+    block_owner = torch.repeat_interleave(positions, block_counts)
+    first_blocks = torch.cumsum(block_counts, 0) - block_counts
+    blocks = torch.arange(len(block_owner), device=device) - first_blocks[block_owner]
+    words = random_blocks(seed, stream, as_tensor(users)[block_owner], server_round, blocks)
+    kept = (torch.arange(LANES, device=device) + LANES * blocks.unsqueeze(-1)) < as_tensor(sizes)[
+        block_owner
+    ].unsqueeze(-1)
+    draws = uniform_integers(words[kept], num_items)
+    wrong = torch.arange(len(draws), device=device)
+    for attempt in range(1, MAX_ATTEMPTS):
+        wrong = wrong[_is_member(owner[wrong] * num_items + draws[wrong], excluded_keys)]
+        if len(wrong) == 0:
+            break
+        words = random_words(seed, stream, draw_users[wrong], server_round, indices[wrong], attempt)
+        draws[wrong] = uniform_integers(words, num_items)
+    else:
+        raise RuntimeError(f"negative draws still excluded after {MAX_ATTEMPTS} attempts")
+    return draws.cpu().numpy()
+
+
+def _is_member(values: torch.Tensor, sorted_set: torch.Tensor) -> torch.Tensor:
+    """Boolean mask: which ``values`` occur in the sorted ``sorted_set``."""
+    if len(sorted_set) == 0:
+        return torch.zeros(len(values), dtype=torch.bool, device=values.device)
+    where = torch.searchsorted(sorted_set, values).clamp_(max=len(sorted_set) - 1)
+    return sorted_set[where] == values
