@@ -1,0 +1,299 @@
+"""Where a round's time goes on one in-process node: a phase table per case and sampler.
+
+    python bench/profile_round.py --data-dir ../shared/datasets --rounds 5 \\
+        --case big --case ml100k --sampler keyed-numpy --sampler counter
+
+Runs the app in-process (LocalGrid, one node, no Ray) with timers around the node's phases:
+negative sampling, building the round's rows, the batch plan, the training loop (tensor
+kernels), the upload, the rest of the node's train handler (row look-ups, copies into
+tensors), evaluation, and the ClientApp's message glue; what is left of a round is the
+server's side (strategy, aggregation, records) and Flower's. Each phase's time excludes the
+phases inside it; a round runs from its first message to the next round's. Wall and CPU
+seconds (``time.process_time``: every thread) are both kept; ``torch-threads`` stays at
+its default of 1. With ``--ops`` one intermediate round also runs under ``torch.profiler``
+(a separate run): its top operators by self CPU time and the number of operators, a proxy
+for the kernel launches of a CUDA round.
+
+Cases: ``big`` (synthetic, 100,000 users x 20,000 items, mean degree 50, 10 % train per
+round, 1,000 users evaluated on intermediate rounds, all on the last) and ``ml100k``
+(PFedRec strict preset). Prints Markdown and writes ``--out`` (JSON of every figure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+PROJECT = Path(__file__).resolve().parents[1]
+CASES: dict[str, dict[str, Any]] = {
+    "big": {
+        "dataset": "synthetic",
+        "synthetic-users": 100_000,
+        "synthetic-items": 20_000,
+        "synthetic-mean-degree": 50,
+        "fraction-train": 0.1,
+        "eval-users": 1000,
+    },
+    "ml100k": {"preset": "pfedrec-ml100k-strict"},
+}
+SERVER = "server + Flower (rest of the round)"
+
+
+class PhaseClock:
+    """Exclusive wall and CPU seconds per (round, phase): entering a phase pauses the one
+    it runs inside."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every figure (a new run)."""
+        self.wall: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.cpu: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.stack: list[str] = []
+        self.round = 0
+        self.round_starts: dict[int, tuple[float, float]] = {}
+        self.mark = (time.perf_counter(), time.process_time())
+
+    def _charge(self) -> None:
+        now = (time.perf_counter(), time.process_time())
+        if self.stack:
+            self.wall[self.round][self.stack[-1]] += now[0] - self.mark[0]
+            self.cpu[self.round][self.stack[-1]] += now[1] - self.mark[1]
+        self.mark = now
+
+    @contextmanager
+    def phase(self, name: str):
+        self._charge()
+        self.stack.append(name)
+        try:
+            yield
+        finally:
+            self._charge()
+            self.stack.pop()
+
+    def wrap(self, owner: Any, attribute: str, name: str) -> None:
+        """Time ``owner.attribute`` (a module's function or a class's method) as ``name``."""
+        inner = getattr(owner, attribute)
+
+        def timed(*args, **kwargs):
+            with self.phase(name):
+                return inner(*args, **kwargs)
+
+        setattr(owner, attribute, timed)
+
+    def enter_round(self, server_round: int) -> None:
+        if server_round > 0 and server_round not in self.round_starts:
+            self._charge()
+            self.round = server_round
+            self.round_starts[server_round] = (time.perf_counter(), time.process_time())
+
+
+def instrument(clock: PhaseClock) -> None:
+    """Put the clock's timers around the node's phases (where their callers look them up)."""
+    from fedrec_flwr.node import evaluate, runtime, training
+
+    clock.wrap(runtime, "users_round_items", "sampling (negatives)")
+    clock.wrap(runtime, "user_round_items", "sampling (negatives)")
+    clock.wrap(runtime, "build_round_samples", "rows of the round (build_round_samples)")
+    clock.wrap(training, "epoch_steps", "batch plan (epoch_steps)")
+    clock.wrap(runtime, "local_update", "training loop (tensor kernels)")
+    clock.wrap(runtime, "summed_upload", "upload (summed_upload)")
+    clock.wrap(runtime.NodeRuntime, "train", "node train: look-ups, copies, state")
+    clock.wrap(evaluate.NodeEvaluation, "evaluate_users", "evaluation")
+
+
+def run_case(config: dict[str, Any], clock: PhaseClock, on_round: Callable | None = None):
+    """Run ``config`` in-process on one node, every message through the clock."""
+    from fedrec_flwr.client_app import app as client_app
+    from fedrec_flwr.config import RunConfig
+    from fedrec_flwr.server_app import run_federation
+    from fedrec_lab.local_grid import LocalGrid
+
+    def timed_app(message, context):
+        content = message.content
+        if "config" in content:
+            server_round = int(content["config"].get("server-round", 0))
+            if on_round and server_round not in clock.round_starts:
+                on_round(server_round)
+            clock.enter_round(server_round)
+        with clock.phase("client app: messages and state"):
+            return client_app(message, context)
+
+    grid = LocalGrid(timed_app, config, 1)
+    run_federation(grid, RunConfig.from_mapping(config))
+    clock._charge()
+    return time.perf_counter(), time.process_time()
+
+
+def case_config(case: str, sampler: str, rounds: int, data_dir: str | None, work: Path) -> dict:
+    from fedrec_lab.presets import resolve
+
+    spec = dict(CASES[case])
+    config: dict[str, Any] = {}
+    if "preset" in spec:
+        config.update(resolve(PROJECT / "conf" / f"{spec.pop('preset')}.toml"))
+    config.update(spec)
+    if data_dir:
+        config["data-dir"] = str(Path(data_dir).resolve())
+    config.update(
+        {
+            "num-server-rounds": rounds,
+            "run-name": f"{case}-{sampler}",
+            "results-dir": str(work),
+            "checkpoint-every": 0,
+            "negative-sampler": sampler,
+        }
+    )
+    return config
+
+
+def round_table(clock: PhaseClock, end: tuple[float, float]) -> dict[int, dict[str, Any]]:
+    """Per round: wall and CPU seconds and each phase's, the server's as the remainder."""
+    starts = sorted(clock.round_starts)
+    rounds = {}
+    for r, nxt in zip(starts, [*starts[1:], None], strict=True):
+        stop = clock.round_starts[nxt] if nxt else end
+        wall = stop[0] - clock.round_starts[r][0]
+        cpu = stop[1] - clock.round_starts[r][1]
+        phases_wall, phases_cpu = dict(clock.wall[r]), dict(clock.cpu[r])
+        phases_wall[SERVER] = wall - sum(phases_wall.values())
+        phases_cpu[SERVER] = cpu - sum(phases_cpu.values())
+        rounds[r] = {"wall": wall, "cpu": cpu, "phases_wall": phases_wall, "phases_cpu": phases_cpu}
+    return rounds
+
+
+def summary(rounds: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the intermediate rounds (not the first, a warm-up, nor the last, which
+    evaluates every user), or over what there is."""
+    ids = sorted(rounds)
+    middle = ids[1:-1] or ids[1:] or ids
+    phases = sorted({p for r in middle for p in rounds[r]["phases_wall"]})
+    return {
+        "rounds": middle,
+        "wall": statistics.median(rounds[r]["wall"] for r in middle),
+        "cpu": statistics.median(rounds[r]["cpu"] for r in middle),
+        "phases_wall": {
+            p: statistics.median(rounds[r]["phases_wall"].get(p, 0.0) for r in middle)
+            for p in phases
+        },
+        "phases_cpu": {
+            p: statistics.median(rounds[r]["phases_cpu"].get(p, 0.0) for r in middle)
+            for p in phases
+        },
+        "last_round": {"wall": rounds[ids[-1]]["wall"], "cpu": rounds[ids[-1]]["cpu"]},
+    }
+
+
+def op_profile(config: dict[str, Any], profiled_round: int, top: int) -> dict[str, Any]:
+    """One run with ``torch.profiler`` on round ``profiled_round``: operator counts and the
+    top operators by self CPU time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if str(config.get("device", "cpu")).startswith("cuda"):
+        activities.append(ProfilerActivity.CUDA)
+    profiler = profile(activities=activities)
+    state = {"on": False}
+
+    def on_round(server_round: int) -> None:
+        if server_round == profiled_round and not state["on"]:
+            profiler.start()
+            state["on"] = True
+        elif state["on"]:
+            profiler.stop()
+            state["on"] = False
+
+    run_case(config, PhaseClock(), on_round)
+    if state["on"]:
+        profiler.stop()
+    events = profiler.key_averages()
+    rows = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    launches = sum(e.count for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    return {
+        "round": profiled_round,
+        "operators": sum(e.count for e in events if e.key.startswith("aten::")),
+        "cuda_kernels": launches,
+        "top": [
+            {"op": e.key, "calls": e.count, "self_cpu_s": e.self_cpu_time_total / 1e6} for e in rows
+        ],
+    }
+
+
+def markdown(name: str, result: dict[str, Any]) -> str:
+    s = result["summary"]
+    lines = [
+        f"### {name}",
+        "",
+        f"Rounds {s['rounds']} (median): {s['wall']:.2f} s wall, {s['cpu']:.2f} CPU-s; "
+        f"last round (evaluates every user): {s['last_round']['wall']:.2f} s wall, "
+        f"{s['last_round']['cpu']:.2f} CPU-s.",
+        "",
+        "| phase | wall s | share | CPU s | share |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    order = sorted(s["phases_wall"], key=lambda p: -s["phases_wall"][p])
+    for p in order:
+        w, c = s["phases_wall"][p], s["phases_cpu"][p]
+        lines.append(f"| {p} | {w:.3f} | {w / s['wall']:.0%} | {c:.3f} | {c / s['cpu']:.0%} |")
+    if "ops" in result:
+        ops = result["ops"]
+        lines += [
+            "",
+            f"torch.profiler, round {ops['round']}: {ops['operators']} aten operator calls, "
+            f"{ops['cuda_kernels']} CUDA kernels.",
+            "",
+            "| operator | calls | self CPU s |",
+            "|---|---:|---:|",
+            *(f"| {t['op']} | {t['calls']} | {t['self_cpu_s']:.3f} |" for t in ops["top"]),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--case", action="append", choices=sorted(CASES))
+    parser.add_argument("--sampler", action="append", choices=["keyed-numpy", "counter"])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--data-dir", default=None, help="folder of the datasets")
+    parser.add_argument("--set", action="append", default=[], help="run-config key=value")
+    parser.add_argument("--ops", action="store_true", help="also one torch.profiler run")
+    parser.add_argument("--top", type=int, default=12, help="operators listed by --ops")
+    parser.add_argument("--out", default=None, help="JSON of every figure")
+    args = parser.parse_args()
+    extra = dict(item.split("=", 1) for item in args.set)
+    results: dict[str, Any] = {}
+    clock = PhaseClock()
+    instrument(clock)
+    for case in args.case or ["ml100k"]:
+        for sampler in args.sampler or ["keyed-numpy"]:
+            work = Path(tempfile.mkdtemp(prefix="fedrec-profile-"))
+            try:
+                config = {**case_config(case, sampler, args.rounds, args.data_dir, work), **extra}
+                clock.reset()
+                end = run_case(config, clock)
+                rounds = round_table(clock, end)
+                result = {"config": config, "rounds": rounds, "summary": summary(rounds)}
+                if args.ops:
+                    result["ops"] = op_profile(config, min(2, args.rounds), args.top)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            name = f"{case}, negative-sampler = {sampler}"
+            results[name] = result
+            print(markdown(name, result), flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
