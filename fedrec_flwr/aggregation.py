@@ -1,11 +1,16 @@
-"""Row-wise aggregation of sparse item-row uploads, and the mean of shared-dense uploads."""
+"""Row-wise aggregation of sparse item-row uploads, and the mean of shared-dense uploads;
+the server's defences against poisoned rows (a per-row norm bound, robust aggregation)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
 
 import numpy as np
+
+from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Key, KeyGroup
 
 
 @dataclass(frozen=True)
@@ -78,3 +83,154 @@ def dense_changes(
             total += upload.dense_sums[name]
         changes[name] = total / max(total_users, 1) - value.astype(np.float64)
     return changes
+
+
+class RobustRule(StrEnum):
+    """``robust-aggregation``: how a row's contributors' changes are combined."""
+
+    NONE = "none"
+    TRIMMED_MEAN = "trimmed-mean"
+    MEDIAN = "median"
+
+
+#: Share of a row's contributors dropped at each end, coordinate by coordinate, by
+#: ``trimmed-mean`` (Yin et al., ICML 2018); a row with fewer than 1 / TRIM_FRACTION
+#: contributors loses none.
+TRIM_FRACTION = 0.1
+
+
+def check_defences(config: Any) -> None:
+    if config.robust_aggregation != RobustRule.NONE and config.decoy_ratio > 0:
+        raise ConfigError(
+            f"robust-aggregation='{config.robust_aggregation}' and decoy-ratio > 0 do not "
+            "combine: decoy rows are contributors the server cannot tell from real ones, and "
+            "their changes pull the median or trimmed mean of every row they hit. Set "
+            "decoy-ratio = 0, or robust-aggregation = 'none' (row-update-bound still applies)."
+        )
+
+
+#: The server's defences against poisoned uploads (see the module's doc).
+DEFENCE_KEYS = KeyGroup(
+    title="Server defences against poisoning",
+    owner=__name__,
+    check=check_defences,
+    keys=(
+        Key(
+            "row-update-bound",
+            0.0,
+            "L2 bound on a user's change of one item row per round: each reply's row change is "
+            "clipped to it (times the reply's users of the row), so no row moves further in a "
+            "round; 0 = off",
+            range=NON_NEGATIVE,
+            why=": the longest change of an item row one user may make in a round (0 = no bound)",
+        ),
+        Key(
+            "robust-aggregation",
+            RobustRule.NONE.value,
+            "how a row's contributors' changes combine: `none` (their mean, as `aggregation` "
+            "says), `trimmed-mean` (coordinate-wise, 10 % dropped at each end) or `median` "
+            "(coordinate-wise); needs one user per node and no decoys",
+            choices=RobustRule,
+        ),
+    ),
+)
+
+
+def contributions(
+    table: np.ndarray, uploads: Sequence[RowUpload]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (upload, row) pair of the round: the row ids, the upload's float64 change of the
+    row (its users' tuned rows summed, minus as many global rows) and its number of users."""
+    ids, changes, counts = [], [], []
+    for upload in uploads:
+        rows = np.concatenate(
+            [
+                np.asarray(upload.row_sums, dtype=np.float64),
+                np.zeros((len(upload.zero_ids), table.shape[1])),
+            ]
+        )
+        upload_ids = np.concatenate([upload.item_ids, upload.zero_ids]).astype(np.int64)
+        upload_counts = np.concatenate([upload.row_counts, upload.zero_counts]).astype(np.int64)
+        base = table[upload_ids].astype(np.float64)
+        ids.append(upload_ids)
+        changes.append(rows - upload_counts[:, None] * base)
+        counts.append(upload_counts)
+    if not ids:
+        return np.empty(0, np.int64), np.empty((0, table.shape[1])), np.empty(0, np.int64)
+    return np.concatenate(ids), np.concatenate(changes), np.concatenate(counts)
+
+
+def row_norms(rows: np.ndarray) -> np.ndarray:
+    """L2 norm of each row without overflow (a row of 1e300 has norm about 1e300, not inf);
+    inf for a row holding NaN or inf."""
+    scale = np.abs(rows).max(axis=1, initial=0.0)
+    norms = np.zeros(len(rows))
+    finite = np.isfinite(scale)
+    norms[~finite] = np.inf
+    ok = finite & (scale > 0)
+    norms[ok] = scale[ok] * np.linalg.norm(rows[ok] / scale[ok, None], axis=1)
+    return norms
+
+
+def bounded_changes(changes: np.ndarray, counts: np.ndarray, bound: float) -> np.ndarray:
+    """Each change shortened so that its users' mean change has L2 norm at most ``bound``
+    (one user: its own change); a change holding NaN or inf becomes zero."""
+    norms = row_norms(changes)
+    limit = bound * counts.astype(np.float64)
+    factor = np.ones(len(changes))
+    long = norms > limit
+    factor[long] = np.where(np.isfinite(norms[long]), limit[long] / norms[long], 0.0)
+    out = changes * factor[:, None]
+    out[~np.isfinite(norms)] = 0.0
+    return out
+
+
+def robust_location(values: np.ndarray, groups: np.ndarray, num_groups: int, rule: str):
+    """Coordinate-wise median or trimmed mean of the ``values`` of each group (``groups``:
+    each value's group in 0..num_groups-1, every group non-empty)."""
+    order = np.argsort(groups, kind="stable")
+    bounds = np.searchsorted(groups[order], np.arange(num_groups + 1))
+    out = np.empty((num_groups, values.shape[1]))
+    for g in range(num_groups):
+        members = values[order[bounds[g] : bounds[g + 1]]]
+        if rule == RobustRule.MEDIAN:
+            out[g] = np.median(members, axis=0)
+        else:
+            cut = int(TRIM_FRACTION * len(members))
+            out[g] = np.sort(members, axis=0)[cut : len(members) - cut].mean(axis=0)
+    return out
+
+
+def defended_row_changes(
+    table: np.ndarray, uploads: Sequence[RowUpload], rule: str, bound: float, robust: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`row_changes` with the server's defences against poisoned uploads.
+
+    ``bound`` > 0: each upload's change of a row is clipped to ``bound`` times its number of
+    users (its users' mean change has norm at most ``bound``). ``robust``: the row moves by
+    the coordinate-wise median or trimmed mean of its contributors' mean changes, instead
+    of their mean, scaled as ``rule`` scales the mean (``round-mean``: times the row's users
+    over the round's users), and clipped to ``bound`` again. Either way no row moves by more
+    than ``bound`` in a round. A contributor is an upload: one user in the faithful mode."""
+    total_users = sum(upload.num_users for upload in uploads)
+    ids, changes, counts = contributions(table, uploads)
+    if total_users == 0 or not len(ids):
+        return np.empty(0, dtype=np.int64), np.empty((0, table.shape[1]))
+    if bound > 0:
+        changes = bounded_changes(changes, counts, bound)
+    touched, inverse = np.unique(ids, return_inverse=True)
+    row_users = np.bincount(inverse, weights=counts, minlength=len(touched))[:, None]
+    if rule == "round-mean":
+        divisor = np.full((len(touched), 1), float(total_users))
+    elif rule == "toucher-mean":
+        divisor = row_users
+    else:
+        raise ValueError(f"unknown aggregation rule '{rule}' (round-mean, toucher-mean)")
+    if robust == RobustRule.NONE:
+        sums = np.zeros((len(touched), table.shape[1]))
+        np.add.at(sums, inverse, changes)
+        return touched, sums / divisor
+    location = robust_location(changes / counts[:, None], inverse, len(touched), robust)
+    if bound > 0:
+        location = bounded_changes(location, np.ones(len(location), np.int64), bound)
+    return touched, location * (row_users / divisor)

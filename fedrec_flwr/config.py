@@ -18,10 +18,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from fedrec_flwr.aggregation import DEFENCE_KEYS
 from fedrec_flwr.data.registry import DATA_KEYS, dataset_key_groups
 from fedrec_flwr.methods import METHODS, Method, build_method
 from fedrec_flwr.methods.plgc import PLGC_KEYS
 from fedrec_flwr.methods.plugins import DUAL_KEYS
+from fedrec_flwr.node.malicious import MALICIOUS_KEYS
 from fedrec_flwr.node.optim import SAM_KEYS
 from fedrec_flwr.privacy.decoys import DECOY_KEYS
 from fedrec_flwr.privacy.ldp import LDP_KEYS
@@ -92,6 +94,8 @@ def key_groups() -> tuple[KeyGroup, ...]:
         EVALUATION,
         EXECUTION,
         FAULTS,
+        MALICIOUS_KEYS,
+        DEFENCE_KEYS,
         LDP_KEYS,
         DECOY_KEYS,
         *dataset_key_groups(),

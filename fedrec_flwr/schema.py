@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import FrozenInstanceError, dataclass, field
 from typing import Any, ClassVar, Self
@@ -59,6 +60,10 @@ class Range:
 POSITIVE = Range(0, low_included=False)
 NON_NEGATIVE = Range(0)
 
+#: The largest magnitude a float key accepts: beyond it a value is a typo or an attack (a
+#: learning rate of 1e300 overflows the first update), whatever the key's own range says.
+FLOAT_MAGNITUDE_LIMIT = 1e12
+
 
 @dataclass(frozen=True)
 class Key:
@@ -101,6 +106,7 @@ class Key:
         kind = self.type
         numeric = isinstance(value, int | float) and not isinstance(value, bool)
         if kind is float and numeric:
+            self._validate_finite(float(value))  # also for a group that does not apply
             return float(value)
         if kind is int and isinstance(value, float) and value.is_integer():
             return int(value)
@@ -124,10 +130,23 @@ class Key:
                 + (f" (did you mean '{hint[0]}'?)" if hint else "")
                 + f". Choose one of: {', '.join(choices)}."
             )
+        if self.type is float:
+            self._validate_finite(value)
         if self.range is not None and value not in self.range:
             raise ConfigError(f"{self.name}={value} must be {self.range}{self.why}.")
         if self.check is not None:
             self.check(value)
+
+    def _validate_finite(self, value: float) -> None:
+        """Refuse NaN, inf and magnitudes beyond :data:`FLOAT_MAGNITUDE_LIMIT` (every float
+        key: a NaN passes no comparison, an inf passes an open-ended range)."""
+        if not math.isfinite(value) or abs(value) > FLOAT_MAGNITUDE_LIMIT:
+            raise ConfigError(
+                f"{self.name}={value} is not a usable number: give a finite value of magnitude "
+                f"at most {FLOAT_MAGNITUDE_LIMIT:g}"
+                + (f" ({self.range})" if self.range is not None else "")
+                + f", e.g. the default {self.name} = {self.default!r}."
+            )
 
 
 @dataclass(frozen=True)

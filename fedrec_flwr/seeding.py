@@ -25,6 +25,7 @@ STREAMS = {
     "ldp-noise": 12,
     "decoys": 13,
     "audit": 14,
+    "malicious": 15,
 }
 
 

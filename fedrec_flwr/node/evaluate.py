@@ -76,6 +76,9 @@ class NodeEvaluation:
                     totals[f"{split}-{name}"] += float(values.sum())
                 columns.append(stacked(terms, len(positions)))
             per_user.append(np.concatenate(columns, axis=1))
+            if ranks.exposed is not None:  # a malicious attack's target items
+                exposed = totals.get("target-exposed", 0.0) + float(ranks.exposed.sum())
+                totals["target-exposed"] = exposed
             for j in np.flatnonzero(np.isin(positions, self.erank_positions)):
                 erank = self._personal_erank(state, params, positions, j, item_ids, item_rows)
                 if erank is not None:

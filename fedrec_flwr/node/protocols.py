@@ -17,6 +17,7 @@ import torch
 from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
 from fedrec_flwr.evaluation import ranks_from_scores, reported_metrics
 from fedrec_flwr.methods import Method
+from fedrec_flwr.node.malicious import target_exposure
 from fedrec_flwr.node.personal import PersonalRows
 from fedrec_flwr.sampling import is_member
 
@@ -31,12 +32,15 @@ class Ranks:
     test: np.ndarray
     sampled_val: np.ndarray | None = None
     sampled_test: np.ndarray | None = None
+    exposed: np.ndarray | None = None  # float64 [a]: a target item in the top 10 (strict)
 
 
 class EvalProtocol:
     """What differs between the protocols at evaluation time."""
 
     name: str
+    #: Items whose exposure evaluation measures (a malicious attack's targets; strict only).
+    target_items: np.ndarray = np.empty(0, dtype=np.int64)
 
     def __init__(self, prepared: PreparedData, seed: int) -> None:
         self.prepared = prepared
@@ -168,6 +172,9 @@ class StrictProtocol(EvalProtocol):
             torch.from_numpy(np.concatenate(train_owner)),
             torch.from_numpy(np.concatenate(train_items)),
         ] = False
+        exposed = None
+        if len(self.target_items):  # over every item but the train positives
+            exposed = target_exposure(scores, valid, self.target_items)
         valid_item = torch.from_numpy(np.asarray(self.prepared.valid_item[users], np.int64))
         test_item = torch.from_numpy(np.asarray(self.prepared.test_item[users], np.int64))
         valid[index, valid_item] = False  # the target does not compete with itself
@@ -182,7 +189,7 @@ class StrictProtocol(EvalProtocol):
         k = EVAL_NEGATIVES_PER_SPLIT
         sampled_val = ranks_from_scores(scores[index, valid_item], sampled[:, :k])
         sampled_test = ranks_from_scores(scores[index, test_item], sampled[:, k:])
-        return Ranks(val.numpy(), test.numpy(), sampled_val.numpy(), sampled_test.numpy())
+        return Ranks(val.numpy(), test.numpy(), sampled_val.numpy(), sampled_test.numpy(), exposed)
 
 
 PROTOCOLS: dict[str, type[EvalProtocol]] = {p.name: p for p in (PaperProtocol, StrictProtocol)}

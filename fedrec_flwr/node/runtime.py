@@ -20,6 +20,7 @@ import torch
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.methods import ROWS, Method, build_method
+from fedrec_flwr.node import malicious
 from fedrec_flwr.node.accelerator import torch_device
 from fedrec_flwr.node.evaluate import NodeEvaluation
 from fedrec_flwr.node.personal import KEY_STRIDE, PersonalRows
@@ -62,6 +63,7 @@ class NodeRuntime(NodeEvaluation):
         self.users = users_of_partition(partition_id, num_partitions, prepared.num_users)
         self.method: Method = build_method(config, prepared.num_items)
         self.protocol = build_protocol(config.protocol, prepared, config.seed)
+        self.protocol.target_items = malicious.exposure_targets(prepared, config)
         self.device = torch_device(config)
         self.max_samples = max_samples_per_user(prepared, config)
         self._planned: tuple[int, dict] = (0, {})  # (round, user -> (items, labels))
@@ -115,6 +117,7 @@ class NodeRuntime(NodeEvaluation):
             uploads.with_decoys(self.prepared, self.config, user, items)
             for user, (items, _) in planned.items()
         ]
+        requested = malicious.with_attack_rows(self.prepared, self.config, planned, requested)
         return distinct_items(np.concatenate(requested), self.prepared.num_items)[0]
 
     def _items_of(self, server_round: int):
@@ -174,7 +177,8 @@ class NodeRuntime(NodeEvaluation):
         )
         params = self._round_params(state, positions, dense or {})
         received = lookup_rows(samples.row_items, item_ids, item_rows)
-        per_user = uploads.per_user_uploads(self.config)
+        attack = malicious.attack_active(self.config)
+        per_user = uploads.per_user_uploads(self.config) or attack
         sent = received.copy() if per_user else received  # the global rows, for LDP
         for name in self.method.global_row_names():  # the frozen global view
             params[name] = torch.from_numpy(received.copy()).to(self.device)
@@ -199,16 +203,28 @@ class NodeRuntime(NodeEvaluation):
             tuned[np.abs(tuned).max(axis=1, initial=0.0) <= threshold] = 0.0
 
         up_items, up_rows = samples.row_items, tuned
+        offsets, sent_rows = samples.row_offsets, sent
+        if attack:  # the malicious users' uploads (simulation: fedrec_flwr/node/malicious.py)
+            offsets, up_items, up_rows, sent_rows = malicious.poisoned_rows(
+                self.prepared,
+                self.config,
+                samples.users,
+                samples.row_offsets,
+                samples.row_items,
+                tuned,
+                sent,
+                lambda items: lookup_rows(items, item_ids, item_rows),
+            )
         if per_user:  # each user's upload on its own: LDP, decoys (fedrec_flwr/privacy)
             up_items, up_rows = uploads.user_uploads(
                 self.prepared,
                 self.config,
                 server_round,
                 samples.users,
-                samples.row_offsets,
-                samples.row_items,
-                tuned,
-                sent,
+                offsets,
+                up_items,
+                up_rows,
+                sent_rows,
                 lambda items: lookup_rows(items, item_ids, item_rows),
             )
         result = summed_upload(

@@ -67,12 +67,15 @@ class EvaluationRounds:
         sums = dict.fromkeys(self.metric_names, 0.0)
         users = 0
         erank_sum, erank_users = 0.0, 0
+        exposed: float | None = None  # users with a target item in their top 10 (an attack)
         for node in sorted(evaluated, key=lambda node: node.partition_id):
             metrics = node.metrics
             users += int(metrics["num-users"])
             if "erank-personal-users" in metrics:
                 erank_sum += float(metrics["erank-personal-sum"])
                 erank_users += int(metrics["erank-personal-users"])
+            if "target-exposed" in metrics:
+                exposed = (exposed or 0.0) + float(metrics["target-exposed"])
             for name in self.metric_names:
                 sums[name] += float(metrics[name])
         if users == 0:
@@ -87,4 +90,6 @@ class EvaluationRounds:
         means["erank-global"] = effective_rank(table)
         if erank_users:
             means["erank-personal"] = erank_sum / erank_users
+        if exposed is not None:
+            means["target-er@10"] = exposed / users
         return EvaluationOutcome(means, (ids[order], values[order]))

@@ -6,7 +6,8 @@ the server optimiser and the rows ever touched, and the update a round's uploads
 (:mod:`fedrec_lab.audit.loop`) both call it. Per round:
 
 1. the float64 change of each touched row (:func:`~fedrec_flwr.aggregation.row_changes`,
-   ``aggregation`` rule), optionally shrunk by the LDP denoising hook
+   ``aggregation`` rule; with a defence on, :func:`~fedrec_flwr.aggregation.defended_row_changes`:
+   see below), optionally shrunk by the LDP denoising hook
    (:mod:`fedrec_flwr.privacy.denoise`);
 2. the server optimiser turns it into the new rows (:mod:`fedrec_flwr.server.optimizer`);
 3. a sparse method's rows at or below its zero threshold become exact zeros;
@@ -15,6 +16,20 @@ the server optimiser and the rows ever touched, and the update a round's uploads
 
 :meth:`ServerModel.state_dict` holds everything a resumed run needs of it, under the array
 names of a checkpoint's ``server.npz`` (:mod:`fedrec_flwr.server.checkpoint`).
+
+Defences against poisoned uploads (``row-update-bound``, ``robust-aggregation``, declared in
+:mod:`fedrec_flwr.aggregation`; both off by default). The bound *clips*: each upload's change of
+a row is shortened to ``bound`` times its number of users, keeping its direction, so an honest
+user whose step happens to be long still counts, and a reply of 1e6 or 1e300 moves no row by
+more than ``bound``. Replies holding NaN or inf are *rejected* before
+(:mod:`fedrec_flwr.server.validation`): there is no direction to keep; a caller that skips that
+check gets them as zero changes. Robust aggregation takes the coordinate-wise median or trimmed
+mean over a row's contributors, and the server sees one contributor per reply: a node's sum of
+its users' rows. So it needs one user per node (the faithful mode, the only one a real
+deployment has); a packed federation is refused at start
+(:meth:`ServerModel.check_contributors`), and so are decoys, whose rows are contributors the
+server cannot tell apart. Neither defence covers shared-dense parameters (FedNCF's MLP): they
+are averaged as before.
 """
 
 from __future__ import annotations
@@ -24,10 +39,17 @@ from typing import Any
 
 import numpy as np
 
-from fedrec_flwr.aggregation import RowUpload, dense_changes, row_changes
+from fedrec_flwr.aggregation import (
+    RobustRule,
+    RowUpload,
+    defended_row_changes,
+    dense_changes,
+    row_changes,
+)
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import Method
 from fedrec_flwr.privacy.denoise import denoiser
+from fedrec_flwr.schema import ConfigError
 from fedrec_flwr.seeding import keyed_rng
 from fedrec_flwr.server.optimizer import ServerOptimizer
 
@@ -64,6 +86,8 @@ class ServerModel:
         zero_threshold: float | None = None,
         evaluate_round_start: bool = False,
         denoise: Denoiser | None = None,
+        row_update_bound: float = 0.0,
+        robust_aggregation: str = RobustRule.NONE,
     ) -> None:
         self.table = table
         self.round_start_table = table
@@ -73,6 +97,8 @@ class ServerModel:
         self.zero_threshold = zero_threshold
         self.evaluate_round_start = evaluate_round_start
         self.denoise = denoise
+        self.row_update_bound = row_update_bound
+        self.robust_aggregation = RobustRule(robust_aggregation)
         self.touched_ever = np.zeros(len(table), dtype=bool)
 
     @classmethod
@@ -95,6 +121,8 @@ class ServerModel:
             zero_threshold=method.zero_threshold,
             evaluate_round_start=method.eval_table == "round-start",
             denoise=denoiser(config, num_items),
+            row_update_bound=config.row_update_bound,
+            robust_aggregation=config.robust_aggregation,
         )
 
     @property
@@ -104,6 +132,23 @@ class ServerModel:
     @property
     def row_dim(self) -> int:
         return self.table.shape[1]
+
+    @property
+    def defended(self) -> bool:
+        """Is a defence against poisoned uploads on?"""
+        return self.row_update_bound > 0 or self.robust_aggregation != RobustRule.NONE
+
+    def check_contributors(self, users_per_node: int) -> None:
+        """Refuse robust aggregation when a node holds several users (its reply is one
+        contributor: the sum of its users' rows)."""
+        if self.robust_aggregation != RobustRule.NONE and users_per_node > 1:
+            raise ConfigError(
+                f"robust-aggregation='{self.robust_aggregation}' takes the median or trimmed "
+                f"mean over each row's contributors, one per reply, but a node holds "
+                f"{users_per_node} users and replies with their sum. Run one user per node "
+                "(as many SuperNodes as users), or set robust-aggregation = 'none' "
+                "(row-update-bound works with packed nodes)."
+            )
 
     def load_initial(self, table: np.ndarray, dense: Mapping[str, np.ndarray]) -> None:
         """Take round 1's table and shared-dense parameters (e.g. from a Flower record),
@@ -132,7 +177,16 @@ class ServerModel:
         if not uploads:
             raise ValueError("no uploads to apply: a round without any leaves the model as it is")
         uploads = list(uploads)
-        touched, delta = row_changes(self.table, uploads, self.aggregation)
+        if self.defended:
+            touched, delta = defended_row_changes(
+                self.table,
+                uploads,
+                self.aggregation,
+                self.row_update_bound,
+                self.robust_aggregation,
+            )
+        else:
+            touched, delta = row_changes(self.table, uploads, self.aggregation)
         if self.denoise is not None:  # post-processing of the LDP noise
             delta = self.denoise(touched, delta, uploads)
         self.table = self.optimizer.update_rows(self.table, touched, delta)

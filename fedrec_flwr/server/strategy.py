@@ -103,6 +103,7 @@ class FedRecStrategy(Strategy):
                 f"the nodes hold {federation.num_items} items, the server model was built "
                 f"for {model.num_items}: build it from the handshake's number of items"
             )
+        model.check_contributors(max((len(i.users) for i in federation.nodes.values()), default=1))
         self.config = config
         self.method = method
         self.model = model

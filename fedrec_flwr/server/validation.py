@@ -145,6 +145,10 @@ def check_eval_reply(
         _number(metrics, "erank-personal-sum")
         if _number(metrics, "erank-personal-users", integral=True) > num_users:
             raise ReplyError("erank-personal-users exceeds num-users")
+    if "target-exposed" in metrics and _number(metrics, "target-exposed") > num_users:
+        raise ReplyError(
+            "target-exposed (users with a target item in their top 10) exceeds num-users"
+        )
     _request(arrays, metrics, schema.num_items)
     if per_user is not None:
         _per_user(per_user, metrics, metric_names, int(num_users), node_ids)
