@@ -6,6 +6,7 @@
   ``<!-- end table -->``; it must equal what its spec selects from the file now. After a
   results file changed, rewrite the copies with ``python tests/lab/test_docs.py --update``.
 - Each number of the README's measured facts is in the file that row cites.
+- The README states the two test tiers that ``.ci/run`` runs (fast, then ``-m slow``).
 - The repository speaks of the project only: no development history (numbered work steps,
   tickets, working sessions) outside CHANGELOG.md.
 """
@@ -13,8 +14,10 @@
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -180,9 +183,32 @@ def test_readme_is_short() -> None:
     assert lines <= 300, f"README.md has {lines} lines: move detail into a docs/ page"
 
 
-def test_readme_test_command_is_what_ci_runs() -> None:
-    assert "\npython -m pytest\n" in (ROOT / ".ci" / "run").read_text()
-    assert "\npython -m pytest" in README.read_text()
+#: The two test tiers, as .ci/run runs them and the README states them.
+TEST_TIERS = ("python -m pytest", "python -m pytest -m slow")
+
+
+def command_lines(text: str) -> list[str]:
+    """The lines of ``text`` that run pytest, comments after them left out."""
+    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
+    return [line for line in lines if line.startswith("python -m pytest")]
+
+
+def test_readme_test_commands_are_what_ci_runs() -> None:
+    ci = command_lines((ROOT / ".ci" / "run").read_text())
+    assert ci == list(TEST_TIERS), f".ci/run runs {ci}; it should run the tiers {TEST_TIERS}"
+    readme = command_lines(README.read_text())
+    assert all(tier in readme for tier in TEST_TIERS), (
+        f"README.md states {readme}; state both tiers, each on its own line: {TEST_TIERS}"
+    )
+
+
+def test_the_fast_tier_leaves_out_the_slow_tests_and_the_slow_tier_runs_them() -> None:
+    """Plain ``python -m pytest`` deselects ``slow`` (pyproject's addopts); a later ``-m slow``
+    replaces that selection, so every test is in exactly one tier."""
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
+    options = shlex.split(settings["ini_options"]["addopts"])
+    assert options[options.index("-m") + 1] == "not slow", f"addopts {options}: add -m 'not slow'"
+    assert any(marker.startswith("slow:") for marker in settings["ini_options"]["markers"])
 
 
 def test_readme_links_to_files_that_exist() -> None:
