@@ -16,7 +16,9 @@ are checked against it (``python -m fedrec_lab.configref``).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from fedrec_flwr.aggregation import DEFENCE_KEYS
 from fedrec_flwr.data.registry import DATA_KEYS, dataset_key_groups
@@ -42,7 +44,14 @@ from fedrec_flwr.sampling import NEGATIVE_SAMPLER_KEYS
 from fedrec_flwr.schema import ConfigError, Key, KeyGroup, Settings
 from fedrec_flwr.server.optimizer import SERVER_OPTIMIZER_KEYS
 
-__all__ = ["DATA_DIR_ENV", "ConfigError", "RunConfig", "key_groups"]
+__all__ = [
+    "DATA_DIR_ENV",
+    "ConfigError",
+    "RunConfig",
+    "key_groups",
+    "reference_defaults",
+    "with_reference_defaults",
+]
 
 DATA_DIR_ENV = "FEDREC_DATA_DIR"
 
@@ -102,12 +111,35 @@ def key_groups() -> tuple[KeyGroup, ...]:
     )
 
 
+def reference_defaults(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """The paper values the mapping's method declares (``Method.reference_defaults``) for the
+    keys the mapping leaves unset: each declared set of keys is filled when the mapping sets
+    none of its keys, so keys set explicitly always win (FedRecGEL's two SAM radii)."""
+    method = METHODS.get(str(mapping.get("method", METHOD_KEYS.keys[0].default)))
+    filled: dict[str, Any] = {}
+    for values in method.reference_defaults if method is not None else ():
+        if not any(key in mapping for key in values):
+            filled.update(values)
+    return filled
+
+
+def with_reference_defaults(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """``mapping`` with its method's reference defaults for the keys it leaves unset (before
+    a full table of defaults, such as ``pyproject.toml``'s, is merged under it)."""
+    return {**reference_defaults(mapping), **mapping}
+
+
 class RunConfig(Settings):
     """Resolved run configuration; attribute ``foo_bar`` is run-config key ``foo-bar``."""
 
     @classmethod
     def key_groups(cls) -> tuple[KeyGroup, ...]:
         return key_groups()
+
+    @classmethod
+    def reference_defaults(cls, mapping: Mapping[str, Any]) -> dict[str, Any]:
+        """The method's paper values for the keys ``mapping`` leaves unset."""
+        return reference_defaults(mapping)
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for impossible values: each key's and each group's

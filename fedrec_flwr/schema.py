@@ -280,11 +280,18 @@ class Settings:
         return f"{type(self).__name__}({fields})"
 
     @classmethod
+    def reference_defaults(cls, mapping: Mapping[str, Any]) -> dict[str, Any]:
+        """Values for keys ``mapping`` leaves unset that its other keys call for (a method's
+        paper values); none here. Keys set in ``mapping`` always win over them."""
+        return {}
+
+    @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> Self:
-        """Build and validate from kebab-case keys (missing keys take their defaults)."""
+        """Build and validate from kebab-case keys (missing keys take their reference
+        defaults, :meth:`reference_defaults`, else their defaults)."""
         by_name = {key.name: key for key in cls.declared_keys()}
         values: dict[str, Scalar] = {}
-        for name, value in mapping.items():
+        for name, value in {**cls.reference_defaults(mapping), **mapping}.items():
             if name not in by_name:
                 hint = difflib.get_close_matches(name, by_name, n=1)
                 raise ConfigError(

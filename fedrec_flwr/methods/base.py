@@ -42,7 +42,7 @@ from fedrec_flwr.methods.parts import (
     bce_grad,
     bce_losses,
 )
-from fedrec_flwr.schema import Dim, KeyGroup, Settings
+from fedrec_flwr.schema import Dim, KeyGroup, Scalar, Settings
 
 __all__ = [
     "ROWS",
@@ -81,6 +81,9 @@ class Method(ABC):
     search_space: ClassVar[Mapping[str, Dim]] = {}
     #: How the privacy audit imitates its local update (None: the audit does not).
     audit: ClassVar[AuditImitation | None] = None
+    #: Its paper's values for keys a run leaves unset, in sets of keys that go together: a
+    #: set fills the keys when the run sets none of them (``RunConfig.from_mapping``).
+    reference_defaults: ClassVar[tuple[Mapping[str, Scalar], ...]] = ()
 
     def __init__(self, config: Settings, num_items: int) -> None:
         self.config = config

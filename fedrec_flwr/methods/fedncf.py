@@ -218,6 +218,11 @@ class FedRecGEL(FedNCF):
     name = "fedrecgel"
     paper = "FedRecGEL (2026; seeds 000/001): sharpness-aware generalised item embeddings"
     config_keys = FEDRECGEL_KEYS
+    #: The paper's SAM radii (Last.fm-2K, those of the paper presets), for a run that sets
+    #: neither radius; a run that sets one keeps the other's default.
+    reference_defaults: ClassVar[tuple[Mapping[str, float], ...]] = (
+        {"sam-rho-private": 0.01, "sam-rho-shared": 0.01},
+    )
     # Its uploads are minus the gradient (item-lr 1): the server's Adam sets the step.
     search_space: ClassVar[Mapping[str, Dim]] = {
         "lr": LR,
@@ -230,8 +235,9 @@ class FedRecGEL(FedNCF):
         if config.sam_rho_private <= 0 and config.sam_rho_shared <= 0:
             raise ConfigError(
                 "method='fedrecgel' is NeuMF trained with SAM: set sam-rho-private and/or "
-                "sam-rho-shared > 0 (its reference radii: Last.fm-2K 0.01/0.01, FilmTrust "
-                "0.02/0, Amazon-Video 0.2/0.01; see conf/fedrecgel-*.toml), or use "
+                "sam-rho-shared > 0, or neither for the paper's 0.01 / 0.01 (its reference "
+                "radii: Last.fm-2K 0.01/0.01, FilmTrust 0.02/0, Amazon-Video 0.2/0.01; see "
+                "conf/fedrecgel-*.toml), or use "
                 "method='fedncf' for NeuMF without SAM."
             )
         self.loss_chunk = config.fedrecgel_loss_chunk

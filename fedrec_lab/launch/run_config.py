@@ -23,7 +23,8 @@ class ConfigError(ValueError):
 
 def merged_run_config(preset: str | Path | None, overrides: Sequence[str]) -> dict[str, Any]:
     """A preset's keys (if any, its base's included) updated with ``key=value`` overrides
-    (TOML literals)."""
+    (TOML literals), and its method's reference defaults for the keys neither sets (before
+    ``pyproject.toml``'s defaults fill the rest: :func:`~fedrec_flwr.config.reference_defaults`)."""
     config: dict[str, Any] = {}
     if preset:
         config.update(resolve(preset))
@@ -38,7 +39,9 @@ def merged_run_config(preset: str | Path | None, overrides: Sequence[str]) -> di
                 f"override '{item}': the value is not a TOML literal (quote strings: "
                 f"{key.strip()}='{value}'; floats need a dot: 1.0)"
             ) from None
-    return config
+    from fedrec_flwr.config import with_reference_defaults  # imports torch: only when run
+
+    return with_reference_defaults(config)
 
 
 def project_defaults(project: Path | None = None) -> dict[str, Any]:

@@ -149,3 +149,64 @@ def test_a_method_registered_later_brings_its_keys():
     assert "scaled-mf-scale" not in RunConfig.key_names()
     with pytest.raises(ConfigError, match="unknown run-config key 'scaled-mf-scale'"):
         RunConfig.from_mapping({"scaled-mf-scale": 3.0})
+
+
+# ------------------------------------------------------------ reference defaults
+def test_fedrecgel_named_alone_takes_the_papers_radii():
+    config = RunConfig.from_mapping({"method": "fedrecgel"})
+    assert (config.sam_rho_private, config.sam_rho_shared) == (0.01, 0.01)
+    assert RunConfig.from_mapping(config.to_mapping()) == config  # config.json reads back
+
+
+@pytest.mark.parametrize(
+    ("mapping", "radii"),
+    [
+        ({"sam-rho-private": 0.3}, (0.3, 0.0)),  # one radius set: the other keeps its default
+        ({"sam-rho-shared": 0.02}, (0.0, 0.02)),
+        ({"sam-rho-private": 0.2, "sam-rho-shared": 0.01}, (0.2, 0.01)),
+    ],
+)
+def test_radii_set_explicitly_win_over_the_reference_defaults(mapping, radii):
+    config = RunConfig.from_mapping({"method": "fedrecgel", **mapping})
+    assert (config.sam_rho_private, config.sam_rho_shared) == radii
+
+
+def test_explicit_zero_radii_are_still_refused_with_what_to_do():
+    with pytest.raises(ConfigError, match=r"or neither for the paper.s 0\.01 / 0\.01"):
+        RunConfig.from_mapping({"method": "fedrecgel", "sam-rho-private": 0.0, "sam-rho-shared": 0})
+
+
+def test_reference_defaults_fill_nothing_for_other_methods():
+    for name in ("pfedrec", "fedncf", "fedmf"):
+        config = RunConfig.from_mapping({"method": name})
+        assert config == RunConfig(method=name)
+    assert RunConfig.from_mapping({}) == RunConfig()
+
+
+def test_every_declared_reference_default_is_a_valid_key_value():
+    keys = {key.name: key for key in RunConfig.declared_keys()}
+    for name, cls in METHODS.items():
+        for values in cls.reference_defaults:
+            assert values and set(values) <= set(keys), (name, values)
+            for key, value in values.items():
+                keys[key].validate(keys[key].coerce(value))
+            RunConfig.from_mapping({"method": name})  # named alone, it is accepted
+
+
+def test_the_launcher_fills_them_before_pyprojects_defaults():
+    from fedrec_lab.launch.run_config import merged_run_config, project_defaults
+
+    config = merged_run_config(None, ["method='fedrecgel'"])
+    assert config["sam-rho-private"] == 0.01 and config["sam-rho-shared"] == 0.01
+    full = RunConfig.from_mapping({**project_defaults(PROJECT), **config})
+    assert full.sam_rho_private == 0.01
+    explicit = merged_run_config(None, ["method='fedrecgel'", "sam-rho-shared=0.05"])
+    assert "sam-rho-private" not in explicit
+
+
+def test_every_fedrecgel_preset_sets_its_radii_itself():
+    """The presets' figures do not depend on the reference defaults."""
+    for path in sorted((PROJECT / "conf").glob("*.toml")):
+        preset = resolve(path)
+        if preset.get("method") == "fedrecgel":
+            assert {"sam-rho-private", "sam-rho-shared"} & set(preset), path.name
