@@ -10,6 +10,8 @@ command again continues it up to ``--trials`` complete trials. ``<out>/<name>.md
 
     python -m fedrec_lab.tuning conf/pfedrec-ml100k-strict.toml --data-dir DIR \\
         --trials 20 --rounds 60 --patience 10 --out bench/results/tuning-strict
+
+Without ``--out`` the study goes to ``./fedrec-out/tune`` (:mod:`fedrec_lab.scratch`).
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from fedrec_flwr.schema import Dim, KeyGroup
-from fedrec_lab.experiments.cells import PROJECT, RUNNER
+from fedrec_lab.experiments.cells import RUNNER
 from fedrec_lab.presets import resolve
+from fedrec_lab.project import project_root
+from fedrec_lab.scratch import HelpFormatter, add_data_dir, add_out, wrote
 
 
 def suggest(dim: Dim, trial: Any, key: str) -> Any:
@@ -103,7 +107,7 @@ def run_trial(run_config: dict[str, Any]) -> dict[str, Any]:
         [sys.executable, "-c", RUNNER, json.dumps(run_config), "1"],
         capture_output=True,
         text=True,
-        cwd=PROJECT,
+        cwd=project_root(),
     )
     for line in done.stdout.splitlines():
         if line.startswith("SUMMARY "):
@@ -200,9 +204,11 @@ def main(argv: list[str] | None = None) -> None:
     import optuna
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter
+    )
     parser.add_argument("preset", type=Path, help="conf/<preset>.toml")
-    parser.add_argument("--data-dir", required=True)
+    add_data_dir(parser)
     parser.add_argument("--trials", type=int, default=20, help="complete trials in all")
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--patience", type=int, default=10, help="early-stopping-patience")
@@ -212,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--timeout", type=float, default=None, help="seconds after which no trial starts"
     )
-    parser.add_argument("--out", type=Path, default=PROJECT / "bench" / "results" / "tuning")
+    add_out(parser, "tune", "the study's journal and its .md/.json report")
     parser.add_argument("--write-preset", action="store_true", help="copy the best setting")
     parser.add_argument(
         "--plugin-only",
@@ -233,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         "early-stopping-patience": args.patience,
         "checkpoint-every": 0,
         **({"device": args.device} if args.device != "cpu" else {}),
-        "data-dir": str(Path(args.data_dir).resolve()),
+        **({"data-dir": str(Path(args.data_dir).resolve())} if args.data_dir else {}),
     }
     name = args.preset.stem
     args.out.mkdir(parents=True, exist_ok=True)
@@ -281,6 +287,7 @@ def main(argv: list[str] | None = None) -> None:
             args.preset, data["best"]["params"], f"tuned: {args.out.name}/{name}.md ({command})"
         )
     print(markdown)
+    wrote(args.out, f"study {name}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ in-process, attacks sampled users' uploads (:mod:`fedrec_lab.audit.attacks`) and
     # PFedRec Table 4: raw Laplace lambda 0 .. 0.5, paper protocol
     python -m fedrec_lab.audit.command --methods pfedrec --protocol paper --tag table4-paper \\
         --lambdas 0 0.1 0.2 0.3 0.4 0.5
+
+Without ``--out`` the files go to ``./fedrec-out/audit`` (:mod:`fedrec_lab.scratch`);
+the committed tables take ``--out bench/results/privacy``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from fedrec_lab.audit.report import markdown, parse_sets
 from fedrec_lab.audit.run import ATTACKS, auditable_methods, audited_run, imitation_of, preset
+from fedrec_lab.scratch import HelpFormatter, add_data_dir, add_out, wrote
 
 #: The audited configurations (run-config keys on top of the method's preset); ``--ldp``
 #: and ``--decoys`` override the keys of the protected ones. LDP: Gaussian, epsilon 4 per
@@ -59,13 +63,16 @@ def config_keys(name: str, method: str, ldp: dict, decoys: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter
+    )
     methods = auditable_methods()
     parser.add_argument("--methods", nargs="+", default=methods, choices=methods)
     parser.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS, choices=list(CONFIGS))
     parser.add_argument("--lambdas", nargs="+", type=float, help="PFedRec Table 4 sweep")
     parser.add_argument("--protocol", default="strict", choices=["strict", "paper"])
     parser.add_argument("--dataset", default="ml-100k")
+    add_data_dir(parser)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--audit-rounds", nargs="+", type=int, default=[1, 50, 100])
@@ -76,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ldp", nargs="*", default=[], help="key=value for ldp and both")
     parser.add_argument("--decoys", nargs="*", default=[], help="key=value for decoys, both")
     parser.add_argument("--name", default="", help="suffix of the configurations' names")
-    parser.add_argument("--out", default="bench/results/privacy")
+    add_out(parser, "audit", "<tag>.json and <tag>.md")
     parser.add_argument("--tag", default="audit-ml100k")
     parser.add_argument("--merge", nargs="+", help="only merge these result files into --tag")
     args = parser.parse_args(argv)
@@ -84,7 +91,9 @@ def main(argv: list[str] | None = None) -> None:
         merged = [r for f in args.merge for r in json.loads(Path(f).read_text())["runs"]]
         commands = [json.loads(Path(f).read_text())["command"] for f in args.merge]
         out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
         (out / f"{args.tag}.md").write_text(markdown(merged, ATTACKS, "`, `".join(commands)))
+        wrote(out / f"{args.tag}.md", "audit table")
         return
 
     ldp, decoys = parse_sets(args.ldp), parse_sets(args.decoys)
@@ -102,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     path = out / f"{args.tag}.json"
     records = json.loads(path.read_text())["runs"] if path.exists() else []
     command = "python -m fedrec_lab.audit.command " + " ".join(
-        argv if argv is not None else _argv()
+        shown_argv(argv if argv is not None else _argv())
     )
     jobs = [
         (method, name, keys, seed)
@@ -115,6 +124,7 @@ def main(argv: list[str] | None = None) -> None:
         k: getattr(args, k)
         for k in ("protocol", "dataset", "rounds", "audit_rounds", "users", "nodes", "prepared")
     }
+    settings["data_dir"] = str(Path(args.data_dir).resolve()) if args.data_dir else ""
 
     def keep(record: dict) -> None:
         nonlocal records
@@ -130,6 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.jobs <= 1:
         for job in jobs:
             keep(run_job(settings, job))
+        wrote(out / f"{args.tag}.md", "audit table")
         return
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -137,6 +148,7 @@ def main(argv: list[str] | None = None) -> None:
         futures = [pool.submit(run_job, settings, job) for job in jobs]
         for future in as_completed(futures):
             keep(future.result())
+    wrote(out / f"{args.tag}.md", "audit table")
 
 
 def run_job(settings: dict, job: tuple) -> dict:
@@ -149,6 +161,7 @@ def run_job(settings: dict, job: tuple) -> dict:
         **preset(method, settings["protocol"], settings["dataset"]),
         "num-server-rounds": settings["rounds"],
         "seed": seed,
+        **({"data-dir": settings["data_dir"]} if settings.get("data_dir") else {}),
         **keys,
     }
     result = audited_run(
@@ -164,10 +177,18 @@ def run_job(settings: dict, job: tuple) -> dict:
         "config": name,
         "keys": keys,
         "seed": seed,
-        **{k: v for k, v in settings.items() if k != "prepared"},
+        **{k: v for k, v in settings.items() if k not in ("prepared", "data_dir")},
         "engine": engine,
         **result,
     }
+
+
+def shown_argv(argv: list[str]) -> list[str]:
+    """``argv`` as a report shows it: the value of ``--data-dir`` as DIR (a local path)."""
+    previous = ["", *argv[:-1]]
+    return [
+        "DIR" if before == "--data-dir" else arg for before, arg in zip(previous, argv, strict=True)
+    ]
 
 
 def _argv() -> list[str]:

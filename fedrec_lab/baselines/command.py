@@ -1,4 +1,8 @@
-"""``fedrec baselines`` (or ``python -m fedrec_lab.baselines``): compute the reference rows."""
+"""``fedrec baselines`` (or ``python -m fedrec_lab.baselines``): compute the reference rows.
+
+They are printed and written to ``<out>/baselines-<dataset>-<protocol>.md/json``; without
+``--out``, ``./fedrec-out/baselines`` (:mod:`fedrec_lab.scratch`).
+"""
 
 from __future__ import annotations
 
@@ -13,16 +17,18 @@ from fedrec_flwr.data import user_dataset
 from fedrec_flwr.data.prepared import check_user_file, prepare
 from fedrec_lab.baselines.report import markdown, write
 from fedrec_lab.baselines.rows import NEEDS_IMPLICIT, ROWS, implicit_available, reference_rows
+from fedrec_lab.scratch import HelpFormatter, add_data_dir, add_out, scratch_out, wrote
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description="Reference rows (centralized models tuned on validation, local-only "
-        "training) on the split and evaluation code of the federated methods."
+        "training) on the split and evaluation code of the federated methods.",
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--dataset", default="ml-100k")
     parser.add_argument("--protocol", default="strict")
-    parser.add_argument("--data-dir", default="")
+    add_data_dir(parser)
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the paper negatives and models"
     )
@@ -30,11 +36,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--local-rounds", type=int, default=None, help="rounds of the local-only rows (preset's)"
     )
-    parser.add_argument(
-        "--out", default="", help="write baselines-<dataset>-<protocol>.md/json here"
-    )
+    add_out(parser, "baselines", "baselines-<dataset>-<protocol>.md/json")
     for key, (_, default) in user_dataset.KEYS.items():  # --dataset file (docs/own-data.md)
-        parser.add_argument(f"--{key}", type=type(default), help=f"default {default!r}")
+        parser.add_argument(f"--{key}", type=type(default), help=f"(default: {default!r})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     own_file = {
@@ -79,8 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         + ([f"--seed {args.seed}"] if args.seed else [])
         + ([f"--rows {' '.join(args.rows)}"] if args.rows else [])
         + ([f"--local-rounds {args.local_rounds}"] if args.local_rounds else [])
-        + ([f"--out {args.out}"] if args.out else [])
+        + ([f"--out {args.out}"] if args.out != scratch_out("baselines") else [])
     )
     print(markdown(config, prepared, results, command))
-    if args.out:
-        print(f"written {write(Path(args.out), config, prepared, results, command)}.md/.json")
+    wrote(Path(f"{write(Path(args.out), config, prepared, results, command)}.md"), "baselines")

@@ -5,7 +5,9 @@ Every federated cell runs the project's ServerApp and ClientApp: on the in-proce
 fresh process (default; ``--jobs`` at a time) or through ``flwr run`` (``--flwr``).
 Finished cells are never recomputed; unfinished ones run again (``cells``). ``--rounds`` and
 ``--set`` change every federated cell without changing its name: for smoke tests in a
-scratch ``--out``, not for results.
+scratch ``--out``, not for results. Without ``--out`` a table goes to
+``./fedrec-out/experiments`` (:mod:`fedrec_lab.scratch`); the committed tables take
+``--out bench/results``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from fedrec_lab.experiments import cells as runner
 from fedrec_lab.experiments.sampled import sampled_vs_full
 from fedrec_lab.experiments.sampled import section as sampled_section
 from fedrec_lab.experiments.tables import TABLES, rows
+from fedrec_lab.project import project_root
+from fedrec_lab.scratch import HelpFormatter, add_data_dir, add_out, wrote
 
 
 def parse_override(pair: str) -> tuple[str, object]:
@@ -38,13 +42,15 @@ def parse_override(pair: str) -> tuple[str, object]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m fedrec_lab.experiments", description=__doc__.split("\n\n")[0]
+        prog="python -m fedrec_lab.experiments",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("table", choices=sorted(TABLES))
-    parser.add_argument("--data-dir", default="", help="folder of the dataset files")
+    add_data_dir(parser)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=1, help="federated cells at a time")
-    parser.add_argument("--out", default="results", help="<out>/runs/ and <out>/<table>.md")
+    add_out(parser, "experiments", "<out>/runs/ and <out>/<table>.md")
     parser.add_argument("--nodes", type=int, default=2, help="nodes (SuperNodes) per run")
     parser.add_argument("--rounds", type=int, default=None, help="override (smoke tests)")
     parser.add_argument("--datasets", nargs="+", default=None, help="default: the table's")
@@ -91,8 +97,9 @@ def _command(argv: list[str]) -> str:
         if previous == "--data-dir" and Path(arg).is_absolute():
             arg = "DIR"
         elif previous == "--out" and Path(arg).is_absolute():
-            inside = Path(arg).resolve().is_relative_to(runner.PROJECT)
-            arg = str(Path(arg).resolve().relative_to(runner.PROJECT)) if inside else "OUT"
+            project = project_root()
+            inside = Path(arg).resolve().is_relative_to(project)
+            arg = str(Path(arg).resolve().relative_to(project)) if inside else "OUT"
         if arg not in ("--report-only", "--backfill-per-user"):
             shown.append(arg)
         previous = arg
@@ -242,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         else (f"{len(todo) - len(failed)} cells run")
     )
     print(f"{done}, {len(failed)} failed; wrote {out}/{table.name}.md")
+    wrote(out / f"{table.name}.md", f"table {table.name}")
     for name in failed:
         print(f"failed: {name}", file=sys.stderr)
     return 1 if failed else 0

@@ -7,8 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fedrec_lab.baselines import CENTRAL, LOCAL
-from fedrec_lab.experiments.cells import CONF, PRESET_FALLBACK, SHORT, RowSpec
+from fedrec_lab.experiments.cells import PRESET_FALLBACK, SHORT, RowSpec
 from fedrec_lab.experiments.sampled import MODELS as SAMPLED_MODELS
+from fedrec_lab.project import conf_dir
 
 #: PFedRec paper (Zhang et al., IJCAI 2023), HR@10 / NDCG@10 in %, mean of 5 runs.
 PAPER: dict[tuple[str, str], tuple[float, float]] = {
@@ -100,7 +101,7 @@ def strict_presets(dataset: str) -> list[str]:
     """Every preset family in conf/ for ``dataset`` (ML-100K's for a dataset without own)."""
     short = SHORT[dataset] if dataset in MAIN else SHORT[PRESET_FALLBACK]
     suffix = f"-{short}-strict.toml"
-    families = sorted(p.name.removesuffix(suffix) for p in CONF.glob(f"*{suffix}"))
+    families = sorted(p.name.removesuffix(suffix) for p in conf_dir().glob(f"*{suffix}"))
     first = [m for m in ("pfedrec", "fedmf", "fedncf", "fedrecon", "fedrecgel", "fedrap")]
     return [m for m in first if m in families] + [m for m in families if m not in first]
 
