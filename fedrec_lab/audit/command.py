@@ -62,6 +62,13 @@ def config_keys(name: str, method: str, ldp: dict, decoys: dict) -> dict:
     return keys
 
 
+def recorded_commands(record: dict) -> list[str]:
+    """The command(s) a result file records: ``command`` (one run) or ``commands`` (merged)."""
+    if "command" in record:
+        return [record["command"]]
+    return list(record.get("commands", []))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter
@@ -89,7 +96,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.merge:  # one table from several runs' files (e.g. the table and its sweeps)
         merged = [r for f in args.merge for r in json.loads(Path(f).read_text())["runs"]]
-        commands = [json.loads(Path(f).read_text())["command"] for f in args.merge]
+        commands = [
+            c for f in args.merge for c in recorded_commands(json.loads(Path(f).read_text()))
+        ]
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{args.tag}.md").write_text(markdown(merged, ATTACKS, "`, `".join(commands)))
