@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -133,6 +134,15 @@ def run_case(config: dict[str, Any], clock: PhaseClock, on_round: Callable | Non
     run_federation(grid, RunConfig.from_mapping(config))
     clock._charge()
     return time.perf_counter(), time.process_time()
+
+
+def recorded(config: dict) -> dict:
+    """The config as the results file keeps it: no machine paths (the scratch results folder
+    dropped, the data folder relative to the project)."""
+    kept = {k: v for k, v in config.items() if k != "results-dir"}
+    if kept.get("data-dir"):
+        kept["data-dir"] = os.path.relpath(kept["data-dir"], PROJECT)
+    return kept
 
 
 def case_config(case: str, sampler: str, rounds: int, data_dir: str | None, work: Path) -> dict:
@@ -283,7 +293,7 @@ def main() -> None:
                 clock.reset()
                 end = run_case(config, clock)
                 rounds = round_table(clock, end)
-                result = {"config": config, "rounds": rounds, "summary": summary(rounds)}
+                result = {"config": recorded(config), "rounds": rounds, "summary": summary(rounds)}
                 if args.ops:
                     result["ops"] = op_profile(config, min(2, args.rounds), args.top)
             finally:

@@ -192,8 +192,8 @@ class NodeStateStore:
         return state
 
     def load_latest(self, max_round: int) -> NodeState | None:
-        """The latest state of this session (a SuperNode restarted mid-run), or None when
-        there is none; refused if written after ``max_round``."""
+        """The latest state this node saved in the current run (its SuperNode restarted
+        mid-run), or None when there is none; refused if written after ``max_round``."""
         path = self.latest_path()
         if not self.keeps_latest or not path.exists():
             return None
@@ -231,9 +231,9 @@ class NodeStateStore:
 def recover(context: Context, runtime: NodeRuntime, msg: Message, max_round: int):
     """The state of a node whose ``context.state`` is empty, or None (a fresh node).
 
-    With a ``state-dir``: the latest state of this session, else (a resumed run the node has
-    not trained in yet) the checkpoint's. Without one a fresh node is a fresh node, unless the
-    run was resumed: the state the resume restored was lost, which is refused.
+    With a ``state-dir``: the latest state this node saved in the current run, else (a resumed
+    run the node has not trained in yet) the checkpoint's. Without one a fresh node is a fresh
+    node, unless the run was resumed: the state the resume restored was lost, which is refused.
     """
     store = NodeStateStore.of(context.node_config, runtime, msg.content[CONFIG])
     return None if store is None else store.recover(max_round)
