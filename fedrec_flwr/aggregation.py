@@ -53,13 +53,17 @@ def row_changes(
     touched = np.flatnonzero(counts)
     base = table[touched].astype(np.float64)
     change = sums[touched] - counts[touched, None] * base
+    return touched, change / mean_divisor(rule, total_users, counts[touched])
+
+
+def mean_divisor(rule: str, total_users: int, row_users: np.ndarray) -> np.ndarray:
+    """Float64 column dividing each touched row's summed change: the round's users
+    (``round-mean``) or the row's own users ``row_users`` (``toucher-mean``)."""
     if rule == "round-mean":
-        divisor = np.full((len(touched), 1), float(total_users))
-    elif rule == "toucher-mean":
-        divisor = counts[touched, None].astype(np.float64)
-    else:
-        raise ValueError(f"unknown aggregation rule '{rule}' (round-mean, toucher-mean)")
-    return touched, change / divisor
+        return np.full((len(row_users), 1), float(total_users))
+    if rule == "toucher-mean":
+        return row_users[:, None].astype(np.float64)
+    raise ValueError(f"unknown aggregation rule '{rule}' (round-mean, toucher-mean)")
 
 
 def aggregate_rows(table: np.ndarray, uploads: Sequence[RowUpload], rule: str) -> np.ndarray:
@@ -219,13 +223,8 @@ def defended_row_changes(
     if bound > 0:
         changes = bounded_changes(changes, counts, bound)
     touched, inverse = np.unique(ids, return_inverse=True)
-    row_users = np.bincount(inverse, weights=counts, minlength=len(touched))[:, None]
-    if rule == "round-mean":
-        divisor = np.full((len(touched), 1), float(total_users))
-    elif rule == "toucher-mean":
-        divisor = row_users
-    else:
-        raise ValueError(f"unknown aggregation rule '{rule}' (round-mean, toucher-mean)")
+    row_users = np.bincount(inverse, weights=counts, minlength=len(touched))
+    divisor = mean_divisor(rule, total_users, row_users)
     if robust == RobustRule.NONE:
         sums = np.zeros((len(touched), table.shape[1]))
         np.add.at(sums, inverse, changes)
@@ -233,4 +232,4 @@ def defended_row_changes(
     location = robust_location(changes / counts[:, None], inverse, len(touched), robust)
     if bound > 0:
         location = bounded_changes(location, np.ones(len(location), np.int64), bound)
-    return touched, location * (row_users / divisor)
+    return touched, location * (row_users[:, None] / divisor)
