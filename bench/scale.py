@@ -30,11 +30,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 import uuid
 from pathlib import Path
 from typing import Any
 
+from fedrec_lab.launch.run_config import project_defaults
 from fedrec_lab.presets import resolve
 from fedrec_lab.scaling import record
 from fedrec_lab.scaling.rss import TAG_ENV, PeakRss
@@ -95,7 +95,7 @@ def run_case(text: str, args: argparse.Namespace, work: Path) -> dict:
         "workers": harness.get("workers", 1),
         "gpus": harness.get("gpus", 0),
     }
-    merged = {**project_defaults(), **config}
+    merged = {**project_defaults(PROJECT), **config}
     # ours and its floor send with the same window (flwr modes only)
     spec["max_in_flight"] = in_flight = None if mode == "inprocess" else window(merged)
     payload, floors = None, []
@@ -210,12 +210,6 @@ def code_revision() -> str:
     except OSError:
         return "unknown"
     return (head or "unknown") + ("+dirty" if dirty else "")
-
-
-def project_defaults() -> dict[str, Any]:
-    """``[tool.flwr.app.config]`` of the project."""
-    pyproject = tomllib.loads((PROJECT / "pyproject.toml").read_text())
-    return dict(pyproject["tool"]["flwr"]["app"]["config"])
 
 
 def main() -> None:
