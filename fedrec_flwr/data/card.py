@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedrec_flwr.data.split import SPLIT_MINIMUM
+
 if TYPE_CHECKING:
     from fedrec_flwr.data.interactions import Interactions
     from fedrec_flwr.data.split import LeaveOneOut
 
 LOG = logging.getLogger("flwr")  # Flower's logger: what it logs reaches `flwr log`
-SPLIT_MINIMUM = 3  # rows a leave-one-out split needs of a user (train, validation, test)
 
 
 def card_of(data: Interactions, split: LeaveOneOut, protocol: str) -> dict[str, Any]:

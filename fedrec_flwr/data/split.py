@@ -15,6 +15,8 @@ import numpy as np
 
 from fedrec_flwr.data.interactions import Interactions
 
+SPLIT_MINIMUM = 3  # rows a leave-one-out split needs of a user (train, validation, test)
+
 
 @dataclass(frozen=True)
 class LeaveOneOut:
@@ -30,7 +32,8 @@ class LeaveOneOut:
 
 
 def leave_one_out(data: Interactions, dedupe: bool) -> LeaveOneOut:
-    """Split with the tie rule of ``docs/protocols.md``; users with < 3 rows are dropped."""
+    """Split with the tie rule of ``docs/protocols.md``; users with fewer than
+    :data:`SPLIT_MINIMUM` rows are dropped."""
     n = len(data.user)
     row = np.arange(n, dtype=np.int64)
     # Primary key user, then newest first, then earlier file row first (= counts as newer).
@@ -43,7 +46,7 @@ def leave_one_out(data: Interactions, dedupe: bool) -> LeaveOneOut:
     starts = np.flatnonzero(np.r_[True, users[1:] != users[:-1]])
     counts = np.diff(np.r_[starts, len(order)])
     rank = np.arange(len(order)) - np.repeat(starts, counts)
-    kept_users = users[starts][counts >= 3]
+    kept_users = users[starts][counts >= SPLIT_MINIMUM]
     new_id = np.full(data.num_users, -1, dtype=np.int64)
     new_id[kept_users] = np.arange(len(kept_users))
     keep = new_id[users] >= 0
