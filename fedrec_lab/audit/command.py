@@ -22,6 +22,7 @@ import argparse
 import json
 from pathlib import Path
 
+from fedrec_lab import progress
 from fedrec_lab.audit.report import markdown, parse_sets
 from fedrec_lab.audit.run import ATTACKS, auditable_methods, audited_run, imitation_of, preset
 from fedrec_lab.scratch import HelpFormatter, add_data_dir, add_out, wrote
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     add_out(parser, "audit", "<tag>.json and <tag>.md")
     parser.add_argument("--tag", default="audit-ml100k")
     parser.add_argument("--merge", nargs="+", help="only merge these result files into --tag")
+    progress.add_switch(parser)
     args = parser.parse_args(argv)
     if args.merge:  # one table from several runs' files (e.g. the table and its sweeps)
         merged = [r for f in args.merge for r in json.loads(Path(f).read_text())["runs"]]
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     path = out / f"{args.tag}.json"
     records = json.loads(path.read_text())["runs"] if path.exists() else []
     command = "python -m fedrec_lab.audit.command " + " ".join(
-        shown_argv(argv if argv is not None else _argv())
+        shown_argv(progress.without_switch(argv if argv is not None else _argv()))
     )
     jobs = [
         (method, name, keys, seed)
@@ -147,16 +149,20 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{record['method']} {record['config']} seed {record['seed']}: HR@10 {hr:.4f}")
 
     if args.jobs <= 1:
-        for job in jobs:
-            keep(run_job(settings, job))
+        with progress.bar(len(jobs), "audit", unit="run", enabled=args.progress) as bar:
+            for job in jobs:
+                keep(run_job(settings, job))
+                bar.update()
         wrote(out / f"{args.tag}.md", "audit table")
         return
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(run_job, settings, job) for job in jobs]
-        for future in as_completed(futures):
-            keep(future.result())
+        futures = [pool.submit(run_job, settings, job) for job in jobs]  # forked before the bar
+        with progress.bar(len(jobs), "audit", unit="run", enabled=args.progress) as bar:
+            for future in as_completed(futures):
+                keep(future.result())
+                bar.update()
     wrote(out / f"{args.tag}.md", "audit table")
 
 
