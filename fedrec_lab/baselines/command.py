@@ -15,6 +15,7 @@ from pathlib import Path
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data import user_dataset
 from fedrec_flwr.data.prepared import check_user_file, prepare
+from fedrec_lab import progress
 from fedrec_lab.baselines.report import markdown, write
 from fedrec_lab.baselines.rows import NEEDS_IMPLICIT, ROWS, implicit_available, reference_rows
 from fedrec_lab.scratch import HelpFormatter, add_data_dir, add_out, scratch_out, wrote
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     add_out(parser, "baselines", "baselines-<dataset>-<protocol>.md/json")
     for key, (_, default) in user_dataset.KEYS.items():  # --dataset file (docs/own-data.md)
         parser.add_argument(f"--{key}", type=type(default), help=f"(default: {default!r})")
+    progress.add_switch(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     own_file = {
@@ -71,7 +73,12 @@ def main(argv: list[str] | None = None) -> None:
             )
         rows = tuple(r for r in rows if r not in NEEDS_IMPLICIT)
     prepared = prepare(config)
-    results = reference_rows(config, rows, args.local_rounds)
+    results = []
+    with progress.bar(len(rows), "baselines", unit="row", enabled=args.progress) as bar:
+        for row in rows:  # one at a time, as reference_rows computes them
+            bar.set_postfix_str(row)
+            results += reference_rows(config, (row,), args.local_rounds)
+            bar.update()
     command = " ".join(
         [
             "python -m fedrec_lab.baselines",
