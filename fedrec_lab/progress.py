@@ -11,8 +11,9 @@ loggers) goes out line by line above the bar, unchanged, so the bar is not torn:
             run(job)
             bar.update()
 
-A disabled bar is a tqdm that draws nothing: ``update``, ``set_postfix_str`` and ``close``
-still work.
+The bar is drawn again every ``tick`` seconds (1 by default), so that its clock runs between
+updates. A disabled bar is a tqdm that draws nothing: ``update``, ``set_postfix_str`` and
+``close`` still work.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
@@ -128,16 +130,36 @@ def _lines_above(bar_stream: TextIO) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _ticking(progress: tqdm, every: float) -> Iterator[None]:
+    """Draw ``progress`` again every ``every`` seconds (a closed bar draws nothing)."""
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(every):
+            progress.refresh()
+
+    ticker = threading.Thread(target=tick, name="progress-tick", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        ticker.join()
+
+
+@contextlib.contextmanager
 def bar(
     total: int | None,
     desc: str,
     unit: str = "it",
     enabled: bool = True,
     stream: TextIO | None = None,
+    tick: float = 1.0,
     **options: Any,
 ) -> Iterator[tqdm]:
     """A tqdm bar of ``total`` steps on ``stream`` (default standard error), drawn only when
-    :func:`wanted`; ``options`` go to :class:`tqdm.tqdm` (``leave``, ``bar_format`` ...)."""
+    :func:`wanted`, again every ``tick`` seconds; ``options`` go to :class:`tqdm.tqdm`
+    (``leave``, ``bar_format`` ...)."""
     stream = sys.stderr if stream is None else stream
     if isinstance(stream, _AboveBar):  # a bar inside another's: drawn on the terminal itself
         stream = stream.target
@@ -148,5 +170,6 @@ def bar(
     with (
         tqdm(total=total, desc=desc, unit=unit, file=stream, dynamic_ncols=True, **options) as on,
         _lines_above(stream),
+        _ticking(on, tick),
     ):
         yield on

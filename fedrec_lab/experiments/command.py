@@ -15,11 +15,13 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import threading
 import time
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from fedrec_lab import progress
 from fedrec_lab.experiments import backfill, figure, report
 from fedrec_lab.experiments import cells as runner
 from fedrec_lab.experiments.sampled import sampled_vs_full
@@ -81,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write the table from the finished cells; run nothing",
     )
+    progress.add_switch(parser)
     return parser
 
 
@@ -88,9 +91,9 @@ def _command(argv: list[str]) -> str:
     """The command that makes the table: an absolute ``--data-dir`` shown as DIR, an absolute
     ``--out`` inside the project relative to it (else OUT), ``--report-only`` left out (on a
     folder of finished cells the full command runs nothing and writes the same table), and
-    ``--rows`` (a subset of the cells to run now) too."""
+    ``--rows`` (a subset of the cells to run now) and ``--no-progress`` too."""
     shown, previous, skipping = [], "", False
-    for arg in argv:
+    for arg in progress.without_switch(argv):
         skipping = arg == "--rows" or (skipping and not arg.startswith("--"))
         if skipping:
             continue
@@ -168,6 +171,37 @@ def _selected(args, specs, results, todo: list[runner.Cell], runs: Path) -> list
     return todo
 
 
+def run_cells(todo: list[runner.Cell], args, runs: Path, extra: dict, bar) -> list[str]:
+    """Run ``todo`` (or give them their ``per-user.csv``: ``--backfill-per-user``), counting
+    each finished cell on ``bar``; the names of those that failed."""
+    failed = []
+    lock = threading.Lock()
+
+    def counted(cell: runner.Cell) -> str:
+        state = run_cell(cell, args, runs, extra)
+        with lock:
+            bar.update()
+        return state
+
+    if args.backfill_per_user:
+        for cell in todo:
+            started = time.time()
+            state = backfill.backfill(cell, runs, args, extra)
+            print(f"{cell.name}: {state} in {time.time() - started:.0f} s", flush=True)
+            bar.update()
+            if state.startswith("failed"):
+                failed.append(cell.name)
+        return failed
+    for cell in [c for c in todo if c.row.kind == "reference"]:  # in this process, one by one
+        if counted(cell) != "finished:completed":
+            failed.append(cell.name)
+    federated = [c for c in todo if c.row.kind == "federated"]
+    with ThreadPoolExecutor(max(1, 1 if args.flwr else args.jobs)) as pool:
+        states = list(pool.map(counted, federated))
+    failed += [c.name for c, s in zip(federated, states, strict=True) if s != "finished:completed"]
+    return failed
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
@@ -195,29 +229,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     runs.mkdir(parents=True, exist_ok=True)
-    failed = []
-    backfilled = 0
-    if args.backfill_per_user and not args.report_only:
-        backfilled = len(todo)
-        for cell in todo:
-            started = time.time()
-            state = backfill.backfill(cell, runs, args, extra)
-            print(f"{cell.name}: {state} in {time.time() - started:.0f} s", flush=True)
-            if state.startswith("failed"):
-                failed.append(cell.name)
-        todo = []
+    failed: list[str] = []
+    backfilled = len(todo) if args.backfill_per_user and not args.report_only else 0
     if args.report_only:  # reference rows already in <out>/baselines-*.json are free
         for cell in todo:
             if cell.row.kind == "reference" and not (runs / cell.name).exists():
                 runner.run_reference(cell, runs, args.data_dir, None, extra, stored_only=True)
         todo = []
-    for cell in [c for c in todo if c.row.kind == "reference"]:  # in this process, one by one
-        if run_cell(cell, args, runs, extra) != "finished:completed":
-            failed.append(cell.name)
-    federated = [c for c in todo if c.row.kind == "federated"]
-    with ThreadPoolExecutor(max(1, 1 if args.flwr else args.jobs)) as pool:
-        states = list(pool.map(lambda c: run_cell(c, args, runs, extra), federated))
-    failed += [c.name for c, s in zip(federated, states, strict=True) if s != "finished:completed"]
+    if todo:
+        with progress.bar(len(todo), table.name, unit="cell", enabled=args.progress) as bar:
+            failed = run_cells(todo, args, runs, extra, bar)
+        todo = [] if backfilled else todo
 
     finished = [
         report.RowResult(
