@@ -25,9 +25,11 @@ from fedrec_flwr.node import state_store
 from fedrec_flwr.node import timing as node_timing
 from fedrec_flwr.node.faults import inject_fault
 from fedrec_flwr.node.runtime import NodeRuntime, NodeState
+from fedrec_flwr.privacy import secagg
 
 app = ClientApp(mods=node_timing.mods(lambda context: node_runtime(context)))
 STATE_KEY = "node-state"
+SECAGG_KEY = "secagg-key"  # the node's X25519 private key (secure-aggregation)
 _RUNTIMES: dict[tuple, NodeRuntime] = {}
 _DEVICES: dict[str, DeviceData] = {}
 
@@ -102,7 +104,10 @@ def save_state(context: Context, state: NodeState) -> None:
 
 
 def _with_request(runtime: NodeRuntime, server_round: int, arrays: dict, metrics: dict) -> None:
-    """Add the ids of the rows this node's users train next round (if there is one)."""
+    """Add the ids of the rows this node's users train next round (if there is one; none
+    under secure aggregation: every node is sent the full table)."""
+    if runtime.config.secure_aggregation:
+        return
     next_round = server_round + 1
     if next_round <= runtime.config.num_server_rounds:
         arrays["next_items"] = runtime.train_request(next_round)
@@ -134,6 +139,10 @@ def hello(msg: Message, context: Context) -> Message:
         "num-items": runtime.prepared.num_items,
     }
     _with_request(runtime, 0, arrays, metrics)
+    if run.secure_aggregation:  # a fresh key pair; the public key goes to the server
+        key = secagg.private_key(run.seed, runtime.partition_id, run.secure_aggregation_keys)
+        context.state[SECAGG_KEY] = array_record(private=secagg.private_bytes(key))
+        arrays["secagg_public"] = secagg.public_bytes(key)
     return _reply(msg, arrays, metrics, records=known)
 
 
@@ -179,6 +188,10 @@ def train(msg: Message, context: Context) -> Message:
     )
     save_state(context, state)
     state_store.persist_latest(context, runtime, msg, state, server_round)
+    if result.secure is not None:  # one masked vector, nothing else
+        return _reply(
+            msg, {"secure": _masked(context, runtime, received, result, server_round)}, {}
+        )
     arrays = {
         "item_ids": result.item_ids,
         "row_sums": result.row_sums,
@@ -193,6 +206,27 @@ def train(msg: Message, context: Context) -> Message:
     }
     _with_request(runtime, server_round, arrays, metrics)
     return _reply(msg, arrays, metrics, result.dense_sums)
+
+
+def _masked(
+    context: Context, runtime: NodeRuntime, received: dict, result, server_round: int
+) -> np.ndarray:
+    """The node's secure-aggregation vector masked towards the round's other participants
+    (``secagg-peers``, ``secagg-keys`` of the train message)."""
+    if SECAGG_KEY not in context.state:
+        raise RuntimeError(
+            "secure aggregation: this node lost the key pair it made at the handshake (its "
+            "state was reset), so its masks cannot cancel: restart the run"
+        )
+    own = secagg.load_private(record_arrays(context.state[SECAGG_KEY])["private"])
+    return secagg.masked(
+        result.secure,
+        own,
+        runtime.partition_id,
+        received["secagg-peers"],
+        received["secagg-keys"],
+        server_round,
+    )
 
 
 @app.evaluate()

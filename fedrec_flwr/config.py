@@ -7,10 +7,11 @@ message that says what to do.
 
 Each key is declared once, by the module that owns it (:mod:`fedrec_flwr.schema`): the run's
 own keys in :mod:`fedrec_flwr.run_keys`, a method's in its module (``config_keys``), a
-plug-in's beside it (DualPer, PLGC, SAM in :mod:`fedrec_flwr.node.optim`, LDP and decoys in
-:mod:`fedrec_flwr.privacy`), a dataset's in :mod:`fedrec_flwr.data.registry`. This module
-composes them (:func:`key_groups`); ``pyproject.toml`` and ``docs/reference/configuration.md``
-are checked against it (``python -m fedrec_lab.configref``).
+plug-in's beside it (DualPer, PLGC, SAM in :mod:`fedrec_flwr.node.optim`, LDP, decoys and
+secure aggregation in :mod:`fedrec_flwr.privacy`), a dataset's in
+:mod:`fedrec_flwr.data.registry`. This module composes them (:func:`key_groups`);
+``pyproject.toml`` and ``docs/reference/configuration.md`` are checked against it
+(``python -m fedrec_lab.configref``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from fedrec_flwr.node.malicious import MALICIOUS_KEYS
 from fedrec_flwr.node.optim import SAM_KEYS
 from fedrec_flwr.privacy.decoys import DECOY_KEYS
 from fedrec_flwr.privacy.ldp import LDP_KEYS
+from fedrec_flwr.privacy.secagg import SECAGG_KEYS
 from fedrec_flwr.run_keys import (
     EVALUATION,
     EXECUTION,
@@ -107,6 +109,7 @@ def key_groups() -> tuple[KeyGroup, ...]:
         DEFENCE_KEYS,
         LDP_KEYS,
         DECOY_KEYS,
+        SECAGG_KEYS,
         *dataset_key_groups(),
     )
 

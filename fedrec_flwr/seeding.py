@@ -26,6 +26,7 @@ STREAMS = {
     "decoys": 13,
     "audit": 14,
     "malicious": 15,
+    "secagg-key": 16,
 }
 
 

@@ -35,7 +35,7 @@ from fedrec_flwr.node.samples import (
 )
 from fedrec_flwr.node.state import NodeState
 from fedrec_flwr.node.training import local_update
-from fedrec_flwr.node.upload import TrainResult, summed_upload
+from fedrec_flwr.node.upload import SecureUploads, TrainResult, summed_upload
 from fedrec_flwr.partition import participants, users_of_partition
 from fedrec_flwr.privacy import uploads
 
@@ -68,6 +68,7 @@ class NodeRuntime(NodeEvaluation):
         self.max_samples = max_samples_per_user(prepared, config)
         self._planned: tuple[int, dict] = (0, {})  # (round, user -> (items, labels))
         self._selected: tuple[int, np.ndarray] = (-1, self.users[:0])
+        self.secure = config.secure_aggregation and SecureUploads(config, prepared)
 
     # ------------------------------------------------------------------ state
     def initial_state(self) -> NodeState:
@@ -236,6 +237,7 @@ class NodeRuntime(NodeEvaluation):
             num_samples=num_samples,
             loss_sum=loss_sum,
             sparse=threshold is not None,
+            secure=self.secure and self.secure.at(server_round, samples.users, offsets, item_rows),
         )
         private = {k: v.clone() for k, v in state.private.items()}
         index = torch.from_numpy(positions)

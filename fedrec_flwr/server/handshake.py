@@ -7,6 +7,9 @@ rows its evaluation needs (``eval-items``; absent = all of them) and the rows it
 in round 1 (``next-items``). The server learns the federation's size from these answers and
 reads no user's data; it refuses nodes whose data does not fit the run or each other
 (another dataset, protocol, seed, split or catalogue, users held twice) with the reason.
+Under ``secure-aggregation`` each node also sends the public half of the X25519 key pair it
+made (``secagg-public``, :mod:`fedrec_flwr.privacy.secagg`); the server keeps the keys to
+forward them with each round's train messages.
 Nodes whose handshake fails (e.g. stale deployment nodes) are skipped; if all fail, the run
 stops at once with the reason.
 """
@@ -14,7 +17,7 @@ stops at once with the reason.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from logging import INFO, WARNING
 
 import numpy as np
@@ -40,6 +43,8 @@ class Federation:
 
     nodes: dict[int, NodeInfo]
     data: DataIdentity
+    #: node id -> its X25519 public key (``secure-aggregation``; else empty).
+    public_keys: dict[int, np.ndarray] = field(default_factory=dict)
 
     @property
     def num_users(self) -> int:
@@ -62,6 +67,7 @@ def connect(grid: Grid, config: RunConfig, wait: float, timeout: float) -> Feder
     deadline = time.monotonic() + wait
     expected: int | None = None
     failed: dict[int, str] = {}  # node id -> why its handshake failed
+    keys: dict[int, np.ndarray] = {}  # node id -> its public key (secure-aggregation)
     while True:
         new = [n for n in grid.get_node_ids() if n not in nodes and n not in failed]
         if new:
@@ -74,6 +80,8 @@ def connect(grid: Grid, config: RunConfig, wait: float, timeout: float) -> Feder
                     log(WARNING, "node %d failed its handshake: %s", node, reason)
                     continue
                 expected = _register(nodes, reply, expected, config)
+                if config.secure_aggregation:
+                    keys[reply.metadata.src_node_id] = _public_key(reply, nodes)
         if failed and not nodes:  # every node failed: no point in waiting
             raise FederationError(f"the nodes failed to start: {next(iter(failed.values()))}")
         covered = {info.partition_id for info in nodes.values()}
@@ -98,7 +106,19 @@ def connect(grid: Grid, config: RunConfig, wait: float, timeout: float) -> Feder
             "do all nodes read the same data and configuration?"
         )
     log(INFO, "%d nodes connected, holding %d users", len(nodes), data.num_users)
-    return Federation(nodes, data)
+    return Federation(nodes, data, keys)
+
+
+def _public_key(reply: Message, nodes: dict[int, NodeInfo]) -> np.ndarray:
+    """The X25519 public key of a handshake reply under secure aggregation."""
+    key = record_arrays(reply.content[ARRAYS]).get("secagg-public")
+    if key is None or key.dtype != np.uint8 or key.shape != (32,):
+        partition = nodes[reply.metadata.src_node_id].partition_id
+        raise FederationError(
+            f"partition {partition} sent no X25519 public key (32 bytes) although the run "
+            "has secure-aggregation = true: does it run this version of fedrec_flwr?"
+        )
+    return np.array(key)
 
 
 def _identity(reply: Message, config: RunConfig) -> DataIdentity:

@@ -3,7 +3,8 @@ these plans into Flower messages).
 
 - ``train``: each node holding a user selected this round (``fraction-train``) gets those
   users and the rows it asked for in its last reply (``next-items`` for this round), or the
-  full table when it has no fresh request (the full table is always correct).
+  full table when it has no fresh request (the full table is always correct), and always
+  under ``secure-aggregation`` (no node's request may tell its items).
 - ``evaluate``: every node gets the rows its evaluation reads (``eval-items``; none given:
   the full table). With an ``eval-users`` sample, a node holding none of the sampled users
   gets no rows, and no message at all unless it owes its next-round request (it trains next
@@ -61,6 +62,7 @@ class PayloadPlanner:
             if len(users) == 0:
                 continue
             fresh = info.request_round == server_round and info.request_items is not None
+            fresh = fresh and not self.config.secure_aggregation  # everyone gets everything
             ids = info.request_items if fresh else None  # no fresh request: the full table
             orders[node_id] = TrainOrder(users=users, item_ids=ids)
         return orders

@@ -12,6 +12,10 @@ Message flow of a run (keys in :mod:`fedrec_flwr.messages`):
   parameters) a node's evaluation reads. Reply: metric sums, each evaluated user's metrics
   and ``next-items``.
 
+Under ``secure-aggregation`` a train message carries the full table and the round's
+participants' public keys, a train reply one masked vector and no request, and the server
+decodes only their sum (:mod:`fedrec_flwr.server.secure_rounds`).
+
 What a reply may carry follows the method's parameter roles; private parameters never appear
 in a reply. The parts:
 
@@ -59,6 +63,7 @@ from fedrec_flwr.server.model import ServerModel
 from fedrec_flwr.server.payloads import PayloadPlanner, TrainOrder
 from fedrec_flwr.server.recording import RoundLog, RoundReporter
 from fedrec_flwr.server.replies import ReplyReader
+from fedrec_flwr.server.secure_rounds import SecureRounds
 from fedrec_flwr.server.stopping import RunStopping
 from fedrec_flwr.server.validation import ReplySchema
 
@@ -72,12 +77,17 @@ def model_record(model: ServerModel) -> ArrayRecord:
 
 
 def rows_record(
-    model: ServerModel, users: np.ndarray | None, item_ids: np.ndarray | None, rows: np.ndarray
+    model: ServerModel,
+    users: np.ndarray | None,
+    item_ids: np.ndarray | None,
+    rows: np.ndarray,
+    extra: Mapping[str, np.ndarray] | None = None,
 ) -> ArrayRecord:
     """A train or evaluate payload: the users to train (if any), the global rows
-    ``item_ids`` (None: the full table) and the shared-dense parameters."""
+    ``item_ids`` (None: the full table), the shared-dense parameters and ``extra`` arrays."""
     arrays = {} if users is None else {"train_users": users}
     arrays.update(sparse_rows(item_ids, rows, model.zero_threshold))
+    arrays.update(extra or {})
     return array_record(dense_arrays(model.dense), **arrays)
 
 
@@ -109,6 +119,7 @@ class FedRecStrategy(Strategy):
         self.model = model
         self.num_users = federation.num_users
         self.nodes: dict[int, NodeInfo] = federation.nodes  # by node id, the planner's too
+        self.secure = SecureRounds(federation) if config.secure_aggregation else None
         self.planner = PayloadPlanner(config, federation.nodes, federation.num_users)
         self.evaluation = EvaluationRounds(config)
         self.stopping = RunStopping(config.early_stopping_patience)
@@ -172,12 +183,12 @@ class FedRecStrategy(Strategy):
         self.round_log = RoundLog(round=server_round)
         self.model.start_round()
         self.orders = self.planner.train_orders(server_round)
-        table = self.model.table
+        peers = self.secure.peers(self.orders) if self.secure else None  # and their keys
         messages = []
         for node_id, order in self.orders.items():
             ids = order.item_ids
-            rows = table if ids is None else table[ids]
-            payload = rows_record(self.model, order.users, ids, rows)
+            rows = self.model.table if ids is None else self.model.table[ids]
+            payload = rows_record(self.model, order.users, ids, rows, peers)
             config = self._config(server_round)
             messages.append(self._message(node_id, payload, config, MessageType.TRAIN))
         self.sent = messages
@@ -189,8 +200,8 @@ class FedRecStrategy(Strategy):
         """Apply the round's valid uploads to the global table and shared-dense parameters
         (:meth:`ServerModel.apply <fedrec_flwr.server.model.ServerModel.apply>`)."""
         orders, self.orders = self.orders, {}
-        reader = ReplyReader(server_round, self.nodes, self.sent, self.round_log)
-        uploads = reader.train_uploads(replies, orders, self.schema())
+        reader = (self.secure or ReplyReader)(server_round, self.nodes, self.sent, self.round_log)
+        uploads = reader.train_uploads(replies, orders, self.schema())  # secure: their sum
         if not uploads:
             log(
                 WARNING,

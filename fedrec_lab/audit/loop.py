@@ -15,6 +15,7 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.node.runtime import NodeRuntime
 from fedrec_flwr.partition import participants
+from fedrec_flwr.privacy import secagg
 from fedrec_flwr.server.model import ServerModel
 
 
@@ -41,6 +42,10 @@ def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
             result.zero_ids,
             result.zero_counts,
         )
+        if result.secure is not None:  # one node: its vector is the round's sum, unmasked
+            shapes = {name: value.shape for name, value in model.dense.items()}
+            layout = secagg.Layout.of(model.num_items, model.row_dim, shapes)
+            upload = secagg.decode(layout, result.secure).upload
         model.apply([upload])
         last = server_round == config.num_server_rounds
         if server_round % config.eval_every and not last:
