@@ -12,10 +12,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from fedrec_lab import progress
 from fedrec_lab.launch.default_port import DEFAULT_HTTP_PORT, default_superlink_report
 from fedrec_lab.launch.ray_cluster import worker_entries
 from fedrec_lab.launch.run_config import ConfigError, merged_run_config, project_defaults
-from fedrec_lab.launch.runs import COMPLETED, RunInterrupted, launch
+from fedrec_lab.launch.runs import COMPLETED, STEPS, RunInterrupted, launch
 from fedrec_lab.project import ProjectNotFoundError, project_root
 
 
@@ -101,6 +102,7 @@ def parser(prog: str = "fedrec run") -> argparse.ArgumentParser:
         action="store_true",
         help="name the SuperLink on Flower's default port (the one `flwr run .` uses) and exit",
     )
+    progress.add_switch(parser)
     return parser
 
 
@@ -171,14 +173,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             nodes = args.nodes
             if args.resume:
                 config, nodes = resumed(args.resume, config, nodes, project)
-            outcome = launch(
-                config,
-                nodes or 2,
-                federation,
-                project=project,
-                say=say,
-                ray_address=args.ray_address,
-            )
+            with progress.bar(
+                len(STEPS), "fedrec: starting", unit="step", enabled=args.progress, leave=False
+            ) as steps:
+                outcome = launch(
+                    config,
+                    nodes or 2,
+                    federation,
+                    project=project,
+                    say=say,
+                    ray_address=args.ray_address,
+                    prepare=True,
+                    steps=steps,
+                )
         except (ConfigError, ProjectNotFoundError) as error:
             say(f"error: {error}")
             return 2

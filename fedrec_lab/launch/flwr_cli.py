@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,13 @@ from fedrec_lab.launch.run_config import write_run_config
 from fedrec_lab.launch.superlink import RUN_ROLES, LocalSuperLink
 
 SUBMIT_TIMEOUT = 300.0  # seconds for `flwr run` to answer (it builds and uploads the FAB)
+#: Lines of a run's log that are left out. Flower's simulation warns "Since flwr 1.32,
+#: default simulated SuperNodes changed from 10 to 2." on every run, whatever the federation
+#: size it was given (flwr/simulation/app.py, Flower 1.42); a launch always gives it
+#: (``num-supernodes``, from ``--nodes``), so there the warning only misleads.
+LEFT_OUT = ("default simulated SuperNodes changed from 10 to 2.",)
+#: The ServerApp's line for a finished round (``fedrec_flwr.server.recording``).
+ROUND_LINE = re.compile(r"\[round \d+/\d+\]")
 
 
 class SuperLinkGoneError(RuntimeError):
@@ -72,25 +81,57 @@ def submit(
         return None, f"flwr run exited with code {started.returncode}:\n{said}"
 
 
+def shown(line: str) -> bool:
+    """Whether a line of the run's log is shown (or collected): not one of ``LEFT_OUT``."""
+    return not any(text in line for text in LEFT_OUT)
+
+
+def pump(
+    source: Iterable[str],
+    stream: bool,
+    lines: list[str],
+    first_round: Callable[[], None] | None = None,
+) -> None:
+    """Copy the log's ``source`` lines that are :func:`shown` to standard output
+    (``stream``) or into ``lines``; call ``first_round`` at the first finished round."""
+    for line in source:
+        if not shown(line):
+            continue
+        if stream:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        else:
+            lines.append(line)
+        if first_round is not None and ROUND_LINE.search(line):
+            first_round()
+            first_round = None
+
+
 def follow(
-    link: LocalSuperLink, run_id: str, stream: bool, timeout: float | None
+    link: LocalSuperLink,
+    run_id: str,
+    stream: bool,
+    timeout: float | None,
+    first_round: Callable[[], None] | None = None,
 ) -> tuple[str | None, str]:
     """Stream (or collect) the run's log until it ends; (final status, output). The status
-    is None when the SuperLink ended: Flower cannot tell it any more."""
+    is None when the SuperLink ended: Flower cannot tell it any more. ``first_round`` is
+    called when the log shows the first finished round."""
     logs = subprocess.Popen(
         [tools.tool("flwr"), "log", run_id, "--stream"],
         cwd=link.home,
-        env=link.env,
-        stdout=None if stream else subprocess.PIPE,
+        env={**link.env, "PYTHONUNBUFFERED": "1"},  # each line as it comes
+        stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        errors="replace",
         start_new_session=True,
     )
     lines: list[str] = []
-    reader = None
-    if logs.stdout is not None:
-        reader = threading.Thread(target=lambda: lines.extend(logs.stdout), daemon=True)
-        reader.start()
+    reader = threading.Thread(
+        target=pump, args=(logs.stdout, stream, lines, first_round), daemon=True
+    )
+    reader.start()
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         while logs.poll() is None and link.alive():
@@ -102,8 +143,7 @@ def follow(
         if logs.poll() is None:
             logs.kill()
             logs.wait()
-        if reader is not None:
-            reader.join(timeout=10)
+        reader.join(timeout=10)
     return final_status(link, run_id), "".join(lines)
 
 

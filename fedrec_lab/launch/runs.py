@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from fedrec_lab import processes
 from fedrec_lab.launch import run_folder
 from fedrec_lab.launch.flwr_cli import follow, stop_run, stop_run_processes, submit
 from fedrec_lab.launch.ray_cluster import LOCAL_RAY, resolve_ray_address
-from fedrec_lab.launch.run_config import check_run_config
+from fedrec_lab.launch.run_config import check_run_config, project_defaults
 from fedrec_lab.launch.superlink import RUN_ROLES, LocalSuperLink, local_superlink
 from fedrec_lab.launch.tools import Say, quiet
 from fedrec_lab.project import project_root
@@ -32,6 +34,13 @@ SUPERLINK_DIED = "unknown:superlink-died"
 #: Without a SuperLink, the run's process is stopped once its rounds.csv stood still this long.
 STALL_SECONDS = 900.0
 PROGRESS_EVERY = 30.0  # seconds between progress lines while the run goes on alone
+#: What a launch does before the first round, one step of its progress bar each.
+STEPS = (
+    "preparing the data",
+    "starting the SuperLink",
+    "submitting the run (flwr run)",
+    "starting the simulation",
+)
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -87,8 +96,17 @@ def launch(
     say: Say = quiet,
     check: bool = True,
     ray_address: str | None = None,
+    prepare: bool = False,
+    steps: tqdm | None = None,
 ) -> Outcome:
-    """:func:`run`, returning the :class:`Outcome` (its run folder included)."""
+    """:func:`run`, returning the :class:`Outcome` (its run folder included).
+
+    ``prepare``: split the dataset into the cache here first, if it is not there yet (on a
+    new local Ray instance only: a cluster's workers have their own caches). ``steps``: a
+    progress bar (:func:`fedrec_lab.progress.bar`) of :data:`STEPS`, closed once the log
+    shows the first finished round.
+    """
+    steps = tqdm(disable=True) if steps is None else steps
     config = dict(config)
     for key in ("results-dir", "data-dir", "data-file", "resume"):
         if config.get(key):
@@ -101,6 +119,10 @@ def launch(
     ray = resolve_ray_address(ray_address, federation)
     if ray != LOCAL_RAY:
         say(f"Ray: the ClientApps run on the cluster at {ray}")
+    step(steps, 0)
+    if prepare and ray == LOCAL_RAY:
+        prepare_split(config, app)
+    step(steps, 1)
     results = Path(config["results-dir"])
     before = run_folder.run_folders(results)
 
@@ -111,13 +133,16 @@ def launch(
     with local_superlink(say=say, ray=ray) as link:
         run_id = None
         try:
+            step(steps, 2)
             run_id, said = submit(link, config, nodes, federation, app)
             if run_id is None:
                 say(f"the run did not start: {said}")
                 report_exits(link, say, results)
                 return Outcome("not-started", said)
             say(f"run {run_id} submitted")
-            status, output = follow(link, run_id, stream, timeout)
+            step(steps, 3)
+            status, output = follow(link, run_id, stream, timeout, steps.close)
+            steps.close()
             announced = status is None
             if announced:
                 status = outlive_superlink(link, folder, deadline, say)
@@ -128,6 +153,27 @@ def launch(
                 say(f"{signal.Signals(signum).name}: stopping run {run_id} (flwr stop)")
             status = stop_run(link, run_id) if run_id else "not-started"
             raise RunInterrupted(signum, run_id, status) from None
+
+
+def step(steps: tqdm, index: int) -> None:
+    """The bar at step ``index`` of :data:`STEPS` (those before it done)."""
+    steps.update(index - steps.n)
+    steps.set_postfix_str(STEPS[index])
+
+
+def prepare_split(config: dict[str, Any], project: Path) -> None:
+    """Split the run's dataset into the cache (:func:`fedrec_flwr.data.prepared.prepare`),
+    with its evaluation negatives, unless it is there already: the nodes then open it. A
+    dataset that cannot be read is left to the run, which reports it as it always does."""
+    from fedrec_flwr.config import RunConfig
+    from fedrec_flwr.data.prepared import prepare, prepared_path
+
+    try:
+        run = RunConfig.from_mapping({**project_defaults(project), **config})
+        if not (prepared_path(run) / "meta.json").exists():
+            prepare(run).eval_negatives(run.seed)
+    except (ValueError, OSError):  # DataError among them: the run says what to do
+        return
 
 
 def outlive_superlink(

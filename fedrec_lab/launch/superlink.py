@@ -39,6 +39,13 @@ ROLES = {
 }
 #: The roles of the process that carries a run (it may outlive the SuperLink).
 RUN_ROLES = ("simulation", "ServerApp")
+#: Ray's FutureWarning on every ``ray.init()``, "Tip: In future versions of Ray, Ray will no
+#: longer override accelerator visible devices env var if num_gpus=0 ...", left out of the
+#: run's log: a warning filter (``PYTHONWARNINGS``) for that message, category and module
+#: only. Ray's own switch, ``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0``, would silence it by
+#: showing every GPU to the ClientApps given no GPU (``client-resources-num-gpus`` 0), which
+#: Ray hides from them now (docs/deployment.md, GPUs).
+RAY_GPU_TIP = "ignore:Tip:FutureWarning:ray._private.worker"
 
 
 @dataclass(frozen=True)
@@ -208,6 +215,7 @@ def superlink_env(home: Path, port: int, control: int, ray: str) -> dict[str, st
         "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
         "FLWR_LOCAL_CONTROL_API_PORT": str(control),
         "RAY_ADDRESS": ray,
+        "PYTHONWARNINGS": ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), RAY_GPU_TIP])),
     }
 
 
