@@ -112,7 +112,9 @@ def test_audit_takes_data_dir_into_each_run_and_shows_it_as_dir(monkeypatch, tmp
 
 def test_tune_without_data_dir_leaves_it_to_the_environment(monkeypatch, tmp_path):
     ran = []
-    monkeypatch.setattr(tuning, "run_trial", lambda config: ran.append(config) or {"error": "x"})
+    monkeypatch.setattr(
+        tuning, "run_trial", lambda config, watch=None: ran.append(config) or {"error": "x"}
+    )
     monkeypatch.chdir(tmp_path)
     preset = Path(__file__).resolve().parents[2] / "conf" / "pfedrec-ml100k-strict.toml"
     tuning.main([str(preset), "--trials", "1", "--rounds", "1"])
