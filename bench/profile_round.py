@@ -103,7 +103,7 @@ def instrument(clock: PhaseClock) -> None:
     """Put the clock's timers around the node's phases (where their callers look them up)."""
     from fedrec_flwr.node import evaluate, runtime, training
 
-    clock.wrap(runtime, "users_round_items", "sampling (negatives)")
+    clock.wrap(runtime, "round_draws", "sampling (negatives)")
     clock.wrap(runtime, "user_round_items", "sampling (negatives)")
     clock.wrap(runtime, "build_round_samples", "rows of the round (build_round_samples)")
     clock.wrap(training, "epoch_steps", "batch plan (epoch_steps)")
@@ -270,6 +270,14 @@ def markdown(name: str, result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _value(text: str) -> Any:
+    """A ``--set`` value: a number or boolean as such, anything else as text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", action="append", choices=sorted(CASES))
@@ -281,7 +289,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=12, help="operators listed by --ops")
     parser.add_argument("--out", default=None, help="JSON of every figure")
     args = parser.parse_args()
-    extra = dict(item.split("=", 1) for item in args.set)
+    extra = {key: _value(text) for key, text in (item.split("=", 1) for item in args.set)}
     results: dict[str, Any] = {}
     clock = PhaseClock()
     instrument(clock)

@@ -26,7 +26,8 @@ NEGATIVE_SAMPLER_KEYS = KeyGroup(
             "keyed-numpy",
             "`keyed-numpy`: a NumPy generator per (seed, user, round), drawn user by user; "
             "`counter`: Philox4x32-10 of (seed, user, round, draw) in tensor ops, every user "
-            "of a round at once, the same on CPU and CUDA (other draws: other figures)",
+            "of a round at once, the same on CPU and CUDA, and the epochs' shuffles and "
+            "mini-batch plan from it in tensor ops too (other draws: other figures)",
             choices=NegativeSampler,
         ),
     ),

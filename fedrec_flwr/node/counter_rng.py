@@ -100,6 +100,28 @@ def uniform_floats(words: torch.Tensor, dtype: torch.dtype = torch.float32) -> t
     return (words >> 8).to(dtype) * (1.0 / (1 << 24))
 
 
+def user_words(
+    seed: int,
+    stream: int,
+    users: torch.Tensor,
+    server_round: int,
+    sizes: torch.Tensor,
+    attempt: int = 0,
+) -> torch.Tensor:
+    """Words of draws ``0 .. sizes[j] - 1`` of each of ``users`` (int64 tensors, one entry
+    per user), user after user: whole blocks of four draws, each user's last block cut to
+    its size (one Philox block per four draws)."""
+    device = users.device
+    positions = torch.arange(len(sizes), device=device)
+    block_counts = (sizes + LANES - 1) // LANES
+    block_owner = torch.repeat_interleave(positions, block_counts)
+    first_blocks = torch.cumsum(block_counts, 0) - block_counts
+    blocks = torch.arange(len(block_owner), device=device) - first_blocks[block_owner]
+    words = random_blocks(seed, stream, users[block_owner], server_round, blocks, attempt)
+    lanes = torch.arange(LANES, device=device) + LANES * blocks.unsqueeze(-1)
+    return words[lanes < sizes[block_owner].unsqueeze(-1)]
+
+
 def counter_negatives(
     seed: int,
     stream: int,
@@ -134,16 +156,8 @@ def counter_negatives(
     excluded_keys = torch.repeat_interleave(
         positions, as_tensor(exclusion_counts)
     ) * num_items + as_tensor(exclusions)  # sorted: users in order, each set sorted
-    # first attempt: whole blocks of four draws, each user's last block cut to its size
-    block_counts = (as_tensor(sizes) + LANES - 1) // LANES
-    block_owner = torch.repeat_interleave(positions, block_counts)
-    first_blocks = torch.cumsum(block_counts, 0) - block_counts
-    blocks = torch.arange(len(block_owner), device=device) - first_blocks[block_owner]
-    words = random_blocks(seed, stream, as_tensor(users)[block_owner], server_round, blocks)
-    kept = (torch.arange(LANES, device=device) + LANES * blocks.unsqueeze(-1)) < as_tensor(sizes)[
-        block_owner
-    ].unsqueeze(-1)
-    draws = uniform_integers(words[kept], num_items)
+    words = user_words(seed, stream, as_tensor(users), server_round, as_tensor(sizes))
+    draws = uniform_integers(words, num_items)
     wrong = torch.arange(len(draws), device=device)
     for attempt in range(1, MAX_ATTEMPTS):
         wrong = wrong[_is_member(owner[wrong] * num_items + draws[wrong], excluded_keys)]

@@ -26,12 +26,13 @@ from fedrec_flwr.node.evaluate import NodeEvaluation
 from fedrec_flwr.node.personal import KEY_STRIDE, PersonalRows
 from fedrec_flwr.node.protocols import build_protocol, lookup_rows
 from fedrec_flwr.node.samples import (
+    RoundDraws,
     RoundSamples,
     build_round_samples,
     distinct_items,
     max_samples_per_user,
+    round_draws,
     user_round_items,
-    users_round_items,
 )
 from fedrec_flwr.node.state import NodeState
 from fedrec_flwr.node.training import local_update
@@ -66,7 +67,7 @@ class NodeRuntime(NodeEvaluation):
         self.protocol.target_items = malicious.exposure_targets(prepared, config)
         self.device = torch_device(config)
         self.max_samples = max_samples_per_user(prepared, config)
-        self._planned: tuple[int, dict] = (0, {})  # (round, user -> (items, labels))
+        self._planned: tuple[int, RoundDraws | None] = (0, None)  # (round, its draws)
         self._selected: tuple[int, np.ndarray] = (-1, self.users[:0])
         self.secure = config.secure_aggregation and SecureUploads(config, prepared)
 
@@ -109,11 +110,13 @@ class NodeRuntime(NodeEvaluation):
         The draws are kept for that round's training (when this process runs it).
         """
         selected = self.selected(server_round)
-        drawn = users_round_items(self.prepared, self.config, selected, server_round)
-        planned = {int(u): pair for u, pair in zip(selected, drawn, strict=True)}
-        self._planned = (server_round, planned)
-        if not planned:
+        draws = round_draws(self.prepared, self.config, selected, server_round)
+        self._planned = (server_round, draws)
+        if not len(selected):
             return np.empty(0, dtype=np.int64)
+        if self.config.decoy_ratio <= 0 and not malicious.attack_active(self.config):
+            return distinct_items(draws.items, self.prepared.num_items)[0]  # no user adds any
+        planned = {int(u): pair for u, pair in zip(selected, draws.pairs(), strict=True)}
         requested = [
             uploads.with_decoys(self.prepared, self.config, user, items)
             for user, (items, _) in planned.items()
@@ -121,11 +124,17 @@ class NodeRuntime(NodeEvaluation):
         requested = malicious.with_attack_rows(self.prepared, self.config, planned, requested)
         return distinct_items(np.concatenate(requested), self.prepared.num_items)[0]
 
-    def _items_of(self, server_round: int):
+    def _planned_draws(self, server_round: int) -> RoundDraws | None:
+        """The draws :meth:`train_request` made for ``server_round`` (once), else None."""
+        planned_round, draws = self._planned
+        self._planned = (0, None)
+        return draws if planned_round == server_round else None
+
+    def _items_of(self, server_round: int, draws: RoundDraws | None = None):
         """The (items, labels) of a user in ``server_round``, reusing planned draws."""
-        planned_round, planned = self._planned
-        planned = planned if planned_round == server_round else {}
-        self._planned = (0, {})
+        planned = {}
+        if draws is not None:
+            planned = dict(zip(draws.users.tolist(), draws.pairs(), strict=True))
 
         def items_of(user: int) -> tuple[np.ndarray, np.ndarray]:
             if user in planned:
@@ -168,13 +177,16 @@ class NodeRuntime(NodeEvaluation):
         """Train ``users`` starting from the global rows (``item_ids`` None = full table)
         and the global shared-dense parameters ``dense``."""
         positions = self.positions_of(users)
+        draws = self._planned_draws(server_round)
+        reused = draws is not None and np.array_equal(draws.users, users)
         samples = build_round_samples(
             self.prepared,
             self.config,
             users,
             positions,
             server_round,
-            items_of=self._items_of(server_round),
+            items_of=None if reused else self._items_of(server_round, draws),
+            draws=draws if reused else None,
         )
         params = self._round_params(state, positions, dense or {})
         received = lookup_rows(samples.row_items, item_ids, item_rows)

@@ -18,7 +18,7 @@ import numpy as np
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.node.counter_rng import counter_negatives
-from fedrec_flwr.privacy.decoys import with_trained_decoys
+from fedrec_flwr.privacy.decoys import DecoyUpdates, with_trained_decoys
 from fedrec_flwr.run_keys import TrainNegatives
 from fedrec_flwr.sampling import NegativeSampler, is_member, sample_excluding
 from fedrec_flwr.seeding import STREAMS, keyed_rng
@@ -189,6 +189,70 @@ def counter_round_negatives(
 
 
 @dataclass(frozen=True)
+class RoundDraws:
+    """Every user's (items, labels) of a round, flat: user ``j`` (global id ``users[j]``)
+    owns ``items[offsets[j]:offsets[j+1]]`` and their labels."""
+
+    users: np.ndarray
+    offsets: np.ndarray
+    items: np.ndarray
+    labels: np.ndarray
+
+    @classmethod
+    def from_pairs(
+        cls, users: np.ndarray, pairs: list[tuple[np.ndarray, np.ndarray]]
+    ) -> RoundDraws:
+        counts = np.array([len(items) for items, _ in pairs], dtype=np.int64)
+        empty = np.empty(0, np.int64)
+        return cls(
+            users=np.asarray(users, dtype=np.int64),
+            offsets=np.r_[0, np.cumsum(counts)].astype(np.int64),
+            items=np.concatenate([i for i, _ in pairs]).astype(np.int64) if pairs else empty,
+            labels=np.concatenate([lab for _, lab in pairs]).astype(np.float32)
+            if pairs
+            else np.empty(0, np.float32),
+        )
+
+    def pairs(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each user's (items, labels)."""
+        cuts = self.offsets[1:-1]
+        return list(zip(np.split(self.items, cuts), np.split(self.labels, cuts), strict=True))
+
+
+def round_draws(
+    prepared: PreparedData, config: RunConfig, users: np.ndarray, server_round: int
+) -> RoundDraws:
+    """:func:`users_round_items` of ``users``, flat. Under ``negative-sampler = "counter"``
+    without trained decoys, built for every user at once in array ops (positives gathered
+    from the train rows, negatives from :func:`counter_round_negatives`): the same items and
+    labels, no Python loop over users."""
+    users = np.asarray(users, dtype=np.int64)
+    trained_decoys = config.decoy_ratio > 0 and config.decoy_updates != DecoyUpdates.UNCHANGED
+    if config.negative_sampler != NegativeSampler.COUNTER or trained_decoys:
+        return RoundDraws.from_pairs(
+            users, users_round_items(prepared, config, users, server_round)
+        )
+    indptr = np.asarray(prepared.train_indptr, dtype=np.int64)
+    first, positives = indptr[users], indptr[users + 1] - indptr[users]
+    sizes = config.num_negatives * positives
+    counts, excluded = negative_exclusions(prepared, config, users)
+    n = prepared.num_items
+    negatives = counter_round_negatives(config, users, server_round, sizes, counts, excluded, n)
+    offsets = np.r_[0, np.cumsum(positives + sizes)].astype(np.int64)
+    before = np.cumsum(positives) - positives  # positives of the users before
+    rank = np.arange(int(positives.sum()), dtype=np.int64) - np.repeat(before, positives)
+    where = np.repeat(offsets[:-1], positives) + rank  # each positive's slot
+    items = np.empty(int(offsets[-1]), dtype=np.int64)
+    labels = np.zeros(int(offsets[-1]), dtype=np.float32)
+    items[where] = np.asarray(prepared.train_items)[np.repeat(first, positives) + rank]
+    labels[where] = 1.0
+    is_negative = np.ones(len(items), dtype=bool)
+    is_negative[where] = False
+    items[is_negative] = negatives  # each user's negatives after its positives, in order
+    return RoundDraws(users=users, offsets=offsets, items=items, labels=labels)
+
+
+@dataclass(frozen=True)
 class RoundSamples:
     """Training samples of several users, each with its own block of item rows.
 
@@ -225,36 +289,36 @@ def build_round_samples(
     positions: np.ndarray,
     server_round: int,
     items_of: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None,
+    draws: RoundDraws | None = None,
 ) -> RoundSamples:
     """Samples of ``users`` (global ids; ``positions`` in the node's private tensors).
 
-    ``items_of(user)`` may supply the user's (items, labels) if they were drawn already.
+    ``draws`` (the round's draws of exactly these users) or ``items_of(user)`` may supply
+    the (items, labels) if they were drawn already.
     """
-    if items_of is None:
+    users = np.asarray(users, dtype=np.int64)
+    if draws is None or not np.array_equal(draws.users, users):
+        if items_of is None:
 
-        def items_of(user: int) -> tuple[np.ndarray, np.ndarray]:
-            return user_round_items(prepared, config, user, server_round)
+            def items_of(user: int) -> tuple[np.ndarray, np.ndarray]:
+                return user_round_items(prepared, config, user, server_round)
 
-    drawn = [items_of(int(user)) for user in users]
-    sample_counts = np.array([len(items) for items, _ in drawn], dtype=np.int64)
-    owner = np.repeat(np.arange(len(drawn), dtype=np.int64), sample_counts)
-    items = np.concatenate([i for i, _ in drawn]).astype(np.int64) if drawn else owner
+        draws = RoundDraws.from_pairs(users, [items_of(int(user)) for user in users])
+    sample_counts = np.diff(draws.offsets)
+    owner = np.repeat(np.arange(len(users), dtype=np.int64), sample_counts)
     # Each user's distinct items (sorted) as its block of rows, and each sample's row: one
     # unique over (user, item) keys, which sorts by user, then item.
-    keys, sample_rows = distinct_user_items(owner, items, prepared.num_items, len(drawn))
+    keys, sample_rows = distinct_user_items(owner, draws.items, prepared.num_items, len(users))
     row_owner = keys // prepared.num_items
-    row_counts = np.bincount(row_owner, minlength=len(drawn))
-    labels = [lab for _, lab in drawn]
+    row_counts = np.bincount(row_owner, minlength=len(users))
     return RoundSamples(
-        users=np.asarray(users, dtype=np.int64),
+        users=users,
         positions=np.asarray(positions, dtype=np.int64),
         row_offsets=np.r_[0, np.cumsum(row_counts)].astype(np.int64),
         row_items=(keys - row_owner * prepared.num_items).astype(np.int64),
-        sample_offsets=np.r_[0, np.cumsum(sample_counts)].astype(np.int64),
+        sample_offsets=draws.offsets,
         sample_rows=sample_rows.astype(np.int64).reshape(-1),
-        sample_labels=np.concatenate(labels).astype(np.float32)
-        if labels
-        else np.empty(0, np.float32),
+        sample_labels=draws.labels,
     )
 
 

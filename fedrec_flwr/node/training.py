@@ -15,8 +15,10 @@ import torch
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods.base import ROWS, Method, RoundContext, Step, bce_losses
+from fedrec_flwr.node.lockstep import shuffle_tag, tensor_epoch_steps
 from fedrec_flwr.node.optim import build_optimizer
 from fedrec_flwr.node.samples import RoundSamples
+from fedrec_flwr.sampling import NegativeSampler
 from fedrec_flwr.seeding import keyed_rng
 
 PAD_TO = 64  # entries; see epoch_steps
@@ -44,11 +46,25 @@ def epoch_steps(
     sample count (rounded up), so that one large user does not pad every other one. Users
     of different widths go to different steps; a step of more than ``MAX_STEP_ENTRIES``
     entries is cut into several steps of fewer users. (``max_samples`` is kept for callers;
-    the widths no longer need it.)
+    the widths no longer need it.) Under ``negative-sampler = "counter"`` the shuffle comes
+    from the keyed Philox stream and the plan is built in tensor ops
+    (:mod:`fedrec_flwr.node.lockstep`).
     """
     batch = config.batch_size
     counts = np.diff(samples.sample_offsets)
     widths = user_widths(counts, batch)
+    if config.negative_sampler == NegativeSampler.COUNTER:  # the plan in tensor ops
+        return tensor_epoch_steps(
+            samples.sample_offsets,
+            torch.from_numpy(np.asarray(samples.sample_rows, np.int64)).to(device),
+            torch.from_numpy(np.asarray(samples.sample_labels, np.float32)).to(device),
+            samples.users,
+            widths,
+            batch,
+            config.seed,
+            server_round,
+            shuffle_tag(epoch, stage),
+        )
     num_batches = -(-counts // batch)
     by_batches = np.argsort(-num_batches, kind="stable")  # users with most batches first
     rank = np.empty_like(by_batches)

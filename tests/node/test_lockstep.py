@@ -1,0 +1,155 @@
+"""The mini-batch plan in tensor ops (``negative-sampler = "counter"``): every sample once
+per epoch, a user's batches whatever other users share the plan, shuffles keyed by (seed,
+user, round, stage, epoch), a number of tensor operations that does not grow with the users,
+and a packed run equal to a one-user-per-node run."""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from fedrec_flwr.client_app import app as client_app
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.node.lockstep import shuffle_tag, tensor_epoch_steps
+from fedrec_flwr.node.training import PAD_TO, user_widths
+from fedrec_flwr.server_app import run_federation
+from fedrec_lab.local_grid import LocalGrid
+from fedrec_lab.stats import read_per_user
+
+
+def plan(counts, users=None, batch=8, seed=0, server_round=1, tag=0, max_entries=1 << 22):
+    counts = np.asarray(counts, np.int64)
+    offsets = np.r_[0, np.cumsum(counts)]
+    users = np.arange(len(counts)) * 7 + 3 if users is None else np.asarray(users)
+    rows = torch.arange(int(offsets[-1]))
+    local = rows - torch.from_numpy(np.repeat(offsets[:-1], counts))
+    labels = (local % 3 == 0).float()  # a user's labels: a function of its own samples
+    widths = user_widths(counts, batch)
+    steps = tensor_epoch_steps(
+        offsets, rows, labels, users, widths, batch, seed, server_round, tag, max_entries
+    )
+    return offsets, steps
+
+
+def batches_of(offsets, steps):
+    """Each user's batches: (its sample indices, labels, weights) per step, in order."""
+    out: dict[int, list] = {}
+    for step in steps:
+        for k, j in enumerate(step.users.tolist()):
+            real = step.weights[k] > 0
+            assert not step.weights[k][~real].any() and not step.rows[k][~real].any()
+            rows = step.rows[k][real] - int(offsets[j])
+            out.setdefault(j, []).append(
+                (rows.tolist(), step.labels[k][real].tolist(), step.weights[k][real].tolist())
+            )
+    return out
+
+
+@pytest.mark.parametrize("max_entries", [1 << 22, 40])
+@pytest.mark.parametrize("batch", [8, 2000])
+def test_every_sample_once_per_epoch_on_its_user(batch, max_entries):
+    counts = [5, 0, 30, 8, 70, 1, 17]
+    offsets, steps = plan(counts, batch=batch, max_entries=max_entries)
+    for step in steps:
+        assert step.rows.shape[1] % PAD_TO == 0
+    batches = batches_of(offsets, steps)
+    for j, count in enumerate(counts):
+        mine = batches.get(j, [])
+        assert len(mine) == -(-count // batch)
+        seen = [i for rows, _, _ in mine for i in rows]
+        assert sorted(seen) == list(range(count))
+        for rows, labels, weights in mine:
+            assert len(rows) == min(batch, count - batch * mine.index((rows, labels, weights)))
+            assert labels == [float(i % 3 == 0) for i in rows]
+            assert sum(weights) == pytest.approx(1.0)
+
+
+def test_a_users_batches_do_not_depend_on_the_others():
+    rng = np.random.default_rng(0)
+    counts = rng.integers(0, 60, 50)
+    users = np.arange(50) * 11 + 1
+    offsets, steps = plan(counts, users)
+    together = batches_of(offsets, steps)
+    for j in (0, 7, 31, 49):
+        alone_offsets, alone_steps = plan(counts[j : j + 1], users[j : j + 1])
+        assert batches_of(alone_offsets, alone_steps).get(0, []) == together.get(j, [])
+
+
+def test_shuffles_are_keyed_by_seed_round_and_epoch():
+    def order(**key):
+        offsets, steps = plan([40], batch=64, **key)
+        return batches_of(offsets, steps)[0][0][0]
+
+    base = order()
+    assert order() == base
+    assert sorted(base) == list(range(40)) and base != list(range(40))
+    for other in ({"seed": 1}, {"server_round": 2}, {"tag": shuffle_tag(1, 0)}):
+        assert order(**other) != base
+    assert shuffle_tag(1, 0) != shuffle_tag(0, 1)
+    with pytest.raises(ValueError, match="local epochs"):
+        shuffle_tag(1 << 12, 0)
+
+
+class OpCount(TorchDispatchMode):
+    """Counts the aten operators dispatched while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_plan_dispatches_as_many_operators_for_ten_users_as_for_a_thousand():
+    rng = np.random.default_rng(1)
+    counts = {n: np.r_[rng.integers(1, 40, n - 1), 40] for n in (10, 1000)}  # 5 batches max
+    totals = {}
+    for n, c in counts.items():
+        with OpCount() as mode:
+            plan(c, batch=8)
+        totals[n] = sum(mode.ops.values())
+    assert totals[10] == totals[1000] > 0
+
+
+def test_a_packed_counter_run_equals_one_user_per_node(tmp_path, private_cache):
+    config = {
+        "dataset": "synthetic",
+        "synthetic-users": 12,
+        "synthetic-items": 200,
+        "synthetic-mean-degree": 15,
+        "num-server-rounds": 3,
+        "batch-size": 16,
+        "local-epochs": 2,
+        "item-lr": 0.5,
+        "negative-sampler": "counter",
+        "run-name": "run",
+    }
+    rows, per_user = {}, {}
+    for nodes in (1, 12):
+        folder = tmp_path / str(nodes)
+        run_config = {**config, "results-dir": str(folder)}
+        run_federation(
+            LocalGrid(client_app, run_config, num_nodes=nodes),
+            RunConfig.from_mapping(run_config),
+        )
+        with open(folder / "run" / "rounds.csv") as f:
+            rows[nodes] = list(csv.DictReader(f))
+        per_user[nodes] = read_per_user(folder / "run")
+    # each user's metrics and the train loss bit for bit; the means up to the order in
+    # which the server adds the nodes' sums
+    np.testing.assert_array_equal(per_user[1][0], per_user[12][0])
+    for name, values in per_user[1][1].items():
+        np.testing.assert_array_equal(values, per_user[12][1][name])
+    for one, packed in zip(rows[1], rows[12], strict=True):
+        assert one["train-loss"] == packed["train-loss"]
+        for key in one:
+            if key.startswith(("val-", "test-")) and one[key]:
+                assert float(one[key]) == pytest.approx(float(packed[key]), rel=1e-12)
+    assert float(rows[1][-1]["train-loss"]) < float(rows[1][0]["train-loss"])
