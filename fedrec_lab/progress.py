@@ -58,8 +58,8 @@ def add_switch(parser: argparse.ArgumentParser) -> None:
         SWITCH,
         dest="progress",
         action="store_false",
-        help=f"no progress bar (also {ENVIRONMENT}=0); the bar, on standard error, shows "
-        "only on a terminal and never changes a result file",
+        help=f"no progress bar, as {ENVIRONMENT}=0 (default: a bar on standard error when it "
+        "is a terminal; it never changes a result file)",
     )
 
 
