@@ -16,6 +16,13 @@ import numpy as np
 KEY_STRIDE = 1 << 32  # (position, item) -> position * KEY_STRIDE + item
 
 
+def whole_rows(rows: np.ndarray) -> np.ndarray:
+    """A C-contiguous float32 [n, r] array as n opaque records of one row each: indexing it
+    copies whole rows (one copy per row, not one per value)."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    return rows.view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).reshape(len(rows))
+
+
 @dataclass(frozen=True)
 class PersonalRows:
     """User ``j``'s rows are ``rows[indptr[j]:indptr[j+1]]`` for ``items[...]`` (sorted)."""
@@ -60,16 +67,16 @@ class PersonalRows:
         indptr = np.r_[0, np.cumsum(counts)].astype(np.int64)
         if not old_counts.any():  # every user with rows was updated: the new rows are all
             return PersonalRows(indptr=indptr, items=items, rows=rows)
-        # Destination of each row: its user's new start plus its rank within the user.
-        owner = np.repeat(np.arange(num_users, dtype=np.int64), self.counts())
-        kept = np.flatnonzero(~is_updated[owner])
-        old_dest = indptr[owner[kept]] + (kept - self.indptr[owner[kept]])
-        first = np.searchsorted(row_positions, row_positions, side="left")
-        new_dest = indptr[row_positions] + (np.arange(len(row_positions)) - first)
-        out_items = np.empty(int(indptr[-1]), dtype=np.int64)
-        out_rows = np.empty((int(indptr[-1]), self.rows.shape[1]), dtype=np.float32)
-        out_items[old_dest], out_rows[old_dest] = self.items[kept], self.rows[kept]
-        out_items[new_dest], out_rows[new_dest] = items, rows
+        # Every user's rows stay in user order: the output's slots of the updated users take
+        # the new rows in order, the others the kept old rows in order (whole-row copies).
+        total = int(indptr[-1])
+        kept = np.repeat(~is_updated, self.counts())
+        new_slot = np.repeat(is_updated, counts)
+        out_items = np.empty(total, dtype=np.int64)
+        out_rows = np.empty((total, self.rows.shape[1]), dtype=np.float32)
+        out_items[~new_slot], out_items[new_slot] = self.items[kept], items
+        whole_rows(out_rows)[~new_slot] = whole_rows(self.rows)[kept]
+        whole_rows(out_rows)[new_slot] = whole_rows(rows)
         return PersonalRows(indptr=indptr, items=out_items, rows=out_rows)
 
     def keys(self) -> np.ndarray:
