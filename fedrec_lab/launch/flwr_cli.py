@@ -86,6 +86,14 @@ def shown(line: str) -> bool:
     return not any(text in line for text in LEFT_OUT)
 
 
+def write_out(line: str) -> None:
+    """``line`` to standard output, unless it is closed (a pager that quit): the log is read
+    on to its end all the same, so that ``flwr log`` ends with the run."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.write(line)
+        sys.stdout.flush()
+
+
 def pump(
     source: Iterable[str],
     stream: bool,
@@ -98,8 +106,7 @@ def pump(
         if not shown(line):
             continue
         if stream:
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            write_out(line)
         else:
             lines.append(line)
         if first_round is not None and ROUND_LINE.search(line):
