@@ -28,9 +28,20 @@ HOGS_PER_CORE = 4
 FLOWER = ("flower-superlink", "flower-superexec", "flwr-simulation", "flwr-serverapp")
 
 
+#: A process that spins on a CPU until killed; it also ends if the test's process is gone
+#: (killed before its ``finally``) or after 20 minutes, so that none can outlive the test.
+HOG = """
+import os, time
+parent, end = os.getppid(), time.monotonic() + 1200
+while os.getppid() == parent and time.monotonic() < end:
+    for _ in range(1_000_000):
+        pass
+"""
+
+
 def start_hogs(count: int) -> list[subprocess.Popen]:
     """``count`` processes that spin on a CPU each until killed."""
-    code = "while True: pass"
+    code = HOG
     return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
 
 
