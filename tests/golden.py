@@ -3,7 +3,8 @@ are stored in ``tests/golden.json`` and checked by ``tests/test_golden.py``, so 
 change to any number fails CI.
 
 Each family takes the method keys of its ``conf/<family>-ml100k-strict.toml`` preset (and
-``pfedrec-paper`` those of ``conf/pfedrec-ml100k-paper.toml``, for the paper protocol's code)
+``pfedrec-paper`` those of ``conf/pfedrec-ml100k-paper.toml``, for the paper protocol's code;
+a family ending in ``-counter`` is its base family under ``negative-sampler = "counter"``)
 but runs on the synthetic dataset (40 users x 300 items), 3 rounds, in-process on 2 nodes
 (the real ServerApp and ClientApp through :class:`~fedrec_lab.local_grid.LocalGrid`).
 Recorded: the train loss of every round and the validation and test metrics of the last
@@ -44,7 +45,13 @@ FAMILIES = (
     "pfedrec-plgc",
     "fedrap-plgc",
     "pfedrec-paper",
+    "pfedrec-counter",
+    "fedmf-counter",
+    "pfedrec-paper-counter",
 )
+#: A family whose name ends so runs its base family with ``negative-sampler = "counter"``
+#: (the round's draws, shuffles and batch plan from the keyed Philox stream).
+COUNTER = "-counter"
 SYNTHETIC = {
     "dataset": "synthetic",
     "synthetic-users": 40,
@@ -58,6 +65,7 @@ REL = 1e-6  # float reductions may differ in the last bits on another CPU; a rea
 
 
 def preset(family: str) -> Path:
+    family = family.removesuffix(COUNTER)
     name, protocol = (
         family.removesuffix("-paper"),
         "paper" if family.endswith("-paper") else "strict",
@@ -79,6 +87,8 @@ def run_family(family: str, folder: Path) -> dict:
         "results-dir": str(folder),
         "run-name": family,
     }
+    if family.endswith(COUNTER):
+        mapping["negative-sampler"] = "counter"
     config = RunConfig.from_mapping(mapping)
     run_federation(LocalGrid(client_app, config.to_mapping(), num_nodes=NUM_NODES), config)
     with open(folder / family / "rounds.csv") as f:
