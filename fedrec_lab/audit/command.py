@@ -40,6 +40,9 @@ MATCHED = {"decoy-selection": "popularity"}
 TRAINED = {"decoy-ratio": 4.0, "decoy-updates": "negatives", **MATCHED}
 AS_POSITIVES = {"decoy-ratio": 4.0, "decoy-updates": "positives", **MATCHED}
 FIXED = {"decoy-ratio": 1.0, "decoy-updates": "negatives", "decoy-request-size": 800, **MATCHED}
+#: Secure aggregation (``fedrec_flwr.privacy.secagg``): the attacks see each user's masked
+#: vector and its full-table request; seeded keys make the audited uploads reproducible.
+SECAGG = {"secure-aggregation": True, "secure-aggregation-keys": "seeded"}
 CONFIGS = {
     "none": {},
     "ldp": LDP,
@@ -48,6 +51,7 @@ CONFIGS = {
     "decoys-trained": TRAINED,
     "decoys-as-positives": AS_POSITIVES,
     "fixed-requests": FIXED,
+    "secagg": SECAGG,
 }
 #: The configurations run when ``--configs`` is not given (the earlier table's four).
 DEFAULT_CONFIGS = ["none", "ldp", "decoys", "both"]

@@ -14,7 +14,7 @@ from fedrec_flwr.methods import METHODS
 from fedrec_flwr.methods.base import linear_head_init
 from fedrec_flwr.methods.declarations import AuditImitation
 from fedrec_flwr.partition import participants
-from fedrec_flwr.privacy import uploads
+from fedrec_flwr.privacy import secagg, uploads
 from fedrec_flwr.privacy.accounting import RowCounter
 from fedrec_flwr.privacy.decoys import DecoyUpdates, user_decoys
 from fedrec_flwr.seeding import keyed_rng
@@ -46,6 +46,22 @@ class Capture:
     def __call__(self, user, server_round, items, rows, sent) -> None:
         if user in self.users and server_round in self.rounds:
             self.uploads[(user, server_round)] = (items.copy(), rows.copy(), sent.copy())
+
+
+class MaskedCapture(Capture):
+    """Under secure aggregation: what the server sees of a user (its own node), every item
+    as uploaded, the rows of its masked vector read as plain fixed point, the full table
+    sent (:data:`fedrec_flwr.privacy.secagg.OBSERVERS`)."""
+
+    def wants(self, user: int, server_round: int) -> bool:
+        return user in self.users and server_round in self.rounds
+
+    def __call__(self, user, server_round, vector, table) -> None:
+        if self.wants(user, server_round):
+            rows = secagg.signed(vector)[: table.size].reshape(table.shape)
+            as_rows = rows.astype(np.float64) * 2.0**-secagg.FRACTION_BITS
+            everything = np.arange(len(table), dtype=np.int64)
+            self.uploads[(user, server_round)] = (everything, as_rows, table.astype(np.float64))
 
 
 def auditable_methods() -> list[str]:
@@ -90,6 +106,8 @@ def request_of(prepared, config: RunConfig, user: int, server_round: int) -> np.
     """The rows ``user`` requests for ``server_round`` (its items and its decoys)."""
     from fedrec_flwr.node.samples import user_round_items
 
+    if config.secure_aggregation:  # every node asks for the full table
+        return np.arange(prepared.num_items, dtype=np.int64)
     items, _ = user_round_items(prepared, config, user, server_round)
     return uploads.with_decoys(prepared, config, user, np.unique(items))
 
@@ -216,9 +234,14 @@ def audited_run(
                 prepared.num_users, size=min(num_users, prepared.num_users), replace=False
             )
         )
-        capture = Capture(users, captured_rounds(audit_rounds, WINDOW))
+        secure = config.secure_aggregation  # the server sees masked vectors
+        capture = (MaskedCapture if secure else Capture)(
+            users, captured_rounds(audit_rounds, WINDOW)
+        )
         counter = RowCounter()  # every user's uploaded rows: its user-level epsilon
-        uploads.OBSERVERS.extend([capture, counter])
+        seen = secagg.OBSERVERS if secure else uploads.OBSERVERS
+        seen.append(capture)
+        uploads.OBSERVERS.append(counter)
         try:
             if num_nodes:
                 from fedrec_flwr.client_app import app
@@ -232,7 +255,7 @@ def audited_run(
 
                 summary = run_plain(config, prepared)
         finally:
-            uploads.OBSERVERS.remove(capture)
+            seen.remove(capture)
             uploads.OBSERVERS.remove(counter)
     return {
         "best_round": summary["best_round"],

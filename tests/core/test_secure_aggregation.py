@@ -24,7 +24,9 @@ from fedrec_flwr.server.handshake import connect
 from fedrec_flwr.server.model import ServerModel
 from fedrec_flwr.server.strategy import FedRecStrategy
 from fedrec_flwr.server_app import run_federation
+from fedrec_lab.audit.command import SECAGG
 from fedrec_lab.audit.loop import run_plain
+from fedrec_lab.audit.run import ATTACKS, audited_run
 from fedrec_lab.local_grid import LocalGrid
 
 SEED, ROUND = 7, 3
@@ -290,15 +292,30 @@ def test_a_missing_participant_voids_the_round(tmp_path, caplog):
 
 
 @pytest.mark.usefixtures("private_cache")
-def test_a_secure_run_gives_the_plain_runs_metrics(tmp_path):
-    """Flower with 3 nodes, the plain loop, with and without secure aggregation: the same
-    test metrics (the fixed point's resolution is far below what moves a ranking here)."""
+@pytest.mark.parametrize("extra", [{}, {"ldp-mechanism": "gaussian", "ldp-clip": 5.0}])
+def test_a_secure_run_gives_the_plain_runs_metrics(tmp_path, extra):
+    """Flower with 3 nodes, the plain loop, with and without secure aggregation (and with
+    LDP on each user's rows before masking): the same test metrics (the fixed point's
+    resolution is far below what moves a ranking here)."""
     results = []
     for secure in (False, True):
-        mapping = {**SMALL, "results-dir": str(tmp_path / str(secure)), "item-lr": 8.0}
+        mapping = {**SMALL, "results-dir": str(tmp_path / str(secure)), "item-lr": 8.0, **extra}
         config = RunConfig.from_mapping({**mapping, "secure-aggregation": secure})
         summary = run_federation(LocalGrid(client_app, config.to_mapping(), num_nodes=3), config)
         results += [summary["test"], run_plain(config, prepare(config))["test"]]
     for other in results[1:]:
         for name, value in results[0].items():
             assert other[name] == pytest.approx(value, abs=1e-9)
+
+
+@pytest.mark.usefixtures("private_cache")
+def test_the_audits_attacks_are_at_chance_on_masked_uploads():
+    """The audit's attacks on what the server sees: each user's masked vector (its own node
+    among every participant) and its full-table request. Without the masks the same
+    attacks find the positives."""
+    keys_ = {**SMALL, "synthetic-mean-degree": 15, "method": "pfedrec", "item-lr": 8.0}
+    plain = audited_run(keys_, [3], 10, 0)["attacks"]
+    secure = audited_run({**keys_, **SECAGG}, [3], 10, 0)["attacks"]
+    assert plain["direction"]["auc"] > 0.9 and plain["pubpara"]["auc"] > 0.9
+    for name in ATTACKS:
+        assert abs(secure[name]["auc"] - 0.5) < 0.1, name
