@@ -111,7 +111,11 @@ def objective_for(
 
 def trial_line(trial) -> str:
     """One line for a finished trial (printed as the study goes)."""
-    val = trial.value if trial.value is not None else None
+    val = (
+        trial.user_attrs.get("val", {}).get("hr@10")
+        if trial.user_attrs.get("stopped")
+        else trial.value
+    )
     test = trial.user_attrs.get("test", {}).get("hr@10")
     state = trial.user_attrs.get("stopped") or trial.state.name.lower()
     shown = f"val HR@10 {100 * val:.2f}" if val is not None else "no value"

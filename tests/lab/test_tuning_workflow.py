@@ -154,3 +154,13 @@ def test_a_file_study_names_itself_after_the_file_and_keeps_its_relative_path(
     assert len(data["trials"]) == 1 and "data-file='clicks.csv'" in data["command"]
     tuned = tomllib.loads((tmp_path / "out" / "fedmf-file-clicks-strict-tuned.toml").read_text())
     assert tuned["data-file"] == "clicks.csv" and tuned["user-column"] == "visitor"
+
+
+def test_fedrec_tune_is_the_command(capsys):
+    from fedrec_lab import cli
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["tune", "--help"])
+    assert done.value.code == 0
+    shown = capsys.readouterr().out
+    assert "--budget" in shown and "--method" in shown and "--pruner" in shown
