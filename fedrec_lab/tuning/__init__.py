@@ -32,7 +32,7 @@ from fedrec_flwr.schema import Dim
 from fedrec_lab.tuning.report import report, write_preset, write_tuned_preset
 from fedrec_lab.tuning.setup import Setup, parse
 from fedrec_lab.tuning.space import by_key_name, preset_point, space_for, suggest
-from fedrec_lab.tuning.trial import run_trial, running_best
+from fedrec_lab.tuning.trial import finished_rounds, run_trial, running_best
 
 __all__ = [
     "by_key_name",
@@ -54,18 +54,32 @@ class Watcher:
 
     def __init__(self, trial, deadline: float | None, prune: bool, tick=None) -> None:
         self.trial, self.deadline, self.prune, self.tick = trial, deadline, prune, tick
-        self.reported = 0
+        self.reported, self.best = 0, None
+
+    def report(self, rows: list[dict[str, str]]) -> bool:
+        """Report the rounds not reported yet; whether there were some."""
+        new = [(step, value) for step, value in running_best(rows) if step > self.reported]
+        for step, value in new:
+            self.trial.report(value, step)
+            self.reported, self.best = step, value
+        return bool(new)
+
+    def finish(self, rows: list[dict[str, str]], rounds: int) -> None:
+        """A complete trial: its last rounds reported, then its best held up to ``rounds``.
+        Early stopping ended it, and later rounds would not have raised its best so far: so
+        the pruner compares a later trial at round r with every complete trial, not only
+        with those that ran r rounds (the best ones, which would make it prune too much)."""
+        self.report(rows)
+        if self.prune and self.best is not None:
+            for step in range(self.reported + 1, rounds + 1):
+                self.trial.report(self.best, step)
 
     def __call__(self, rows: list[dict[str, str]]) -> str | None:
         if self.tick is not None:
             self.tick()
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return "budget"
-        new = [(step, value) for step, value in running_best(rows) if step > self.reported]
-        for step, value in new:
-            self.trial.report(value, step)
-            self.reported = step
-        if new and self.prune and self.trial.should_prune():
+        if self.report(rows) and self.prune and self.trial.should_prune():
             return "pruned"
         return None
 
@@ -92,9 +106,13 @@ def objective_for(
             "results-dir": str(scratch),
             "run-name": f"trial{trial.number}",
         }
-        summary = run_trial(config, Watcher(trial, deadline, prune, tick))
+        watcher = Watcher(trial, deadline, prune, tick)
+        summary = run_trial(config, watcher)
         if "error" in summary:
             raise RuntimeError(f"trial {trial.number} failed: {summary['error']}")
+        if "stopped" not in summary:
+            rounds = int(fixed.get("num-server-rounds", 0))
+            watcher.finish(finished_rounds(scratch / config["run-name"]), rounds)
         trial.set_user_attr("best_round", summary["best_round"])
         trial.set_user_attr("rounds", summary.get("rounds"))
         trial.set_user_attr("test", summary["test"])

@@ -164,3 +164,25 @@ def test_fedrec_tune_is_the_command(capsys):
     assert done.value.code == 0
     shown = capsys.readouterr().out
     assert "--budget" in shown and "--method" in shown and "--pruner" in shown
+
+
+class Reported:
+    """A stand-in for an Optuna trial that keeps what is reported to it."""
+
+    def __init__(self) -> None:
+        self.values: dict[int, float] = {}
+
+    def report(self, value: float, step: int) -> None:
+        assert step not in self.values, f"round {step} reported twice"
+        self.values[step] = value
+
+
+def test_a_trial_stopped_early_holds_its_best_to_the_last_round_for_the_pruner():
+    """So that a later trial at round r is compared with every complete trial, not only with
+    those early stopping let run r rounds."""
+    rows = [{"round": str(r), "val-hr@10": str(v)} for r, v in ((1, 0.1), (2, 0.3), (3, 0.2))]
+    trial = Reported()
+    watch = tuning.Watcher(trial, deadline=None, prune=True)
+    watch.report(rows[:2])  # rounds 1-2 seen while it ran
+    watch.finish(rows, rounds=6)
+    assert trial.values == {1: 0.1, 2: 0.3, 3: 0.3, 4: 0.3, 5: 0.3, 6: 0.3}
