@@ -179,29 +179,31 @@ def main(argv: list[str] | None = None) -> None:
         pruned = sum(t.state == state.PRUNED for t in study.trials)
         bar.finished(trial_line(trial), max(complete, default=None), pruned)
 
-    with tempfile.TemporaryDirectory(prefix="fedrec-tuning-") as scratch:
-        objective = objective_for(
-            setup.trial_config, setup.space, setup.fixed, Path(scratch),
-            deadline, setup.prune, bar.tick,
-        )  # fmt: skip
-        while finished() < setup.trials and (limit is None or limit > 0):
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                break  # out of time: the report says how many trials finished
-            study.optimize(
-                objective,
-                n_trials=setup.trials - finished(),
-                n_jobs=args.jobs,
-                timeout=left,
-                catch=(RuntimeError,),
-                callbacks=[after_trial],
-            )
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            if all(t.state == state.FAIL for t in study.trials[-3:]):
-                break  # the last trials all failed: stop rather than loop
-    bar.close()
-    study.set_user_attr("wall-seconds", spent + time.monotonic() - started)
+    try:  # the time spent is recorded even when the study is interrupted (Ctrl-C)
+        with tempfile.TemporaryDirectory(prefix="fedrec-tuning-") as scratch:
+            objective = objective_for(
+                setup.trial_config, setup.space, setup.fixed, Path(scratch),
+                deadline, setup.prune, bar.tick,
+            )  # fmt: skip
+            while finished() < setup.trials and (limit is None or limit > 0):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break  # out of time: the report says how many trials finished
+                study.optimize(
+                    objective,
+                    n_trials=setup.trials - finished(),
+                    n_jobs=args.jobs,
+                    timeout=left,
+                    catch=(RuntimeError,),
+                    callbacks=[after_trial],
+                )
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                if all(t.state == state.FAIL for t in study.trials[-3:]):
+                    break  # the last trials all failed: stop rather than loop
+    finally:
+        bar.close()
+        study.set_user_attr("wall-seconds", spent + time.monotonic() - started)
     budget = setup.budget_record(study.user_attrs["wall-seconds"], invocations)
     markdown, data = report(study, setup.space, setup.fixed_shown, setup.command, budget)
     name = setup.name

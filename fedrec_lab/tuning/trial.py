@@ -93,12 +93,16 @@ def run_trial(run_config: dict[str, Any], watch: Watch | None = None) -> dict[st
             cwd=project_root(),
         )
         reason = None
-        while reason is None:
-            try:
-                process.wait(timeout=POLL_SECONDS if watch else None)
-                break
-            except subprocess.TimeoutExpired:
-                reason = watch(finished_rounds(run_dir)) if watch else None
+        try:
+            while reason is None:
+                try:
+                    process.wait(timeout=POLL_SECONDS if watch else None)
+                    break
+                except subprocess.TimeoutExpired:
+                    reason = watch(finished_rounds(run_dir)) if watch else None
+        except BaseException:  # interrupted (Ctrl-C): the trial's process goes with it
+            stop(process)
+            raise
         if reason is not None:
             stop(process)
             return {**partial_summary(finished_rounds(run_dir)), "stopped": reason}

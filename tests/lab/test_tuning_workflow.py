@@ -5,6 +5,7 @@ reruns its best trial."""
 from __future__ import annotations
 
 import json
+import time
 import tomllib
 from pathlib import Path
 
@@ -186,3 +187,23 @@ def test_a_trial_stopped_early_holds_its_best_to_the_last_round_for_the_pruner()
     watch.report(rows[:2])  # rounds 1-2 seen while it ran
     watch.finish(rows, rounds=6)
     assert trial.values == {1: 0.1, 2: 0.3, 3: 0.3, 4: 0.3, 5: 0.3, 6: 0.3}
+
+
+def test_an_interrupted_trial_takes_its_process_with_it(tmp_path, private_cache):
+    config = {"method": "fedmf", "dataset": "synthetic", "data-dir": str(tmp_path)}
+    config |= {key: int(value) for key, value in (item.split("=") for item in TINY)}
+    config |= {"num-server-rounds": 5000, "results-dir": str(tmp_path), "run-name": "r"}
+    seen = []
+
+    def interrupt(rows):
+        if rows:
+            seen.append(len(rows))
+            raise KeyboardInterrupt
+        return None
+
+    with pytest.raises(KeyboardInterrupt):
+        tuning.run_trial(config, interrupt)
+    rows = len((tmp_path / "r" / "rounds.csv").read_text().splitlines())
+    time.sleep(3)  # a process still running would add rounds
+    assert len((tmp_path / "r" / "rounds.csv").read_text().splitlines()) == rows
+    assert seen and not (tmp_path / "r" / "summary.json").exists()
