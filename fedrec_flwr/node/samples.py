@@ -77,6 +77,22 @@ def distinct_items(items: np.ndarray, num_items: int) -> tuple[np.ndarray, np.nd
 DENSE_SLOTS = 1 << 22
 
 
+def sorted_unique(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for non-negative int64 ``keys`` below
+    ``bound``: one sort of the keys with their index in the low bits (a value sort, not an
+    argsort) where both fit 63 bits."""
+    shift = max(int(len(keys) - 1).bit_length(), 1)
+    if len(keys) == 0 or int(bound - 1).bit_length() + shift > 63:
+        return np.unique(keys, return_inverse=True)
+    packed = np.sort((keys << shift) | np.arange(len(keys), dtype=np.int64))
+    ordered, order = packed >> shift, packed & ((1 << shift) - 1)
+    first = np.empty(len(keys), dtype=bool)
+    first[0], first[1:] = True, ordered[1:] != ordered[:-1]
+    inverse = np.empty(len(keys), dtype=np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], inverse
+
+
 def distinct_user_items(
     owner: np.ndarray,
     items: np.ndarray,
@@ -90,7 +106,7 @@ def distinct_user_items(
     ``slots`` (user, item) slots at a time (linear) instead of a sort."""
     keys = owner * num_items + items
     if len(keys) < min_keys or num_users * num_items > 8 * len(keys):  # few or sparse: sort
-        return np.unique(keys, return_inverse=True)
+        return sorted_unique(keys, num_users * num_items)
     per_chunk = max(1, slots // max(num_items, 1))
     starts = np.arange(0, num_users + 1, per_chunk)
     bounds = np.searchsorted(owner, np.r_[starts, num_users])
