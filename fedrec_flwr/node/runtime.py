@@ -32,7 +32,6 @@ from fedrec_flwr.node.samples import (
     distinct_items,
     max_samples_per_user,
     round_draws,
-    user_round_items,
 )
 from fedrec_flwr.node.state import NodeState
 from fedrec_flwr.node.training import local_update
@@ -130,19 +129,6 @@ class NodeRuntime(NodeEvaluation):
         self._planned = (0, None)
         return draws if planned_round == server_round else None
 
-    def _items_of(self, server_round: int, draws: RoundDraws | None = None):
-        """The (items, labels) of a user in ``server_round``, reusing planned draws."""
-        planned = {}
-        if draws is not None:
-            planned = dict(zip(draws.users.tolist(), draws.pairs(), strict=True))
-
-        def items_of(user: int) -> tuple[np.ndarray, np.ndarray]:
-            if user in planned:
-                return planned[user]
-            return user_round_items(self.prepared, self.config, user, server_round)
-
-        return items_of
-
     def trains_in(self, server_round: int) -> bool:
         """Does any user of this node train in ``server_round``?"""
         return len(self.selected(server_round)) > 0
@@ -178,15 +164,8 @@ class NodeRuntime(NodeEvaluation):
         and the global shared-dense parameters ``dense``."""
         positions = self.positions_of(users)
         draws = self._planned_draws(server_round)
-        reused = draws is not None and np.array_equal(draws.users, users)
         samples = build_round_samples(
-            self.prepared,
-            self.config,
-            users,
-            positions,
-            server_round,
-            items_of=None if reused else self._items_of(server_round, draws),
-            draws=draws if reused else None,
+            self.prepared, self.config, users, positions, server_round, draws=draws
         )
         params = self._round_params(state, positions, dense or {})
         received = lookup_rows(samples.row_items, item_ids, item_rows)

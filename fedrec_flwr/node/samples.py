@@ -309,17 +309,21 @@ def build_round_samples(
 ) -> RoundSamples:
     """Samples of ``users`` (global ids; ``positions`` in the node's private tensors).
 
-    ``draws`` (the round's draws of exactly these users) or ``items_of(user)`` may supply
-    the (items, labels) if they were drawn already.
+    ``draws`` (the round's draws, of these users or others) or ``items_of(user)`` may
+    supply the (items, labels) if they were drawn already.
     """
     users = np.asarray(users, dtype=np.int64)
-    if draws is None or not np.array_equal(draws.users, users):
+    if draws is None or not np.array_equal(draws.users, users):  # user by user
+        planned = {}
+        if draws is not None:
+            planned = dict(zip(draws.users.tolist(), draws.pairs(), strict=True))
         if items_of is None:
 
             def items_of(user: int) -> tuple[np.ndarray, np.ndarray]:
                 return user_round_items(prepared, config, user, server_round)
 
-        draws = RoundDraws.from_pairs(users, [items_of(int(user)) for user in users])
+        pairs = [planned[u] if u in planned else items_of(u) for u in users.tolist()]
+        draws = RoundDraws.from_pairs(users, pairs)
     sample_counts = np.diff(draws.offsets)
     owner = np.repeat(np.arange(len(users), dtype=np.int64), sample_counts)
     # Each user's distinct items (sorted) as its block of rows, and each sample's row: one
