@@ -153,3 +153,34 @@ def test_a_packed_counter_run_equals_one_user_per_node(tmp_path, private_cache):
             if key.startswith(("val-", "test-")) and one[key]:
                 assert float(one[key]) == pytest.approx(float(packed[key]), rel=1e-12)
     assert float(rows[1][-1]["train-loss"]) < float(rows[1][0]["train-loss"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (CPU==CUDA check)")
+def test_cpu_and_cuda_build_the_same_plan():
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 700, 300)
+    offsets = np.r_[0, np.cumsum(counts)]
+    rows = torch.arange(int(offsets[-1]))
+    labels = (rows % 5 == 0).float()
+    users = np.arange(300) * 3
+    args = (offsets, users, user_widths(counts, 256), 256, 7, 4, shuffle_tag(1, 0))
+
+    def build(device):
+        offsets, users, widths, batch, seed, server_round, tag = args
+        return tensor_epoch_steps(
+            offsets,
+            rows.to(device),
+            labels.to(device),
+            users,
+            widths,
+            batch,
+            seed,
+            server_round,
+            tag,
+        )
+
+    for cpu, cuda in zip(build("cpu"), build("cuda"), strict=True):
+        for name in ("users", "rows", "labels", "weights"):
+            torch.testing.assert_close(
+                getattr(cuda, name).cpu(), getattr(cpu, name), rtol=0, atol=0
+            )
