@@ -190,18 +190,29 @@ def run_driver(driver: Path, settings: dict[str, Any], work: Path, rounds: int) 
     installed packages) with ``work`` as its folder, its output in ``work/driver.log``; the
     seed's record from that log."""
     work.mkdir(parents=True, exist_ok=True)
-    (work / "settings.json").write_text(json.dumps(settings, indent=2))
-    log = work / "driver.log"
-    started = time.time()
-    with log.open("w") as stream:
-        done = subprocess.run(
-            [sys.executable, "-I", str(driver), str(work / "settings.json")],
-            cwd=work,
-            stdout=stream,
-            stderr=subprocess.STDOUT,
-        )
-    seconds = time.time() - started
     seed = settings["seed"]
+    lock = work / "running"
+    try:
+        lock.open("x").close()  # one run per folder: a second would truncate the first's log
+    except FileExistsError:
+        raise ReferenceError(
+            f"seed {seed}: a run is going in {work} (or was killed: then remove {lock}); "
+            "give another --work, or --collect to read its log"
+        ) from None
+    try:
+        (work / "settings.json").write_text(json.dumps(settings, indent=2))
+        log = work / "driver.log"
+        started = time.time()
+        with log.open("w") as stream:
+            done = subprocess.run(
+                [sys.executable, "-I", str(driver), str(work / "settings.json")],
+                cwd=work,
+                stdout=stream,
+                stderr=subprocess.STDOUT,
+            )
+        seconds = time.time() - started
+    finally:
+        lock.unlink()
     if done.returncode:
         tail = log.read_text()[-2000:]
         raise ReferenceError(f"seed {seed}: the reference failed ({log}):\n{tail}")

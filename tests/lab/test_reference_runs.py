@@ -129,3 +129,23 @@ def test_a_checkout_at_another_commit_is_refused_with_the_fetch_command(tmp_path
         ref.check_commit(tmp_path, "0" * 40, "URL")
     with pytest.raises(ref.ReferenceError, match="not a git checkout"):
         ref.check_commit(tmp_path / "f", head, "URL")
+
+
+def test_a_second_run_in_the_same_folder_is_refused(tmp_path: Path) -> None:
+    """A run in progress keeps its folder: a second one would truncate its log."""
+    (tmp_path / "running").touch()
+    (tmp_path / "driver.log").write_text(LOG)
+    settings = {"seed": 0}
+    with pytest.raises(ref.ReferenceError, match="a run is going in"):
+        ref.run_driver(tmp_path / "driver.py", settings, tmp_path, rounds=3)
+    assert (tmp_path / "driver.log").read_text() == LOG
+
+
+def test_a_driver_run_writes_its_log_and_frees_the_folder(tmp_path: Path) -> None:
+    driver = tmp_path / "driver.py"
+    driver.write_text(f"print({LOG!r})\n")
+    record = ref.run_driver(driver, {"seed": 4}, tmp_path / "work", rounds=3)
+    assert record["seed"] == 4 and record["chosen_on_valid"]["best_round"] == 2
+    assert not (tmp_path / "work" / "running").exists()
+    with pytest.raises(ref.ReferenceError, match="3 rounds in .*, not 2"):
+        ref.run_driver(driver, {"seed": 4}, tmp_path / "work", rounds=2)
