@@ -149,7 +149,7 @@ def sentence(result: dict[str, Any], path: str = "bench/results/test-tiers.md") 
     loads = [t[k][0] for t in (fast, slow) for k in ("load_before", "load_after")]
     return (
         f"fast tier {fast['seconds']:.0f} s, slow tier {slow['seconds']:.0f} s on "
-        f"{result['nproc']} cores, load {min(loads):.1f} to {max(loads):.1f}: {path}"
+        f"{result['nproc']} cores, load {min(loads):.2f} to {max(loads):.2f}: {path}"
     )
 
 

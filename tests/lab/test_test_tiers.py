@@ -80,7 +80,8 @@ def test_the_report_states_the_command_the_machine_and_each_tier(tmp_path: Path)
 
 def test_the_readme_sentence_gives_both_tiers_the_cores_and_the_load() -> None:
     assert tiers.sentence(FAKE) == (
-        "fast tier 612 s, slow tier 1234 s on 2 cores, load 1.5 to 3.2: bench/results/test-tiers.md"
+        "fast tier 612 s, slow tier 1234 s on 2 cores, load 1.50 to 3.25: "
+        "bench/results/test-tiers.md"
     )
     dirty = {**FAKE, "uncommitted_changes": True, "tiers": FAKE["tiers"][:1]}
     assert "commit abc1234 (with uncommitted changes)" in tiers.markdown(dirty)
