@@ -147,5 +147,5 @@ def test_a_driver_run_writes_its_log_and_frees_the_folder(tmp_path: Path) -> Non
     record = ref.run_driver(driver, {"seed": 4}, tmp_path / "work", rounds=3)
     assert record["seed"] == 4 and record["chosen_on_valid"]["best_round"] == 2
     assert not (tmp_path / "work" / "running").exists()
-    with pytest.raises(ref.ReferenceError, match="3 rounds in .*, not 2"):
+    with pytest.raises(ref.ReferenceError, match=r"3 rounds in .*, not 2"):
         ref.run_driver(driver, {"seed": 4}, tmp_path / "work", rounds=2)
