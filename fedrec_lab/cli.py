@@ -37,7 +37,10 @@ COMMANDS = {
     "deploy-local": Command(
         "fedrec_lab.deploy", "run it on N local SuperNodes, each reading only its own data"
     ),
-    "tune": Command("fedrec_lab.tuning", "a hyperparameter study of a preset (Optuna)"),
+    "tune": Command(
+        "fedrec_lab.tuning",
+        "a hyperparameter study of a method on a dataset, or of a preset (Optuna)",
+    ),
     "experiments": Command(
         "fedrec_lab.experiments.command", "run and report the experiment tables"
     ),
