@@ -123,15 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         help="ablation: 'pytorch' re-initialises the reference's dense layers with PyTorch's "
         "default, the init of our NeuMF (JSON name +pytorch-init)",
     )
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--rounds", type=int, default=100)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per seed")
-    parser.add_argument("--jobs", type=int, default=1, help="seeds run at a time")
-    parser.add_argument(
-        "--collect",
-        action="store_true",
-        help="write the JSON from the logs already in --work (runs going or stopped)",
-    )
+    ref.add_run_arguments(parser)
     parser.add_argument(
         "--out", help="default: bench/results/reference/fedrecgel-<dataset>-paper.json"
     )

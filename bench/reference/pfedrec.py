@@ -110,15 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repo", required=True, help="the user's clone of the reference")
     parser.add_argument("--data-dir", required=True, help="folder of the raw datasets")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--rounds", type=int, default=100)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per seed")
-    parser.add_argument("--jobs", type=int, default=1, help="seeds run at a time")
-    parser.add_argument(
-        "--collect",
-        action="store_true",
-        help="write the JSON from the logs already in --work (runs going or stopped)",
-    )
+    ref.add_run_arguments(parser)
     parser.add_argument(
         "--out", default=str(ref.PROJECT / "bench/results/reference/pfedrec-ml100k-paper.json")
     )

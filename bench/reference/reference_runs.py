@@ -15,6 +15,7 @@ which :func:`parse_rounds` reads back into the JSON (``bench/results/reference/*
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shlex
@@ -272,6 +273,19 @@ def collect_seeds(work: Path, seeds: list[int], record: dict, out: Path) -> None
         )
     write_result(out, record)
     print(f"wrote {out}: {common} rounds")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every reference script shares: seeds, rounds, threads, jobs, --collect."""
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per seed")
+    parser.add_argument("--jobs", type=int, default=1, help="seeds run at a time")
+    parser.add_argument(
+        "--collect",
+        action="store_true",
+        help="write the JSON from the logs already in --work (runs going or stopped)",
+    )
 
 
 def shown_command(script: str, seeds: list[int], rounds: int) -> str:
