@@ -164,6 +164,7 @@ def test_rows_runs_only_those_rows_and_the_table_keeps_its_full_command(
         _tiny(tmp_path, monkeypatch, "--rows", "fedrecgel")
 
 
+@pytest.mark.slow  # an end-to-end lab run of 15-25 s: the slow tier
 def test_backfill_adds_per_user_metrics_only_where_the_rerun_reproduces(
     tmp_path, monkeypatch, capsys
 ) -> None:
@@ -204,6 +205,7 @@ def test_backfill_adds_per_user_metrics_only_where_the_rerun_reproduces(
     assert "--backfill-per-user" not in command
 
 
+@pytest.mark.slow  # an end-to-end lab run of 15-25 s: the slow tier
 def test_a_cell_stopped_after_a_checkpoint_continues_and_ends_as_an_uninterrupted_run(
     tmp_path, monkeypatch, capsys
 ) -> None:
@@ -237,6 +239,7 @@ def test_a_cell_stopped_after_a_checkpoint_continues_and_ends_as_an_uninterrupte
     assert not any(".incomplete-" in p.name for p in runs.iterdir())
 
 
+@pytest.mark.slow  # an end-to-end lab run of 15-25 s: the slow tier
 def test_a_run_made_with_other_settings_is_stale_and_runs_again(tmp_path, monkeypatch) -> None:
     assert _tiny(tmp_path, monkeypatch) == 0
     runs = tmp_path / "runs"

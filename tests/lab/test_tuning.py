@@ -66,6 +66,7 @@ def test_write_preset_sets_and_adds_keys_and_keeps_comments(tmp_path):
     assert values == {"method": "pfedrec", "lr": 0.25, "keep-personal-rows": "positives"}
 
 
+@pytest.mark.slow  # an end-to-end lab run of 15-25 s: the slow tier
 def test_a_study_reports_every_trial_and_resumes(tmp_path, private_cache):
     pytest.importorskip("optuna")
     preset = tmp_path / "syn.toml"

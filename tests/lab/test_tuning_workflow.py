@@ -96,6 +96,7 @@ def test_a_pruned_trial_is_killed_after_the_rounds_it_ran(tmp_path, private_cach
     assert not (run / "summary.json").exists()  # the process ended before finishing
 
 
+@pytest.mark.slow  # an end-to-end lab run of 15-25 s: the slow tier
 def test_a_trial_running_at_the_end_of_the_budget_is_stopped_as_pruned(tmp_path, private_cache):
     data = tune(tmp_path, "--rounds", "5000", "--patience", "0", "--budget", "15s")
     assert data["counts"]["complete"] == 0 and data["counts"]["stopped_at_budget"] == 1
