@@ -159,10 +159,7 @@ def main(argv: list[str] | None = None) -> None:
         "selection": "chosen_on_valid: the round with the best validation HR@10 (our rule); "
         "chosen_on_test: the best test HR@10 (the reference's own rule); earliest among ties",
     }
-    if args.collect:
-        ref.collect_seeds(Path(args.work).resolve(), args.seeds, record, Path(args.out))
-        return
-    ref.run_seeds(args.seeds, args.jobs, lambda seed: run_seed(args, seed), record, Path(args.out))
+    ref.collect_or_run(args, record, run_seed)
 
 
 if __name__ == "__main__":

@@ -136,10 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         "among ties (our rule; the reference's train.py takes the latest); chosen_on_test: "
         "the best test HR@10, the earliest among ties",
     }
-    if args.collect:
-        ref.collect_seeds(Path(args.work).resolve(), args.seeds, record, Path(args.out))
-        return
-    ref.run_seeds(args.seeds, args.jobs, lambda seed: run_seed(args, seed), record, Path(args.out))
+    ref.collect_or_run(args, record, run_seed)
 
 
 if __name__ == "__main__":

@@ -288,6 +288,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def collect_or_run(args: argparse.Namespace, record: dict, run_seed: Callable) -> None:
+    """``--collect``: the JSON from the logs already in ``--work``; else run the seeds."""
+    if args.collect:
+        collect_seeds(Path(args.work).resolve(), args.seeds, record, Path(args.out))
+        return
+    run_seeds(args.seeds, args.jobs, lambda seed: run_seed(args, seed), record, Path(args.out))
+
+
 def shown_command(script: str, seeds: list[int], rounds: int) -> str:
     """The command line as the JSON states it (the user's folders as REPO and DIR);
     ``script`` may carry the script's own options."""
