@@ -68,7 +68,7 @@ class NodeRuntime(NodeEvaluation):
         self.max_samples = max_samples_per_user(prepared, config)
         self._planned: tuple[int, RoundDraws | None] = (0, None)  # (round, its draws)
         self._selected: tuple[int, np.ndarray] = (-1, self.users[:0])
-        self.secure = config.secure_aggregation and SecureUploads(config, prepared)
+        self.secure = SecureUploads(config, prepared) if config.secure_aggregation else None
 
     # ------------------------------------------------------------------ state
     def initial_state(self) -> NodeState:
@@ -228,7 +228,9 @@ class NodeRuntime(NodeEvaluation):
             num_samples=num_samples,
             loss_sum=loss_sum,
             sparse=threshold is not None,
-            secure=self.secure and self.secure.at(server_round, samples.users, offsets, item_rows),
+            secure=self.secure.at(server_round, samples.users, offsets, item_rows)
+            if self.secure
+            else None,
         )
         private = {k: v.clone() for k, v in state.private.items()}
         index = torch.from_numpy(positions)

@@ -90,7 +90,7 @@ def summed_upload(
     num_samples: int,
     loss_sum: float,
     sparse: bool,
-    secure: SecureRound | bool | None = None,
+    secure: SecureRound | None = None,
 ) -> TrainResult:
     """The upload of ``num_users`` users from their flat ``rows`` of ``items`` (the rows of
     one item are summed) and their shared-dense tensors ``dense`` (``[users, ...]`` each).
