@@ -42,6 +42,8 @@ AS_POSITIVES = {"decoy-ratio": 4.0, "decoy-updates": "positives", **MATCHED}
 FIXED = {"decoy-ratio": 1.0, "decoy-updates": "negatives", "decoy-request-size": 800, **MATCHED}
 #: Secure aggregation (``fedrec_flwr.privacy.secagg``): the attacks see each user's masked
 #: vector and its full-table request; seeded keys make the audited uploads reproducible.
+#: ``secagg-ldp`` adds ``ldp``'s noise on the device, under the mask: the user-level epsilon
+#: holds even against a server that unmasks (secure aggregation refuses decoys).
 SECAGG = {"secure-aggregation": True, "secure-aggregation-keys": "seeded"}
 CONFIGS = {
     "none": {},
@@ -52,6 +54,7 @@ CONFIGS = {
     "decoys-as-positives": AS_POSITIVES,
     "fixed-requests": FIXED,
     "secagg": SECAGG,
+    "secagg-ldp": {**SECAGG, **LDP},
 }
 #: The configurations run when ``--configs`` is not given (the earlier table's four).
 DEFAULT_CONFIGS = ["none", "ldp", "decoys", "both"]
@@ -92,8 +95,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, default=2, help="0: the plain loop, no Flower")
     parser.add_argument("--prepared", default="", help="a prepared split folder (plain loop)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (processes)")
-    parser.add_argument("--ldp", nargs="*", default=[], help="key=value for ldp and both")
-    parser.add_argument("--decoys", nargs="*", default=[], help="key=value for decoys, both")
+    parser.add_argument("--ldp", nargs="*", default=[], help="key=value for the LDP ones")
+    parser.add_argument("--decoys", nargs="*", default=[], help="key=value for the decoy ones")
     parser.add_argument("--name", default="", help="suffix of the configurations' names")
     add_out(parser, "audit", "<tag>.json and <tag>.md")
     parser.add_argument("--tag", default="audit-ml100k")
@@ -101,14 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     progress.add_switch(parser)
     args = parser.parse_args(argv)
     if args.merge:  # one table from several runs' files (e.g. the table and its sweeps)
-        merged = [r for f in args.merge for r in json.loads(Path(f).read_text())["runs"]]
-        commands = [
-            c for f in args.merge for c in recorded_commands(json.loads(Path(f).read_text()))
-        ]
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"{args.tag}.md").write_text(markdown(merged, ATTACKS, "`, `".join(commands)))
-        wrote(out / f"{args.tag}.md", "audit table")
+        merge([Path(f) for f in args.merge], Path(args.out), args.tag)
         return
 
     ldp, decoys = parse_sets(args.ldp), parse_sets(args.decoys)
@@ -143,8 +139,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def keep(record: dict) -> None:
         nonlocal records
-        same = ("method", "config", "protocol", "dataset", "seed", "rounds")
-        records = [r for r in records if any(r[k] != record[k] for k in same)]
+        records = [r for r in records if any(r[k] != record[k] for k in RUN_KEY)]
         records.append(record)
         records.sort(key=lambda r: (r["protocol"], r["method"], r["seed"]))
         path.write_text(json.dumps({"command": command, "runs": records}, indent=1) + "\n")
@@ -168,6 +163,33 @@ def main(argv: list[str] | None = None) -> None:
                 keep(future.result())
                 bar.update()
     wrote(out / f"{args.tag}.md", "audit table")
+
+
+#: What tells two runs apart in a result file (a rerun of the same replaces the earlier).
+RUN_KEY = ("method", "config", "protocol", "dataset", "seed", "rounds")
+
+
+def merge(files: list[Path], out: Path, tag: str) -> None:
+    """Write ``<out>/<tag>.json`` (every run of ``files``, the commands they record) and
+    ``<tag>.md``; a run found in two files is an error (the table would count it twice)."""
+    records = [json.loads(f.read_text()) for f in files]
+    runs = [run for record in records for run in record["runs"]]
+    seen: dict[tuple, int] = {}
+    for index, run in enumerate(runs):
+        key = tuple(run[k] for k in RUN_KEY)
+        if key in seen:
+            raise SystemExit(
+                f"--merge: the run {dict(zip(RUN_KEY, key, strict=True))} is in more than one "
+                "file; merge each run once (leave out the file whose copy is not wanted)"
+            )
+        seen[key] = index
+    runs.sort(key=lambda r: (r["protocol"], r["method"], r["seed"]))
+    commands = [c for record in records for c in recorded_commands(record)]
+    out.mkdir(parents=True, exist_ok=True)
+    merged = json.dumps({"commands": commands, "runs": runs}, indent=1) + "\n"
+    (out / f"{tag}.json").write_text(merged)
+    (out / f"{tag}.md").write_text(markdown(runs, ATTACKS, "`, `".join(commands)))
+    wrote(out / f"{tag}.md", "audit table")
 
 
 def run_job(settings: dict, job: tuple) -> dict:

@@ -10,7 +10,15 @@ from fedrec_flwr.methods import METHODS, FedMF, register_method, unregister_meth
 from fedrec_flwr.methods.base import linear_head_init
 from fedrec_flwr.methods.declarations import AuditImitation
 from fedrec_lab.audit.command import config_keys
-from fedrec_lab.audit.run import auditable_methods, imitation_of, shadow_of
+from fedrec_lab.audit.report import markdown, user_epsilon
+from fedrec_lab.audit.run import (
+    ATTACKS,
+    auditable_methods,
+    audited_run,
+    imitation_of,
+    preset,
+    shadow_of,
+)
 
 
 def test_the_audited_methods_are_those_that_declare_an_imitation():
@@ -25,6 +33,40 @@ def test_the_ldp_clip_is_the_methods():
     assert ldp["ldp-clip"] == 15.0 and ldp["ldp-mechanism"] == "gaussian"
     assert config_keys("both", "fedmf", {"ldp-clip": 2.0}, {})["ldp-clip"] == 2.0
     assert config_keys("ldp", "fedmf", {}, {})["ldp-clip"] == 3.0
+
+
+@pytest.mark.parametrize("method", ["pfedrec", "fedmf"])
+def test_secure_aggregation_with_ldp_takes_both_and_ldps_settings(method):
+    keys = config_keys("secagg-ldp", method, {}, {})
+    assert keys == {**config_keys("secagg", method, {}, {}), **config_keys("ldp", method, {}, {})}
+    assert config_keys("secagg-ldp", method, {"ldp-epsilon": 2.0}, {})["ldp-epsilon"] == 2.0
+    config = RunConfig.from_mapping({**preset(method, "strict"), **keys})  # accepted
+    assert config.secure_aggregation and config.secure_aggregation_keys == "seeded"
+    assert (config.ldp_mechanism, config.ldp_epsilon, config.ldp_delta) == ("gaussian", 4.0, 1e-5)
+    assert config.ldp_clip == imitation_of(method).ldp_clip
+
+
+@pytest.mark.usefixtures("private_cache")
+def test_an_audited_run_under_secure_aggregation_with_ldp_reports_the_user_epsilon():
+    keys = config_keys("secagg-ldp", "pfedrec", {}, {})
+    mapping = {
+        "method": "pfedrec",
+        "dataset": "synthetic",
+        "synthetic-users": 12,
+        "synthetic-items": 60,
+        "synthetic-mean-degree": 6,
+        "num-server-rounds": 2,
+        **keys,
+    }
+    result = audited_run(mapping, [1, 2], 3, 0)
+    level = result["user_level"]
+    assert level["delta"] == 1e-5 and 0 < level["epsilon-median"] <= level["epsilon-max"]
+    assert result["attacks"]["uploads"] == 6  # 3 users' masked vectors in 2 rounds
+    record = {"protocol": "strict", "method": "pfedrec", "config": "secagg-ldp", "seed": 0}
+    record |= {"keys": keys, "dataset": "synthetic", "rounds": 2, "nodes": 0, "users": 3}
+    record |= {"audit_rounds": [1, 2], **result}
+    assert user_epsilon([record]) == f"{level['epsilon-median']:.3g} / {level['epsilon-max']:.3g}"
+    assert "secure-aggregation=True" in markdown([record], ATTACKS, "c")
 
 
 def test_a_shadow_starts_from_what_the_server_knows():

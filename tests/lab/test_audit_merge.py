@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from fedrec_lab.audit.command import main, recorded_commands
 
 COMMITTED = Path(__file__).resolve().parents[2] / "bench" / "results" / "privacy"
@@ -24,3 +26,21 @@ def test_merge_takes_a_committed_merged_file(tmp_path: Path) -> None:
     table = (tmp_path / "merged.md").read_text()
     for command in record["commands"]:
         assert command in table
+
+
+def test_merge_writes_every_run_and_refuses_one_run_twice(tmp_path: Path) -> None:
+    runs = json.loads((COMMITTED / "secure-aggregation-audit.json").read_text())["runs"]
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    first.write_text(json.dumps({"command": "one", "runs": runs[:1]}))
+    second.write_text(json.dumps({"commands": ["two", "three"], "runs": runs[1:]}))
+    main(["--merge", str(first), str(second), "--out", str(tmp_path), "--tag", "merged"])
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    assert merged["commands"] == ["one", "two", "three"]
+    key = ("method", "config", "seed")
+    assert sorted(tuple(r[k] for k in key) for r in merged["runs"]) == sorted(
+        tuple(r[k] for k in key) for r in runs
+    )
+    assert "Command: `one`, `two`, `three`" in (tmp_path / "merged.md").read_text()
+    with pytest.raises(SystemExit, match="is in more than one file"):
+        main(["--merge", str(first), str(first), "--out", str(tmp_path), "--tag", "twice"])
+    assert not (tmp_path / "twice.md").exists()
