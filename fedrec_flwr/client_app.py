@@ -21,14 +21,14 @@ from fedrec_flwr.messages import (
     record_arrays,
     reply,
 )
-from fedrec_flwr.node import state_store
+from fedrec_flwr.node import context_state, state_store
 from fedrec_flwr.node import timing as node_timing
 from fedrec_flwr.node.faults import inject_fault
 from fedrec_flwr.node.runtime import NodeRuntime, NodeState
 from fedrec_flwr.privacy import secagg
 
 app = ClientApp(mods=node_timing.mods(lambda context: node_runtime(context)))
-STATE_KEY = "node-state"
+STATE_KEY = context_state.STATE_KEY
 SECAGG_KEY = "secagg-key"  # the node's X25519 private key (secure-aggregation)
 _RUNTIMES: dict[tuple, NodeRuntime] = {}
 _DEVICES: dict[str, DeviceData] = {}
@@ -90,8 +90,9 @@ def load_state(
     """The node's private state from ``context.state``; when that is empty, from disk if the
     node kept it there (:func:`fedrec_flwr.node.state_store.recover`, a state written after
     ``max_round`` at most), else fresh."""
-    if STATE_KEY in context.state:
-        return NodeState.from_arrays(record_arrays(context.state[STATE_KEY], "state array"))
+    state = context_state.load(context)
+    if state is not None:
+        return state
     state = None if msg is None else state_store.recover(context, runtime, msg, max_round)
     if state is None:
         return runtime.initial_state()
@@ -100,7 +101,8 @@ def load_state(
 
 
 def save_state(context: Context, state: NodeState) -> None:
-    context.state[STATE_KEY] = array_record(**state.to_arrays())
+    """Write ``state`` into ``context.state`` (:mod:`fedrec_flwr.node.context_state`)."""
+    context_state.save(context, state)
 
 
 def _with_request(runtime: NodeRuntime, server_round: int, arrays: dict, metrics: dict) -> None:

@@ -98,6 +98,14 @@ class PersonalRows:
         before = np.cumsum(counts) - counts
         return np.repeat(starts - before, counts) + np.arange(int(counts.sum()), dtype=np.int64)
 
+    def take_items(self, storage: np.ndarray) -> np.ndarray:
+        """Items at storage indices (from :meth:`storage_of`)."""
+        return self.items[storage]
+
+    def take_rows(self, storage: np.ndarray) -> np.ndarray:
+        """Rows at storage indices (from :meth:`storage_of`)."""
+        return self.rows[storage]
+
     def merged(
         self,
         positions: np.ndarray,

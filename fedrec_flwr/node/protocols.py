@@ -18,7 +18,7 @@ from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
 from fedrec_flwr.evaluation import ranks_from_scores, reported_metrics
 from fedrec_flwr.methods import Method
 from fedrec_flwr.node.malicious import target_exposure
-from fedrec_flwr.node.personal import PersonalRows
+from fedrec_flwr.node.personal import PersonalRows, whole_rows
 from fedrec_flwr.sampling import is_member
 
 
@@ -292,7 +292,7 @@ def score_held_pairs(
     # Without private rows a user holds exactly its personal rows: read them by storage
     # index (no lookup of each pair in the store).
     storage = None if private_rows else personal.storage_of(positions)
-    if storage is not None and not np.array_equal(personal.items[storage], items):
+    if storage is not None and not np.array_equal(personal.take_items(storage), items):
         storage = None
     for lo in range(0, len(items), step):
         who, what = owner[lo : lo + step], items[lo : lo + step]
@@ -310,7 +310,7 @@ def score_held_pairs(
         if storage is None:
             personal.overlay_pairs(where, what, global_rows)
         else:
-            global_rows = personal.rows[storage[lo : lo + step]]
+            global_rows = personal.take_rows(storage[lo : lo + step])
         index = torch.from_numpy(who).to(device)
         batch = {n: v[index] for n, v in params.items()}
         batch.update({n: torch.from_numpy(v).to(device).unsqueeze(1) for n, v in extras.items()})
@@ -347,8 +347,8 @@ def lookup_rows(
     items: np.ndarray, item_ids: np.ndarray | None, item_rows: np.ndarray
 ) -> np.ndarray:
     """Rows of ``items`` from a full table (``item_ids`` None) or a sparse (ids, rows) pair."""
-    if item_ids is None:  # take copies already: asarray adds no second copy
-        return np.asarray(np.take(item_rows, items, axis=0), dtype=np.float32)
+    if item_ids is None:  # whole-row copies (the same values as np.take, faster)
+        return _rows_at(item_rows, items)
     if len(item_ids) and len(items) > 4 * len(item_ids):  # many lookups: a position map
         position = np.zeros(int(max(item_ids.max(), items.max())) + 1, dtype=np.int64)
         position[item_ids] = np.arange(len(item_ids))
@@ -363,4 +363,13 @@ def lookup_rows(
             f"missing (e.g. item {missing[:5].tolist()}): the node's row request and its "
             "training disagree; this is a bug, please report it."
         )
-    return np.asarray(np.take(item_rows, where, axis=0), dtype=np.float32)
+    return _rows_at(item_rows, where)
+
+
+def _rows_at(table: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """``table[index]`` as a new float32 array, a whole row per copy."""
+    table = np.asarray(table, dtype=np.float32)
+    if table.ndim != 2 or not table.shape[1]:
+        return np.take(table, index, axis=0)
+    rows = whole_rows(table)[index].view(np.float32)
+    return rows.reshape(*np.shape(index), table.shape[1])

@@ -23,6 +23,7 @@ from fedrec_flwr.methods import ROWS, Method, build_method
 from fedrec_flwr.node import malicious
 from fedrec_flwr.node.accelerator import torch_device
 from fedrec_flwr.node.evaluate import NodeEvaluation
+from fedrec_flwr.node.layered import LayeredRows
 from fedrec_flwr.node.personal import KEY_STRIDE, PersonalRows
 from fedrec_flwr.node.protocols import build_protocol, lookup_rows
 from fedrec_flwr.node.samples import (
@@ -268,10 +269,11 @@ class NodeRuntime(NodeEvaluation):
         return params
 
     def _kept_rows(
-        self, personal: PersonalRows, samples: RoundSamples, tuned: np.ndarray
-    ) -> PersonalRows:
+        self, personal: PersonalRows | LayeredRows, samples: RoundSamples, tuned: np.ndarray
+    ) -> PersonalRows | LayeredRows:
         """The trained users' personal rows become this round's tuned rows (filtered by the
-        protocol: under ``paper`` only rows among the user's candidates are kept)."""
+        protocol: under ``paper`` only rows among the user's candidates are kept), added as
+        one segment of a layered store: the other users' rows are not copied."""
         if self.method.train_from_personal:  # local rows persist: keep every trained row
             return personal.merged(samples.row_positions(), samples.row_items, tuned)
         keep = self.protocol.keep_personal_rows(
@@ -282,4 +284,4 @@ class NodeRuntime(NodeEvaluation):
         positions, items = samples.row_positions(), samples.row_items
         if not keep.all():
             positions, items, tuned = positions[keep], items[keep], tuned[keep]
-        return personal.replaced(samples.positions, positions, items, tuned)
+        return LayeredRows.of_store(personal).replaced(samples.positions, positions, items, tuned)

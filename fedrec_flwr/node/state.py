@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from fedrec_flwr.node.layered import LayeredRows, store_from_arrays
 from fedrec_flwr.node.personal import PersonalRows
 
 
@@ -20,7 +21,7 @@ class NodeState:
     parameter, the rows each user has trained (rows it never trained are zero)."""
 
     private: dict[str, torch.Tensor]
-    personal: PersonalRows
+    personal: PersonalRows | LayeredRows
     private_rows: dict[str, PersonalRows] = field(default_factory=dict)
 
     PREFIX = "private/"
@@ -50,6 +51,6 @@ class NodeState:
                 stores.setdefault(name, {})[array] = value
         return cls(
             private=private,
-            personal=PersonalRows.from_arrays(arrays),
-            private_rows={name: PersonalRows.from_arrays(a) for name, a in stores.items()},
+            personal=store_from_arrays(arrays),
+            private_rows={name: store_from_arrays(a) for name, a in stores.items()},
         )

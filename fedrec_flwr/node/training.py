@@ -23,7 +23,6 @@ from fedrec_flwr.seeding import keyed_rng
 
 PAD_TO = 64  # entries; see epoch_steps
 MAX_STEP_ENTRIES = 1 << 20  # users x padded batch of one step; more are cut into several steps
-FULL_PAD_LIMIT = 1024  # batches above it are padded to the user's own size (see epoch_steps)
 
 
 def epoch_steps(
@@ -41,9 +40,11 @@ def epoch_steps(
     multiple of ``PAD_TO`` entries: vectorised CPU kernels (``sigmoid``, ``exp``) treat a
     tail shorter than their vector width with scalar code that rounds differently, so
     aligned rows keep every user's arithmetic bit-identical whatever other users share the
-    step. The padded width depends only on the user itself: the batch size (rounded up)
-    for batches up to ``FULL_PAD_LIMIT``; above it (full-batch training) the user's own
-    sample count (rounded up), so that one large user does not pad every other one. Users
+    step. The padded width depends only on the user itself: its largest batch, the batch
+    size or its own sample count if smaller, rounded up (a user with 80 samples and a batch
+    of 256 takes 128 entries, not 256; full-batch training does not pad every user to the
+    largest one). Zero-weight padding adds nothing to any sum, so the width changes no
+    value. Users
     of different widths go to different steps; a step of more than ``MAX_STEP_ENTRIES``
     entries is cut into several steps of fewer users. (``max_samples`` is kept for callers;
     the widths no longer need it.) Under ``negative-sampler = "counter"`` the shuffle comes
@@ -126,10 +127,8 @@ def epoch_steps(
 
 def user_widths(counts: np.ndarray, batch: int) -> np.ndarray:
     """Padded batch width of each user (see :func:`epoch_steps`): a function of the batch
-    size and of the user's own sample count only."""
-    batch_width = -(-batch // PAD_TO) * PAD_TO
-    if batch <= FULL_PAD_LIMIT:
-        return np.full(len(counts), batch_width, dtype=np.int64)
+    size and of the user's own sample count only: its largest batch rounded up to
+    ``PAD_TO`` (a user with fewer samples than a batch is not padded to a whole batch)."""
     own = -(-np.minimum(counts, batch) // PAD_TO) * PAD_TO
     return np.maximum(own, PAD_TO).astype(np.int64)
 

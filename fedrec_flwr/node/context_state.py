@@ -1,0 +1,75 @@
+"""A node's private state in Flower's ``context.state``, written without copying what did not
+change.
+
+``context.state`` is what a node's next message sees, in this process or another (a Ray
+worker, a ClientApp process). The state goes there as records:
+
+- ``node-state``: every array of :meth:`NodeState.to_arrays
+  <fedrec_flwr.node.state.NodeState.to_arrays>` but the segments of a layered personal-row
+  store (:mod:`fedrec_flwr.node.layered`);
+- ``node-state-part-<id>``: one record per segment, written when the segment is new and left
+  as it is while the store keeps it (a segment never changes), deleted when it drops it.
+
+A round that adds one segment therefore packs the new rows and the small arrays, not the
+whole store. A process that reads back the very ``node-state`` record it wrote last reuses
+the state it wrote instead of decoding it; any other reader decodes the records, which hold
+the same arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.app import ArrayRecord, Context
+
+from fedrec_flwr.messages import array_record, record_arrays
+from fedrec_flwr.node.layered import IDS, LayeredRows, segment_names
+from fedrec_flwr.node.state import NodeState
+
+STATE_KEY = "node-state"
+PART_PREFIX = "node-state-part-"
+CSR_NAMES = ("personal-indptr", "personal-items", "personal-rows")
+#: per (run, node): the ``node-state`` record this process wrote last and the state in it
+_WRITTEN: dict[tuple[int, int], tuple[ArrayRecord, NodeState]] = {}
+
+
+def save(context: Context, state: NodeState) -> None:
+    """Write ``state`` into ``context.state`` (new segments only) and remember it."""
+    arrays = state.to_arrays()
+    parts: dict[str, dict[str, np.ndarray]] = {}
+    personal = state.personal
+    if isinstance(personal, LayeredRows) and IDS in arrays:
+        for index, segment_id in enumerate(personal.ids):
+            names = segment_names(index)
+            parts[PART_PREFIX + str(segment_id)] = {
+                csr: arrays.pop(name) for csr, name in zip(CSR_NAMES, names, strict=True)
+            }
+    for key in [k for k in context.state if k.startswith(PART_PREFIX) and k not in parts]:
+        del context.state[key]
+    for key, part in parts.items():
+        if key not in context.state:  # a segment never changes: written once
+            context.state[key] = array_record(part)
+    record = array_record(arrays)
+    context.state[STATE_KEY] = record
+    _WRITTEN[(context.run_id, context.node_id)] = (record, state)
+
+
+def load(context: Context) -> NodeState | None:
+    """The state in ``context.state``, or None if it holds none."""
+    if STATE_KEY not in context.state:
+        return None
+    record = context.state[STATE_KEY]
+    written = _WRITTEN.get((context.run_id, context.node_id))
+    if written is not None and written[0] is record:  # the very record written here last
+        return written[1]
+    arrays = record_arrays(record, "state array")
+    for index, segment_id in enumerate(np.asarray(arrays.get(IDS, []), np.int64).tolist()):
+        key = PART_PREFIX + str(segment_id)
+        if key not in context.state:
+            raise RuntimeError(
+                f"the node state in context.state names a segment '{key}' that is not there: "
+                "its records were not written together; restart the run from a checkpoint"
+            )
+        part = record_arrays(context.state[key], "state array")
+        for csr, name in zip(CSR_NAMES, segment_names(index), strict=True):
+            arrays[name] = part[csr]
+    return NodeState.from_arrays(arrays)
