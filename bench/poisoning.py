@@ -1,19 +1,24 @@
 """Poisoning: malicious clients promoting target items against the server's defences.
 
-PFedRec on ML-100K under ``strict`` (``conf/pfedrec-ml100k-strict.toml``), one seed, a few
-rounds, run in the faithful mode (each user its own contributor) without Flower: one node
-runtime trains every user of a round as one batch, each user's upload is captured on its own
+PFedRec on ML-100K under ``strict`` (``conf/pfedrec-ml100k-strict.toml``), a few rounds, run
+in the faithful mode (each user its own contributor) without Flower: one node runtime trains
+every user of a round as one batch, each user's upload is captured on its own
 (:data:`fedrec_flwr.privacy.uploads.OBSERVERS`) and the server model
 (:meth:`fedrec_flwr.server.model.ServerModel.apply`, the strategy's update) aggregates them
-as one reply per user. The clean run, then for each malicious share the ``promote`` attack
-without defence and under each defence. Writes ``bench/results/poisoning.md``::
+as one reply per user. For each seed: the clean run, then for each malicious share the
+``promote`` attack without defence and under each defence. Writes ``--out`` (the table:
+mean ± std over the seeds where there are several) and beside it ``<out>.json`` (every run's
+evaluated rounds, and the commands), after each run; a run already in the JSON (same name
+and seed) is kept, not run again, so a stopped command resumes and more seeds extend it::
 
-    FEDREC_DATA_DIR=../shared/datasets python bench/poisoning.py --rounds 30 --seed 0
+    FEDREC_DATA_DIR=../shared/datasets python bench/poisoning.py --rounds 30 --seeds 0 1 2
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -100,21 +105,83 @@ def run(config: RunConfig, eval_every: int, targets: int) -> list[dict]:
     return history
 
 
-def row(name: str, history: list[dict], seconds: float) -> str:
-    best = max(history, key=lambda h: (h["val-hr@10"], -h["round"]))
-    last = history[-1]
-    return (
-        f"| {name} | {best['round']} | {100 * best['test-hr@10']:.2f} | "
-        f"{100 * best['er@10']:.2f} | {100 * last['test-hr@10']:.2f} | "
-        f"{100 * last['er@10']:.2f} | {100 * max(h['er@10'] for h in history):.2f} | "
-        f"{seconds:.0f} |"
-    )
+#: The settings every run of one result file shares (a JSON of other settings is refused).
+SETTINGS = ("rounds", "eval_every", "scale", "bound", "targets")
+
+
+def value(values: list[float]) -> str:
+    """A percentage: the value (one seed) or 'mean ± std' over seeds."""
+    if len(values) == 1:
+        return f"{100 * values[0]:.2f}"
+    return f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values):.2f}"
+
+
+def row(name: str, runs: list[dict]) -> str:
+    """The table line of one run over its seeds (``runs``: its records, one per seed)."""
+    best, last, peak = [], [], []
+    for run in runs:
+        history = run["history"]
+        best.append(max(history, key=lambda h: (h["val-hr@10"], -h["round"])))
+        last.append(history[-1])
+        peak.append(max(h["er@10"] for h in history))
+    cells = [
+        name,
+        ",".join(str(run["seed"]) for run in runs),
+        ",".join(str(b["round"]) for b in best),
+        value([b["test-hr@10"] for b in best]),
+        value([b["er@10"] for b in best]),
+        value([h["test-hr@10"] for h in last]),
+        value([h["er@10"] for h in last]),
+        value(peak),
+        f"{statistics.median(run['seconds'] for run in runs):.0f}",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def table(record: dict, names: list[str]) -> str:
+    """The Markdown report of a result file's runs, in the order of ``names``."""
+    settings = record["settings"]
+    seeds = sorted({run["seed"] for run in record["runs"]})
+    by_name: dict[str, list[dict]] = {}
+    for run in sorted(record["runs"], key=lambda r: r["seed"]):
+        by_name.setdefault(run["name"], []).append(run)
+    order = [n for n in names if n in by_name] + [n for n in by_name if n not in names]
+    commands = record["commands"]
+    lines = [
+        "# Poisoning: item promotion against the server's defences",
+        "",
+        f"PFedRec, ML-100K, strict (`{PRESET.relative_to(ROOT)}`), "
+        f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}, "
+        f"{settings['rounds']} rounds, faithful mode (one contributor per user), `promote` with "
+        f"malicious-scale {settings['scale']:g} and {settings['targets']} target item(s). "
+        "HR@10 is the test HR@10 in %, ER@10 the share (%) of users whose top 10 holds a "
+        "target item, at the round of best validation HR@10 (evaluated every "
+        f"{settings['eval_every']} rounds), at the last round, and the most over the run; "
+        "mean ± std over the seeds a row lists (s: the median seconds of a run).",
+        "",
+        "| run | seeds | best round | HR@10 | ER@10 | last HR@10 | last ER@10 | max ER@10 | s |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *(row(name, by_name[name]) for name in order),
+        "",
+        f"Command{'s' if len(commands) > 1 else ''}: "
+        + ", ".join(f"`FEDREC_DATA_DIR=../shared/datasets {c}`" for c in commands),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write(path: Path, text: str) -> None:
+    """Write ``text`` whole (a stopped command leaves the previous file, not half of one)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    partial.replace(path)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--seed", type=int, help="one seed (the same as --seeds SEED)")
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--fractions", default="0.01,0.05")
     parser.add_argument("--scale", type=float, default=10.0, help="malicious-scale of promote")
@@ -122,38 +189,51 @@ def main() -> int:
     parser.add_argument("--targets", type=int, default=1, help="malicious-target-items")
     parser.add_argument("--out", type=Path, default=OUT, help="the Markdown table written")
     args = parser.parse_args()
-    base = {**resolve(PRESET), "num-server-rounds": args.rounds, "seed": args.seed}
+    seeds = [args.seed] if args.seed is not None else args.seeds
+    settings = {key: getattr(args, key) for key in SETTINGS}
+    results = args.out.with_suffix(".json")
+    record = {"settings": settings, "commands": [], "runs": []}
+    if results.exists():
+        record = json.loads(results.read_text())
+        if record["settings"] != settings:
+            raise SystemExit(
+                f"{results} holds runs of {record['settings']}, not {settings}: run with "
+                "those settings, or give another --out"
+            )
+    command = " ".join(["python bench/poisoning.py", *sys.argv[1:]])
+    if command not in record["commands"]:
+        record["commands"].append(command)
     attack = {
         "malicious-attack": "promote",
         "malicious-scale": args.scale,
         "malicious-target-items": args.targets,
     }
-    lines = [
-        "# Poisoning: item promotion against the server's defences",
-        "",
-        f"PFedRec, ML-100K, strict (`{PRESET.relative_to(ROOT)}`), seed {args.seed}, "
-        f"{args.rounds} rounds, faithful mode (one contributor per user), `promote` with "
-        f"malicious-scale {args.scale:g} and {args.targets} target item(s). HR@10 is the test "
-        "HR@10 in %, ER@10 the share (%) of users whose top 10 holds a target item, at the "
-        "round of best validation HR@10 (evaluated every "
-        f"{args.eval_every} rounds), at the last round, and the most over the run.",
-        "",
-        "| run | best round | HR@10 | ER@10 | last HR@10 | last ER@10 | max ER@10 | s |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for name, overrides in [("clean (no malicious user)", {})] + [
+    runs = [("clean (no malicious user)", {})] + [
         (f"{100 * float(f):g} % malicious, {d}", {**attack, "malicious-fraction": float(f), **o})
         for f in args.fractions.split(",")
         for d, o in defences(args.bound).items()
-    ]:
-        start = time.time()
-        history = run(RunConfig.from_mapping({**base, **overrides}), args.eval_every, args.targets)
-        lines.append(row(name, history, time.time() - start))
-        print(lines[-1], flush=True)
-    command = " ".join(["python bench/poisoning.py", *sys.argv[1:]])
-    lines += ["", f"Command: `FEDREC_DATA_DIR=../shared/datasets {command}`", ""]
-    args.out.write_text("\n".join(lines))
-    print(f"wrote {args.out}")
+    ]
+    names = [name for name, _ in runs]
+    done = {(run["name"], run["seed"]) for run in record["runs"]}
+    for seed in seeds:
+        base = {**resolve(PRESET), "num-server-rounds": args.rounds, "seed": seed}
+        for name, overrides in runs:
+            if (name, seed) in done:
+                print(f"kept: {name}, seed {seed} (in {results.name})", flush=True)
+                continue
+            start = time.time()
+            config = RunConfig.from_mapping({**base, **overrides})
+            history = run(config, args.eval_every, args.targets)
+            seconds = time.time() - start
+            record["runs"].append(
+                {"name": name, "seed": seed, "history": history, "seconds": seconds}
+            )
+            write(results, json.dumps(record, indent=1) + "\n")
+            write(args.out, table(record, names))
+            print(row(name, record["runs"][-1:]), flush=True)
+    write(results, json.dumps(record, indent=1) + "\n")
+    write(args.out, table(record, names))
+    print(f"wrote {args.out} and {results.name}")
     return 0
 
 
