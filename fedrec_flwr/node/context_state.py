@@ -11,18 +11,22 @@ worker, a ClientApp process). The state goes there as records:
   as it is while the store keeps it (a segment never changes), deleted when it drops it.
 
 A round that adds one segment therefore packs the new rows and the small arrays, not the
-whole store. A process that reads back the very ``node-state`` record it wrote last reuses
-the state it wrote instead of decoding it; any other reader decodes the records, which hold
-the same arrays.
+whole store. The state then reads each segment from its record's bytes (read-only views), so
+the rows are held once, not once as arrays and once packed. A process that reads back the
+very ``node-state`` record it wrote last reuses the state it wrote instead of decoding it;
+any other reader decodes the records, which hold the same arrays.
 """
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 from flwr.app import ArrayRecord, Context
 
-from fedrec_flwr.messages import array_record, record_arrays
+from fedrec_flwr.messages import PACKED, array_record, record_arrays, unpack
 from fedrec_flwr.node.layered import IDS, LayeredRows, segment_names
+from fedrec_flwr.node.personal import PersonalRows
 from fedrec_flwr.node.state import NodeState
 
 STATE_KEY = "node-state"
@@ -45,12 +49,28 @@ def save(context: Context, state: NodeState) -> None:
             }
     for key in [k for k in context.state if k.startswith(PART_PREFIX) and k not in parts]:
         del context.state[key]
-    for key, part in parts.items():
+    views = {}
+    for index, (key, part) in enumerate(parts.items()):
         if key not in context.state:  # a segment never changes: written once
             context.state[key] = array_record(part)
+        views[index] = PersonalRows.from_arrays(_views(context.state[key]))
+    if views:  # the state reads its segments from the records: the rows are held once
+        state.personal = personal.with_segments(views)
     record = array_record(arrays)
     context.state[STATE_KEY] = record
     _WRITTEN[(context.run_id, context.node_id)] = (record, state)
+
+
+def _views(record: ArrayRecord) -> dict[str, np.ndarray]:
+    """The arrays of a packed record as read-only views of its bytes (no copy)."""
+    data = record[PACKED].data
+    stream = io.BytesIO(data)
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):  # the .npy header of the Array (its length fixes the offset)
+        np.lib.format.read_array_header_1_0(stream)
+    else:
+        np.lib.format.read_array_header_2_0(stream)
+    return unpack(np.frombuffer(data, np.uint8, offset=stream.tell()), copy=False)
 
 
 def load(context: Context) -> NodeState | None:

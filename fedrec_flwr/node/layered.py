@@ -228,6 +228,12 @@ class LayeredRows:
     def merged(self, positions, items, rows, zero_at: float | None = None) -> PersonalRows:
         return self.compact().merged(positions, items, rows, zero_at=zero_at)
 
+    def with_segments(self, segments: dict[int, PersonalRows]) -> LayeredRows:
+        """The same store with segment ``i`` replaced by ``segments[i]`` (the same rows held
+        elsewhere, e.g. read from a record's bytes)."""
+        replaced = tuple(segments.get(i, s) for i, s in enumerate(self.segments))
+        return LayeredRows(replaced, self.owner, self.ids)
+
     # ------------------------------------------------------------ as arrays
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The segments' arrays (segment 0 under the CSR store's names) and the owners; a
