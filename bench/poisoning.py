@@ -9,7 +9,8 @@ as one reply per user. For each seed: the clean run, then for each malicious sha
 ``promote`` attack without defence and under each defence. Writes ``--out`` (the table:
 mean ± std over the seeds where there are several) and beside it ``<out>.json`` (every run's
 evaluated rounds, and the commands), after each run; a run already in the JSON (same name
-and seed) is kept, not run again, so a stopped command resumes and more seeds extend it::
+and seed) is kept, not run again, so a stopped command resumes and more seeds extend it;
+``--merge`` joins the JSON files of commands run side by side (same settings) into ``--out``::
 
     FEDREC_DATA_DIR=../shared/datasets python bench/poisoning.py --rounds 30 --seeds 0 1 2
 """
@@ -188,20 +189,27 @@ def main() -> int:
     parser.add_argument("--bound", type=float, default=1.0, help="row-update-bound")
     parser.add_argument("--targets", type=int, default=1, help="malicious-target-items")
     parser.add_argument("--out", type=Path, default=OUT, help="the Markdown table written")
+    parser.add_argument("--merge", type=Path, nargs="+", help="only join these JSON files")
     args = parser.parse_args()
     seeds = [args.seed] if args.seed is not None else args.seeds
     settings = {key: getattr(args, key) for key in SETTINGS}
     results = args.out.with_suffix(".json")
     record = {"settings": settings, "commands": [], "runs": []}
-    if results.exists():
-        record = json.loads(results.read_text())
-        if record["settings"] != settings:
+    for path in args.merge or ([results] if results.exists() else []):
+        found = json.loads(path.read_text())
+        if found["settings"] != settings:
             raise SystemExit(
-                f"{results} holds runs of {record['settings']}, not {settings}: run with "
+                f"{path} holds runs of {found['settings']}, not {settings}: run with "
                 "those settings, or give another --out"
             )
+        twice = {(r["name"], r["seed"]) for r in record["runs"]}
+        twice &= {(r["name"], r["seed"]) for r in found["runs"]}
+        if twice:
+            raise SystemExit(f"--merge: {sorted(twice)} in more than one file; merge each once")
+        record["runs"] += found["runs"]
+        record["commands"] += [c for c in found["commands"] if c not in record["commands"]]
     command = " ".join(["python bench/poisoning.py", *sys.argv[1:]])
-    if command not in record["commands"]:
+    if not args.merge and command not in record["commands"]:
         record["commands"].append(command)
     attack = {
         "malicious-attack": "promote",
@@ -215,7 +223,7 @@ def main() -> int:
     ]
     names = [name for name, _ in runs]
     done = {(run["name"], run["seed"]) for run in record["runs"]}
-    for seed in seeds:
+    for seed in [] if args.merge else seeds:
         base = {**resolve(PRESET), "num-server-rounds": args.rounds, "seed": seed}
         for name, overrides in runs:
             if (name, seed) in done:
