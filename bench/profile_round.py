@@ -242,12 +242,17 @@ def op_profile(config: dict[str, Any], profiled_round: int, top: int) -> dict[st
 
 def markdown(name: str, result: dict[str, Any]) -> str:
     s = result["summary"]
+    load = (
+        f" Load average meanwhile: {result['load_average']:.1f}."
+        if "load_average" in result
+        else ""
+    )
     lines = [
         f"### {name}",
         "",
         f"Rounds {s['rounds']} (median): {s['wall']:.2f} s wall, {s['cpu']:.2f} CPU-s; "
         f"last round (evaluates every user): {s['last_round']['wall']:.2f} s wall, "
-        f"{s['last_round']['cpu']:.2f} CPU-s.",
+        f"{s['last_round']['cpu']:.2f} CPU-s.{load}",
         "",
         "| phase | wall s | share | CPU s | share |",
         "|---|---:|---:|---:|---:|",
@@ -299,9 +304,12 @@ def main() -> None:
             try:
                 config = {**case_config(case, sampler, args.rounds, args.data_dir, work), **extra}
                 clock.reset()
+                load_before = os.getloadavg()[0]
                 end = run_case(config, clock)
+                load = round((load_before + os.getloadavg()[0]) / 2, 2)  # the machine's
                 rounds = round_table(clock, end)
                 result = {"config": recorded(config), "rounds": rounds, "summary": summary(rounds)}
+                result["load_average"] = load
                 if args.ops:
                     result["ops"] = op_profile(config, min(2, args.rounds), args.top)
             finally:

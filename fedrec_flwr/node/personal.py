@@ -2,8 +2,9 @@
 
 Methods with personal rows (PFedRec, and any method under dual personalisation) evaluate
 with the rows the user tuned in its latest training round; rows it did not tune come from the
-global table. The store is a CSR layout over the node's users (sorted items per user), small
-enough for ``context.state``.
+global table. The store is a CSR layout over the node's users (sorted items per user); a
+round's replacement of its trained users' rows adds a segment to a layered store
+(:mod:`fedrec_flwr.node.layered`) instead of rebuilding this one.
 """
 
 from __future__ import annotations

@@ -122,8 +122,8 @@ def test_context_state_writes_each_segment_once_and_reads_back_elsewhere():
 def test_a_fraction_per_round_through_ray_gives_the_rounds_of_the_same_run_in_process(
     tmp_path, monkeypatch
 ):
-    """A round in which a fraction of the users trains, so the nodes' stores hold several
-    segments) on two Ray workers, whose context.state may reach either worker, equals the
+    """Rounds in which a fraction of the users trains (the nodes' stores then hold several
+    segments) on two Ray workers, whose context.state may reach either worker, equal the
     same run in-process, bit for bit."""
     import csv
 
