@@ -23,7 +23,7 @@ from fedrec_flwr.data import user_dataset
 from fedrec_flwr.data.card import card_lines, card_of, log_card
 from fedrec_flwr.data.download import dataset_folder, default_cache_dir, required_files
 from fedrec_flwr.data.interactions import DataError, Interactions
-from fedrec_flwr.data.registry import DATASETS
+from fedrec_flwr.data.registry import DATASETS, TrainPairs
 from fedrec_flwr.data.settings import DataSettings
 from fedrec_flwr.data.split import LeaveOneOut, leave_one_out
 from fedrec_flwr.data.synthetic import generate_synthetic
@@ -59,7 +59,8 @@ class PreparedData:
     source_user: np.ndarray
 
     def train_positives(self, user: int) -> np.ndarray:
-        """The user's train rows (items; repeats kept under the paper protocol)."""
+        """The user's train rows (items; repeats kept under the paper protocol unless
+        ``train-pairs = "distinct"``)."""
         return np.asarray(self.train_items[self.train_indptr[user] : self.train_indptr[user + 1]])
 
     def interacted(self, user: int) -> np.ndarray:
@@ -143,12 +144,21 @@ def dataset_fingerprint(config: DataSettings) -> dict:
         for name in required_files(config.dataset, folder):
             stat = (folder / name).stat()
             source[str((folder / name).resolve())] = [stat.st_size, stat.st_mtime_ns]
-    return {
+    fingerprint = {
         "format": FORMAT_VERSION,
         "dataset": config.dataset,
         "protocol": config.protocol,
         "source": source,
     }
+    if distinct_train(config):  # only where it changes the arrays: other caches keep their key
+        fingerprint["train-pairs"] = config.train_pairs
+    return fingerprint
+
+
+def distinct_train(config: DataSettings) -> bool:
+    """Does ``train-pairs = "distinct"`` change this split? Only under ``paper`` (``strict``
+    removes repeated pairs before the split)."""
+    return config.train_pairs == TrainPairs.DISTINCT and config.protocol == "paper"
 
 
 def prepared_path(config: DataSettings) -> Path:
@@ -190,7 +200,8 @@ def prepare(config: DataSettings) -> PreparedData:
     if not (path / "meta.json").exists():
         started = time.perf_counter()
         data = load_interactions(config)
-        split = leave_one_out(data, dedupe=config.protocol == "strict")
+        distinct = distinct_train(config)
+        split = leave_one_out(data, dedupe=config.protocol == "strict", distinct_train=distinct)
         if split.num_users == 0:
             raise DataError(
                 f"{config.dataset}: no user has the 3 rows a leave-one-out split needs."
@@ -208,6 +219,11 @@ def prepare(config: DataSettings) -> PreparedData:
             "seconds": round(time.perf_counter() - started, 3),
             "card": card_of(data, split, config.protocol),
         }
+        if distinct:
+            meta["train_pairs"] = config.train_pairs
+            for step in meta["card"]["removed"]:
+                if step["name"].startswith("repeated pairs"):
+                    step["name"] = "repeated train pairs (train-pairs = distinct)"
         _write_prepared(path, split, meta)
     prepared = PreparedData(path)
     _OPENED[path] = prepared

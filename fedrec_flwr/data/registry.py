@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +89,13 @@ class DatasetSpec:
     def load(self, folder: Path) -> Interactions:
         """Read the dataset from ``folder`` (``<data-dir>/<source folder>``)."""
         return self.loader_function(folder)
+
+
+class TrainPairs(StrEnum):
+    """``train-pairs``: a user's train rows, every row or one per distinct (user, item) pair."""
+
+    ALL = "all"
+    DISTINCT = "distinct"
 
 
 def check_synthetic(config: Any) -> None:
@@ -245,6 +253,16 @@ DATA_KEYS = KeyGroup(
             "",
             "folder with one sub-folder per dataset; empty: `$FEDREC_DATA_DIR`, else download "
             "into the cache",
+        ),
+        Key(
+            "train-pairs",
+            "all",
+            "a user's train rows: `all` (under `paper`, a repeated (user, item) pair stays one "
+            "row per repeat: Last.fm-2K has one row per tag assignment) or `distinct` (one row "
+            "per pair, the first in file order: the train positives of FedRecGEL's reference "
+            "code); the held-out items, evaluation negatives and users are the same either way; "
+            "under `strict`, whose pairs are already distinct, both give the same split",
+            choices=TrainPairs,
         ),
     ),
 )

@@ -15,6 +15,7 @@ class DataSettings(Protocol):
 
     dataset: str
     protocol: str
+    train_pairs: str
     data_file: str
     synthetic_users: int
     synthetic_items: int

@@ -4,7 +4,9 @@ Both protocols: per user, rows ranked newest first; among rows with equal timest
 earlier in the file counts as newer (pandas ``rank(method='first', ascending=False)``). Rank 1
 is the test item, rank 2 the validation item, the rest train. The ``strict`` protocol first
 removes repeated (user, item) pairs, keeping each pair's newest row; ``paper`` keeps them
-(Last.fm-2K has one row per tag assignment).
+(Last.fm-2K has one row per tag assignment). ``distinct_train`` then keeps one train row per
+(user, item) pair, the first in file order (run-config key ``train-pairs``): the held-out
+items and the users are those of the split without it.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ class LeaveOneOut:
     source_user: np.ndarray  # int64 [num_users]: the user's id in the Interactions
 
 
-def leave_one_out(data: Interactions, dedupe: bool) -> LeaveOneOut:
+def leave_one_out(data: Interactions, dedupe: bool, distinct_train: bool = False) -> LeaveOneOut:
     """Split with the tie rule of ``docs/protocols.md``; users with fewer than
-    :data:`SPLIT_MINIMUM` rows are dropped."""
+    :data:`SPLIT_MINIMUM` rows are dropped. ``distinct_train``: a repeated (user, item) pair
+    among a user's train rows keeps its first row in file order only (after the held-out rows
+    are taken, so they and the users do not change)."""
     n = len(data.user)
     row = np.arange(n, dtype=np.int64)
     # Primary key user, then newest first, then earlier file row first (= counts as newer).
@@ -56,6 +60,10 @@ def leave_one_out(data: Interactions, dedupe: bool) -> LeaveOneOut:
     train_rows = np.sort(order[rank >= 2])  # file order
     train_users = new_id[data.user[train_rows]]
     train_rows = train_rows[np.argsort(train_users, kind="stable")]
+    if distinct_train:
+        pair = new_id[data.user[train_rows]] * data.num_items + data.item[train_rows]
+        _, first = np.unique(pair, return_index=True)
+        train_rows = train_rows[np.sort(first)]  # user-grouped, file order within a user
     num_users = len(kept_users)
     test_item = np.empty(num_users, dtype=np.int64)
     valid_item = np.empty(num_users, dtype=np.int64)

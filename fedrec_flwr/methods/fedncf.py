@@ -65,6 +65,14 @@ NCF_KEYS = KeyGroup(
             "output sizes of the MLP tower's layers, comma-separated (input: 2 x `ncf-mlp-dim`)",
             check=layer_sizes,
         ),
+        Key(
+            "ncf-dense-init",
+            "pytorch",
+            "init of the MLP tower and output layer: `pytorch` (nn.Linear's default) or "
+            "`reference` (FedRecGEL's reference code: Xavier-uniform tower weights, Kaiming-"
+            "uniform output weight with the sigmoid gain, zero biases)",
+            choices=lambda: ("pytorch", "reference"),
+        ),
     ),
 )
 
@@ -99,12 +107,14 @@ class FedNCF(Method):
         }
 
     def init_dense(self) -> dict[str, np.ndarray]:
-        """MLP tower and output layer, PyTorch's nn.Linear default init, keyed by the seed."""
+        """MLP tower and output layer, keyed by the seed: nn.Linear's default init, or with
+        ``ncf-dense-init = "reference"`` that of FedRecGEL's reference code."""
         sizes = [2 * self.mlp_dim, *self.layers]
+        linear = _linear if self.config.ncf_dense_init == "pytorch" else _reference_linear
         dense = {}
         for index, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
-            dense.update(_linear(self.config.seed, f"mlp-{index}", fan_in, fan_out, index))
-        out = _linear(self.config.seed, "out", self.dim + sizes[-1], 1, len(self.layers))
+            dense.update(linear(self.config.seed, f"mlp-{index}", fan_in, fan_out, index))
+        out = linear(self.config.seed, "out", self.dim + sizes[-1], 1, len(self.layers))
         return {
             **dense,
             "out-weight": out["out-weight"][:, 0],
@@ -275,3 +285,13 @@ def _linear(seed: int, name: str, fan_in: int, fan_out: int, index: int) -> dict
     weight = rng.uniform(-bound, bound, size=(fan_in, fan_out)).astype(np.float32)
     bias = rng.uniform(-bound, bound, size=fan_out).astype(np.float32)
     return {f"{name}-weight": weight, f"{name}-bias": bias}
+
+
+def _reference_linear(seed: int, name: str, fan_in: int, fan_out: int, index: int) -> dict:
+    """FedRecGEL's reference init (``init_serve_weights``): zero bias; tower weights
+    ``xavier_uniform_``, U(+-sqrt(6 / (fan_in + fan_out))); the output weight (fan_out 1)
+    ``kaiming_uniform_(a=1, nonlinearity='sigmoid')``, gain 1: U(+-sqrt(3 / fan_in))."""
+    rng = keyed_rng(seed, "dense-init", index)
+    bound = math.sqrt(3.0 / fan_in) if name == "out" else math.sqrt(6.0 / (fan_in + fan_out))
+    weight = rng.uniform(-bound, bound, size=(fan_in, fan_out)).astype(np.float32)
+    return {f"{name}-weight": weight, f"{name}-bias": np.zeros(fan_out, dtype=np.float32)}

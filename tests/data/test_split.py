@@ -48,6 +48,31 @@ def test_paper_keeps_repeats_strict_dedupes_keeping_the_newest_row():
     assert strict.train_items.tolist() == [1, 2]  # the older copy of item 5 is gone
 
 
+def test_distinct_train_keeps_one_row_per_pair_and_the_held_out_items():
+    # user 0: item 5 three times (the newest is the test item), item 6 twice in train;
+    # user 1: no repeat.
+    data = rows(
+        [0, 0, 0, 0, 1, 0, 0, 1, 1, 0],
+        [6, 5, 7, 6, 1, 5, 8, 2, 3, 5],
+        [1, 2, 3, 4, 1, 5, 6, 2, 3, 9],
+    )
+    every = leave_one_out(data, dedupe=False)
+    distinct = leave_one_out(data, dedupe=False, distinct_train=True)
+    raw = data.raw_item_ids
+    assert raw[every.test_item].tolist() == raw[distinct.test_item].tolist() == [5, 3]
+    assert raw[every.valid_item].tolist() == raw[distinct.valid_item].tolist() == [8, 2]
+    assert (every.source_user == distinct.source_user).all()
+    assert raw[every.train_items].tolist() == [6, 5, 7, 6, 5, 1]
+    # the first row of each pair, in file order, the test item's older copies included
+    assert raw[distinct.train_items].tolist() == [6, 5, 7, 1]
+    assert distinct.train_indptr.tolist() == [0, 3, 4]
+    # strict has no repeated pair left: distinct_train changes nothing
+    strict = leave_one_out(data, dedupe=True)
+    again = leave_one_out(data, dedupe=True, distinct_train=True)
+    for name in ("train_indptr", "train_items", "valid_item", "test_item", "source_user"):
+        assert (getattr(strict, name) == getattr(again, name)).all()
+
+
 def test_users_with_fewer_than_three_rows_are_dropped():
     data = rows([0, 0, 1, 1, 1], [1, 2, 1, 2, 3], [1, 2, 1, 2, 3])
     split = leave_one_out(data, dedupe=False)
@@ -116,6 +141,7 @@ def test_a_users_file_is_split_before_the_run_and_needs_two_users(tmp_path, monk
             **{**keys, "data_file": str(tmp_path / name)},
             dataset=user_dataset.FILE_DATASET,
             protocol="strict",
+            train_pairs="all",
             resolved_data_dir=lambda: "",
         )
 
