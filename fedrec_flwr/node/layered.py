@@ -186,13 +186,19 @@ class LayeredRows:
 
     # ------------------------------------------- everything else: the CSR store
     def compact(self) -> PersonalRows:
-        """The equivalent CSR store (the live rows, user after user)."""
+        """The equivalent CSR store (the live rows, user after user); built anew unless a
+        read below already keeps one (a state file's copy is not kept)."""
         if len(self.segments) == 1:
             return self.segments[0]
-        return self._compact
+        kept = self.__dict__.get("_compact")
+        return kept if kept is not None else self._built()
 
     @cached_property
     def _compact(self) -> PersonalRows:
+        """The CSR store, kept for the reads that need its arrays."""
+        return self.compact() if len(self.segments) == 1 else self._built()
+
+    def _built(self) -> PersonalRows:
         counts = self._counts
         indptr = np.r_[0, np.cumsum(counts)].astype(np.int64)
         items = np.empty(int(indptr[-1]), dtype=np.int64)
@@ -209,24 +215,24 @@ class LayeredRows:
 
     @property
     def indptr(self) -> np.ndarray:
-        return self.compact().indptr
+        return self._compact.indptr
 
     @property
     def items(self) -> np.ndarray:
-        return self.compact().items
+        return self._compact.items
 
     @property
     def rows(self) -> np.ndarray:
-        return self.compact().rows
+        return self._compact.rows
 
     def keys(self) -> np.ndarray:
-        return self.compact().keys()
+        return self._compact.keys()
 
     def find(self, positions: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self.compact().find(positions, items)
+        return self._compact.find(positions, items)
 
     def merged(self, positions, items, rows, zero_at: float | None = None) -> PersonalRows:
-        return self.compact().merged(positions, items, rows, zero_at=zero_at)
+        return self._compact.merged(positions, items, rows, zero_at=zero_at)
 
     def with_segments(self, segments: dict[int, PersonalRows]) -> LayeredRows:
         """The same store with segment ``i`` replaced by ``segments[i]`` (the same rows held

@@ -36,6 +36,13 @@ class NodeState:
             arrays.update({prefix + k: v for k, v in store.to_arrays().items()})
         return arrays
 
+    def compacted(self) -> NodeState:
+        """The same state with a layered personal-row store as its one CSR store (the live
+        rows only: what a state file keeps, readable by any version of this runtime)."""
+        if not isinstance(self.personal, LayeredRows):
+            return self
+        return NodeState(self.private, self.personal.compact(), self.private_rows)
+
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> NodeState:
         """Inverse of :meth:`to_arrays`."""

@@ -128,7 +128,7 @@ class NodeStateStore:
         }
 
     def write(self, path: Path, state: NodeState, after_round: int) -> int:
-        return atomic.savez_tagged(path, self.tag(after_round), state.to_arrays())
+        return atomic.savez_tagged(path, self.tag(after_round), state.compacted().to_arrays())
 
     def save_latest(self, state: NodeState, after_round: int) -> int:
         return self.write(self.latest_path(), state, after_round)
