@@ -135,6 +135,13 @@ def run_cell(method: str, candidate: str, target: str, args, cache: Path) -> dic
         return finish(path, name, method, candidate, target, summary, users, hits, committed.name)
     runs = cache / "runs"
     print(f"{name}: running", flush=True)
+    summary = run_config(name, config)
+    users, hits = hits_of(runs / name)
+    return finish(path, name, method, candidate, target, summary, users, hits, "")
+
+
+def run_config(name: str, config: dict[str, Any]) -> dict[str, Any]:
+    """One run of a cell's config in a fresh process; its summary."""
     done = subprocess.run(
         [sys.executable, "-c", RUNNER, json.dumps(config), "1"],
         capture_output=True,
@@ -151,8 +158,7 @@ def run_cell(method: str, candidate: str, target: str, args, cache: Path) -> dic
     )
     if done.returncode or summary is None:
         raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
-    users, hits = hits_of(runs / name)
-    return finish(path, name, method, candidate, target, summary, users, hits, "")
+    return summary
 
 
 def finish(path, name, method, candidate, target, summary, users, hits, source) -> dict:
