@@ -27,28 +27,49 @@ LANES = 4
 MAX_ATTEMPTS = 1 << 16
 
 
-def _mulhilo(word: torch.Tensor, constant: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _mulhilo(
+    word: torch.Tensor, constant: int, high: torch.Tensor, low: torch.Tensor, spill: torch.Tensor
+) -> None:
     """(high, low) 32-bit words of ``word * constant`` for 32-bit ``word`` and ``constant``,
-    from products below 2**48 (exact in int64 on every device)."""
-    low_product = word * (constant & 0xFFFF)
-    high_product = word * (constant >> 16)
-    spill = ((high_product & 0xFFFF) << 16) + low_product
-    return (high_product >> 16) + (spill >> 32), spill & MASK32
+    from products below 2**48 (exact in int64 on every device), written into ``high`` and
+    ``low`` (``spill``: scratch of the same shape; no temporaries)."""
+    torch.mul(word, constant >> 16, out=high)
+    torch.mul(word, constant & 0xFFFF, out=low)
+    torch.bitwise_and(high, 0xFFFF, out=spill)
+    low.add_(spill.bitwise_left_shift_(16))  # the product's low 48 bits
+    high.bitwise_right_shift_(16).add_(torch.bitwise_right_shift(low, 32, out=spill))
+    low.bitwise_and_(MASK32)
 
 
 def philox_blocks(
     counters: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], seed: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Philox4x32-10 of the four 32-bit counter words (int64 tensors of one shape) under the
-    64-bit ``seed``: four int64 tensors of 32-bit words."""
+    64-bit ``seed``: four int64 tensors of 32-bit words. The counters are not written; the
+    rounds run in place in buffers of their own."""
     c0, c1, c2, c3 = counters
+    shape = torch.broadcast_shapes(*(c.shape for c in counters))
+    new = lambda: torch.empty(shape, dtype=torch.int64, device=c0.device)  # noqa: E731
+    free, spill = [new() for _ in range(4)], new()
     key0, key1 = seed & MASK32, (seed >> 32) & MASK32
-    for _ in range(PHILOX_ROUNDS):
-        hi0, lo0 = _mulhilo(c0, PHILOX_M0)
-        hi1, lo1 = _mulhilo(c2, PHILOX_M1)
-        c0, c1, c2, c3 = hi1 ^ c1 ^ key0, lo1, hi0 ^ c3 ^ key1, lo0
+    for index in range(PHILOX_ROUNDS):
+        hi0, lo0, hi1, lo1 = free
+        _mulhilo(c0, PHILOX_M0, hi0, lo0, spill)
+        _mulhilo(c2, PHILOX_M1, hi1, lo1, spill)
+        hi1.bitwise_xor_(c1).bitwise_xor_(key0)
+        hi0.bitwise_xor_(c3).bitwise_xor_(key1)
+        free = [c0, c1, c2, c3] if index > 0 else [new() for _ in range(4)]
+        c0, c1, c2, c3 = hi1, lo1, hi0, lo0
         key0, key1 = (key0 + PHILOX_W0) & MASK32, (key1 + PHILOX_W1) & MASK32
     return c0, c1, c2, c3
+
+
+def repeat(values: torch.Tensor, repeats: torch.Tensor) -> torch.Tensor:
+    """``torch.repeat_interleave(values, repeats)`` (1-D); on the CPU NumPy's one-pass
+    ``repeat`` (the same integers, without the index tensor in between)."""
+    if values.device.type == "cpu":
+        return torch.from_numpy(np.repeat(values.numpy(), repeats.numpy()))
+    return torch.repeat_interleave(values, repeats)
 
 
 def random_words(
@@ -112,14 +133,16 @@ def user_words(
     per user), user after user: whole blocks of four draws, each user's last block cut to
     its size (one Philox block per four draws)."""
     device = users.device
-    positions = torch.arange(len(sizes), device=device)
     block_counts = (sizes + LANES - 1) // LANES
-    block_owner = torch.repeat_interleave(positions, block_counts)
     first_blocks = torch.cumsum(block_counts, 0) - block_counts
-    blocks = torch.arange(len(block_owner), device=device) - first_blocks[block_owner]
-    words = random_blocks(seed, stream, users[block_owner], server_round, blocks, attempt)
-    lanes = torch.arange(LANES, device=device) + LANES * blocks.unsqueeze(-1)
-    return words[lanes < sizes[block_owner].unsqueeze(-1)]
+    blocks = repeat(-first_blocks, block_counts)
+    blocks.add_(torch.arange(len(blocks), device=device))
+    block_users = repeat(users.to(torch.int64), block_counts)
+    words = random_blocks(seed, stream, block_users, server_round, blocks, attempt)
+    # draw i of user j is lane i of the user's blocks: one gather, no mask
+    lanes = repeat(LANES * first_blocks - (torch.cumsum(sizes, 0) - sizes), sizes)
+    lanes.add_(torch.arange(len(lanes), device=device))
+    return words.view(-1).index_select(0, lanes)
 
 
 def counter_negatives(
@@ -149,22 +172,30 @@ def counter_negatives(
         )
     as_tensor = lambda values: torch.as_tensor(np.asarray(values, np.int64), device=device)  # noqa: E731
     positions = torch.arange(len(sizes), device=device)
-    owner = torch.repeat_interleave(positions, as_tensor(sizes))
-    starts = torch.cumsum(as_tensor(sizes), 0) - as_tensor(sizes)
-    indices = torch.arange(len(owner), device=device) - starts[owner]
-    draw_users = as_tensor(users)[owner]
-    excluded_keys = torch.repeat_interleave(
-        positions, as_tensor(exclusion_counts)
-    ) * num_items + as_tensor(exclusions)  # sorted: users in order, each set sorted
-    words = user_words(seed, stream, as_tensor(users), server_round, as_tensor(sizes))
+    user_ids, starts = as_tensor(users), as_tensor(np.cumsum(sizes) - sizes)
+    owner = repeat(positions, as_tensor(sizes))
+    excluded_keys = repeat(positions * num_items, as_tensor(exclusion_counts))
+    excluded_keys += as_tensor(exclusions)  # sorted: users in order, each set sorted
+    words = user_words(seed, stream, user_ids, server_round, as_tensor(sizes))
     draws = uniform_integers(words, num_items)
-    wrong = torch.arange(len(draws), device=device)
+    keys = owner * num_items  # the first test covers every draw: no gathers
+    wrong = torch.nonzero(_is_member(keys.add_(draws), excluded_keys)).view(-1)
+    del keys
+    # only the redrawn entries need their user and index
+    owner = owner[wrong]
+    draw_users, indices = user_ids[owner], wrong - starts[owner]
     for attempt in range(1, MAX_ATTEMPTS):
-        wrong = wrong[_is_member(owner[wrong] * num_items + draws[wrong], excluded_keys)]
         if len(wrong) == 0:
             break
-        words = random_words(seed, stream, draw_users[wrong], server_round, indices[wrong], attempt)
+        words = random_words(seed, stream, draw_users, server_round, indices, attempt)
         draws[wrong] = uniform_integers(words, num_items)
+        still = _is_member(owner * num_items + draws[wrong], excluded_keys)
+        wrong, owner, draw_users, indices = (
+            wrong[still],
+            owner[still],
+            draw_users[still],
+            indices[still],
+        )
     else:
         raise RuntimeError(f"negative draws still excluded after {MAX_ATTEMPTS} attempts")
     return draws.cpu().numpy()

@@ -23,11 +23,13 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods.base import Step
-from fedrec_flwr.node.counter_rng import MAX_ATTEMPTS, user_words
+from fedrec_flwr.node.counter_rng import MAX_ATTEMPTS, repeat, user_words
 from fedrec_flwr.seeding import STREAMS
 
-#: users x padded batch of one step; more are cut into several steps of fewer users.
-MAX_STEP_ENTRIES = 1 << 22
+#: users x padded batch of one step; more are cut into several steps of fewer users (no
+#: value changes: users never share a row). Small steps keep the step's temporaries (entries
+#: x dim floats) below the allocator's mmap threshold: reused, not page-faulted afresh.
+MAX_STEP_ENTRIES = 1 << 16
 #: The shuffle's sub-stream word is ``stage * EPOCH_KEYS + epoch`` (below 2**16).
 EPOCH_KEYS = 1 << 12
 
@@ -53,12 +55,27 @@ def shuffled_positions(
 ) -> torch.Tensor:
     """``order``: for each (user, position) in user order, the user-local index of the
     sample at that shuffled position (flat, user after user)."""
-    device = counts.device
-    owner = torch.repeat_interleave(torch.arange(len(counts), device=device), counts)
-    words = user_words(seed, STREAMS["shuffle"], users, server_round, counts, tag)
-    _, order = torch.sort((owner << 32) | words, stable=True)
+    owner = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
     starts = torch.cumsum(counts, 0) - counts
-    return order - starts[owner]
+    return shuffled_order(seed, users, counts, server_round, tag) - starts[owner]
+
+
+def shuffled_order(
+    seed: int,
+    users: torch.Tensor,
+    counts: torch.Tensor,
+    server_round: int,
+    tag: int,
+) -> torch.Tensor:
+    """The flat index of the sample at each (user, position) in user order: each user's
+    samples ordered by their words (ties by index), users in order."""
+    keys = repeat(torch.arange(len(counts), device=counts.device), counts)
+    keys.bitwise_left_shift_(32).bitwise_or_(
+        user_words(seed, STREAMS["shuffle"], users, server_round, counts, tag)
+    )
+    if keys.device.type == "cpu":  # the same permutation; NumPy's stable sort takes half
+        return torch.from_numpy(np.argsort(keys.numpy(), kind="stable"))
+    return torch.sort(keys, stable=True)[1]
 
 
 def tensor_epoch_steps(
@@ -82,30 +99,28 @@ def tensor_epoch_steps(
     layout = _Layout(num_batches, np.asarray(widths, np.int64), max_entries)
     if layout.total == 0:
         return []
+    runs = layout.batch_runs(host_counts, num_batches, batch)
+    # flat entry of the sample at each shuffled position: its batch's first entry + its slot
+    entry = np.repeat(runs.base - runs.start, runs.size)
+    entry += np.arange(len(entry))
+    entry = torch.from_numpy(entry).to(device)
     counts = torch.from_numpy(host_counts).to(device)
-    owner = torch.repeat_interleave(torch.arange(len(host_counts), device=device), counts)
-    starts = torch.cumsum(counts, 0) - counts
-    position = torch.arange(len(owner), device=device) - starts[owner]
     global_users = torch.from_numpy(np.asarray(users, np.int64)).to(device)
-    source = starts[owner] + shuffled_positions(seed, global_users, counts, server_round, tag)
-    step, slot = position // batch, position % batch
-    in_batch = torch.minimum(torch.full_like(counts, batch)[owner], counts[owner] - step * batch)
-    # flat entry of each sample: its group's base + its user's place in the group + its slot
-    user_width = torch.from_numpy(layout.widths).to(device)
-    width_class = torch.from_numpy(layout.width_class).to(device)[owner]
-    in_class = torch.from_numpy(layout.class_rank - layout.class_start[layout.width_class])
-    part = in_class.to(device)[owner] // torch.from_numpy(layout.part_size).to(device)[width_class]
-    group = torch.from_numpy(layout.group_of).to(device)[width_class, step] + part
-    base = torch.from_numpy(layout.bases).to(device)[group]
-    first = torch.from_numpy(layout.first_member).to(device)[group]
-    member = torch.from_numpy(layout.class_rank).to(device)[owner] - first
-    entry = base + member * user_width[owner] + slot
+    source = shuffled_order(seed, global_users, counts, server_round, tag)
     rows = torch.zeros(layout.total, dtype=torch.int64, device=device)
     labels = torch.zeros(layout.total, dtype=torch.float32, device=device)
-    weights = torch.zeros(layout.total, dtype=torch.float32, device=device)
-    rows[entry] = sample_rows[source]
-    labels[entry] = sample_labels[source]
-    weights[entry] = 1.0 / in_batch.to(torch.float32)
+    rows.index_put_((entry,), sample_rows.index_select(0, source))
+    labels.index_put_((entry,), sample_labels.index_select(0, source))
+    # a batch's entries are one run of the buffer: its weight there, zero in the padding
+    by_base = np.argsort(runs.base, kind="stable")
+    run_ends = runs.base[by_base] + runs.size[by_base]
+    gaps = runs.base[by_base] - np.concatenate([[0], run_ends[:-1]])
+    lengths = np.stack([gaps, runs.size[by_base]], 1).reshape(-1)
+    lengths = np.append(lengths, layout.total - run_ends[-1])
+    weight = 1.0 / torch.from_numpy(runs.size[by_base]).to(torch.float32)
+    values = torch.stack([torch.zeros_like(weight), weight], 1).reshape(-1)
+    values = torch.cat([values, values.new_zeros(1)])
+    weights = repeat(values, torch.from_numpy(lengths)).to(device)
     members = torch.from_numpy(layout.members).to(device)
     steps = []
     for lo, hi, first_member, count, width in layout.groups:
@@ -119,6 +134,15 @@ def tensor_epoch_steps(
             )
         )
     return steps
+
+
+class _Runs:
+    """The batches of an epoch, user after user, batch after batch: ``start`` (flat index
+    of its first sample in user order), ``size`` and ``base`` (its first entry in the
+    buffers)."""
+
+    def __init__(self, start: np.ndarray, size: np.ndarray, base: np.ndarray) -> None:
+        self.start, self.size, self.base = start, size, base
 
 
 class _Layout:
@@ -162,3 +186,17 @@ class _Layout:
         self.total = total
         self.class_start = class_start.astype(np.int64)
         self.part_size = np.maximum(1, max_entries // classes).astype(np.int64)
+
+    def batch_runs(self, counts: np.ndarray, num_batches: np.ndarray, batch: int) -> _Runs:
+        """Every (user, batch) of the epoch (host arrays over the batches): the user's
+        group at that step, its place in the group, the group's base."""
+        user = np.repeat(np.arange(len(counts)), num_batches)
+        first = np.cumsum(num_batches) - num_batches
+        step = np.arange(len(user)) - first[user]
+        size = np.minimum(batch, counts[user] - step * batch)
+        width_class = self.width_class[user]
+        rank = self.class_rank[user]
+        part = (rank - self.class_start[width_class]) // self.part_size[width_class]
+        group = self.group_of[width_class, step] + part
+        base = self.bases[group] + (rank - self.first_member[group]) * self.widths[user]
+        return _Runs(np.cumsum(size) - size, size, base)

@@ -84,7 +84,9 @@ def sorted_unique(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]
     shift = max(int(len(keys) - 1).bit_length(), 1)
     if len(keys) == 0 or int(bound - 1).bit_length() + shift > 63:
         return np.unique(keys, return_inverse=True)
-    packed = np.sort((keys << shift) | np.arange(len(keys), dtype=np.int64))
+    # unique values: any sort gives the same array; the stable one (timsort) uses the
+    # keys' runs (sorted by user) and takes half the time of the default
+    packed = np.sort((keys << shift) | np.arange(len(keys), dtype=np.int64), kind="stable")
     ordered, order = packed >> shift, packed & ((1 << shift) - 1)
     first = np.empty(len(keys), dtype=bool)
     first[0], first[1:] = True, ordered[1:] != ordered[:-1]
