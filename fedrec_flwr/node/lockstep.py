@@ -9,15 +9,17 @@ how the plan is built: no Python loop over users and no NumPy generator per user
   (:mod:`fedrec_flwr.node.counter_rng`) of (seed, ``shuffle``, user, round, sample index,
   (stage, epoch)), ties by sample index (one stable sort of ``owner * 2**32 + word``). A
   user's order depends on nothing but its key: packing-invariant, the same on every device.
-- The steps: every sample's place in its step follows from its shuffled position, its
-  user's rank (users with most batches first) and the step's base, so the rows, labels and
-  weights of every step are one scatter into flat buffers; each step is a view of them.
+- The steps: every (user, batch) of the epoch is one run of entries in flat buffers (its
+  group's base, its place in the group, its slot), so the rows and labels of every step
+  are one scatter of the shuffled samples and the weights are runs; each step is a view.
 
 The number of tensor operations per epoch is a constant plus a few per step, whatever the
 number of users (a step is cut into several only above ``MAX_STEP_ENTRIES`` entries).
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import torch
@@ -30,6 +32,8 @@ from fedrec_flwr.seeding import STREAMS
 #: value changes: users never share a row). Small steps keep the step's temporaries (entries
 #: x dim floats) below the allocator's mmap threshold: reused, not page-faulted afresh.
 MAX_STEP_ENTRIES = 1 << 16
+#: Batch widths are multiples of this many entries (see ``training.epoch_steps``).
+PAD_TO = 64
 #: The shuffle's sub-stream word is ``stage * EPOCH_KEYS + epoch`` (below 2**16).
 EPOCH_KEYS = 1 << 12
 
@@ -95,35 +99,32 @@ def tensor_epoch_steps(
     owning ``sample_offsets[j]:sample_offsets[j+1]``; ``widths`` their padded widths."""
     device = sample_rows.device
     host_counts = np.diff(np.asarray(sample_offsets, np.int64))
-    num_batches = -(-host_counts // batch)
-    layout = _Layout(num_batches, np.asarray(widths, np.int64), max_entries)
-    if layout.total == 0:
+    plan = _Plan(host_counts, np.asarray(widths, np.int64), batch, max_entries)
+    if plan.total == 0:
         return []
-    runs = layout.batch_runs(host_counts, num_batches, batch)
     # flat entry of the sample at each shuffled position: its batch's first entry + its slot
-    entry = np.repeat(runs.base - runs.start, runs.size)
+    entry = np.repeat(plan.base - plan.start, plan.size)
     entry += np.arange(len(entry))
     entry = torch.from_numpy(entry).to(device)
     counts = torch.from_numpy(host_counts).to(device)
     global_users = torch.from_numpy(np.asarray(users, np.int64)).to(device)
     source = shuffled_order(seed, global_users, counts, server_round, tag)
-    rows = torch.zeros(layout.total, dtype=torch.int64, device=device)
-    labels = torch.zeros(layout.total, dtype=torch.float32, device=device)
+    rows = torch.zeros(plan.total, dtype=torch.int64, device=device)
+    labels = torch.zeros(plan.total, dtype=torch.float32, device=device)
     rows.index_put_((entry,), sample_rows.index_select(0, source))
     labels.index_put_((entry,), sample_labels.index_select(0, source))
-    # a batch's entries are one run of the buffer: its weight there, zero in the padding
-    by_base = np.argsort(runs.base, kind="stable")
-    run_ends = runs.base[by_base] + runs.size[by_base]
-    gaps = runs.base[by_base] - np.concatenate([[0], run_ends[:-1]])
-    lengths = np.stack([gaps, runs.size[by_base]], 1).reshape(-1)
-    lengths = np.append(lengths, layout.total - run_ends[-1])
-    weight = 1.0 / torch.from_numpy(runs.size[by_base]).to(torch.float32)
+    # a batch's entries are one run of the buffers: its weight there, zero in the padding
+    size, base = plan.size[plan.order], plan.base[plan.order]  # batches in buffer order
+    ends = base + size
+    lengths = np.stack([base - np.concatenate([[0], ends[:-1]]), size], 1).reshape(-1)
+    lengths = np.append(lengths, plan.total - ends[-1])
+    weight = 1.0 / torch.from_numpy(size).to(torch.float32)
     values = torch.stack([torch.zeros_like(weight), weight], 1).reshape(-1)
     values = torch.cat([values, values.new_zeros(1)])
     weights = repeat(values, torch.from_numpy(lengths)).to(device)
-    members = torch.from_numpy(layout.members).to(device)
+    members = torch.from_numpy(plan.members).to(device)
     steps = []
-    for lo, hi, first_member, count, width in layout.groups:
+    for lo, hi, first_member, count, width in plan.groups:
         shape = (count, width)
         steps.append(
             Step(
@@ -136,67 +137,37 @@ def tensor_epoch_steps(
     return steps
 
 
-class _Runs:
-    """The batches of an epoch, user after user, batch after batch: ``start`` (flat index
-    of its first sample in user order), ``size`` and ``base`` (its first entry in the
-    buffers)."""
+class _Plan:
+    """Where each batch's entries lie in the flat buffers (host arrays over the epoch's
+    batches, no loop over users). Batch ``s`` of a user is padded to ``PAD_TO`` above its
+    own size, at most to the user's width (its last batch is often shorter); the batches of
+    step ``s`` and one width form a group (parts of at most ``max_entries`` entries), users
+    in order: users never share a row, so neither the grouping nor the order changes a
+    value. ``start``/``size``/``base``: each batch's first sample (flat, user order), its
+    size and its first entry, batches user after user; ``order`` lists them by entry."""
 
-    def __init__(self, start: np.ndarray, size: np.ndarray, base: np.ndarray) -> None:
-        self.start, self.size, self.base = start, size, base
-
-
-class _Layout:
-    """Where each step's entries lie in the flat buffers (host arrays over users, no loop
-    over them). Users are ordered by width, then by batches (most first), then by position:
-    the users active at step ``s`` of width ``w`` are a prefix of that width's class."""
-
-    def __init__(self, num_batches: np.ndarray, widths: np.ndarray, max_entries: int) -> None:
-        classes, width_class = np.unique(widths, return_inverse=True)
-        self.widths = widths
-        self.width_class = width_class.astype(np.int64)
-        self.members = np.lexsort((-num_batches, self.width_class)).astype(np.int64)
-        rank = np.empty(len(widths), dtype=np.int64)
-        rank[self.members] = np.arange(len(widths))
-        self.class_rank = rank
-        steps = int(num_batches.max(initial=0))
-        class_start = np.searchsorted(self.width_class[self.members], np.arange(len(classes)))
-        # active[c, s]: users of class c with more than s batches
-        histogram = np.zeros((len(classes), steps + 1), dtype=np.int64)
-        np.add.at(histogram, (self.width_class, num_batches), 1)
-        active = histogram[:, ::-1].cumsum(1)[:, ::-1][:, 1:]
-        self.group_of = np.zeros((len(classes), max(steps, 1)), dtype=np.int64)
-        bases, firsts, groups, total = [], [], [], 0
-        for s in range(steps):  # groups: (step, width class, part), in that order
-            for c, width in enumerate(classes.tolist()):
-                count = int(active[c, s])
-                if count == 0:
-                    continue
-                self.group_of[c, s] = len(bases)
-                per_part = max(1, max_entries // width)
-                for lo in range(0, count, per_part):
-                    part = min(per_part, count - lo)
-                    first = int(class_start[c]) + lo
-                    bases.append(total)
-                    firsts.append(first)
-                    groups.append((total, total + part * width, first, part, width))
-                    total += part * width
-        self.bases = np.asarray(bases, np.int64)
-        self.first_member = np.asarray(firsts, np.int64)
-        self.groups = groups
-        self.total = total
-        self.class_start = class_start.astype(np.int64)
-        self.part_size = np.maximum(1, max_entries // classes).astype(np.int64)
-
-    def batch_runs(self, counts: np.ndarray, num_batches: np.ndarray, batch: int) -> _Runs:
-        """Every (user, batch) of the epoch (host arrays over the batches): the user's
-        group at that step, its place in the group, the group's base."""
+    def __init__(self, counts: np.ndarray, widths: np.ndarray, batch: int, max_entries: int):
+        num_batches = -(-counts // batch)
         user = np.repeat(np.arange(len(counts)), num_batches)
-        first = np.cumsum(num_batches) - num_batches
-        step = np.arange(len(user)) - first[user]
-        size = np.minimum(batch, counts[user] - step * batch)
-        width_class = self.width_class[user]
-        rank = self.class_rank[user]
-        part = (rank - self.class_start[width_class]) // self.part_size[width_class]
-        group = self.group_of[width_class, step] + part
-        base = self.bases[group] + (rank - self.first_member[group]) * self.widths[user]
-        return _Runs(np.cumsum(size) - size, size, base)
+        step = np.arange(len(user)) - np.repeat(np.cumsum(num_batches) - num_batches, num_batches)
+        self.size = np.minimum(batch, counts[user] - step * batch)
+        self.start = np.cumsum(self.size) - self.size
+        width = np.minimum(widths[user], np.maximum(-(-self.size // PAD_TO) * PAD_TO, PAD_TO))
+        self.order = np.lexsort((user, width, step))  # by step, then width, then user
+        step, width = step[self.order], width[self.order]
+        cut = np.flatnonzero((step[1:] != step[:-1]) | (width[1:] != width[:-1])) + 1
+        bounds = np.concatenate([[0], cut, [len(step)]]).tolist() if len(step) else []
+        base = np.empty(len(step), dtype=np.int64)
+        self.groups, total = [], 0
+        for lo, hi in itertools.pairwise(bounds):
+            w = int(width[lo])
+            per_part = max(1, max_entries // w)
+            for first in range(lo, hi, per_part):
+                count = min(per_part, hi - first)
+                base[first : first + count] = total + w * np.arange(count)
+                self.groups.append((total, total + count * w, first, count, w))
+                total += count * w
+        self.base = np.empty_like(base)
+        self.base[self.order] = base
+        self.members = user[self.order]
+        self.total = total

@@ -15,13 +15,12 @@ import torch
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods.base import ROWS, Method, RoundContext, Step, bce_losses
-from fedrec_flwr.node.lockstep import shuffle_tag, tensor_epoch_steps
+from fedrec_flwr.node.lockstep import PAD_TO, shuffle_tag, tensor_epoch_steps
 from fedrec_flwr.node.optim import build_optimizer
 from fedrec_flwr.node.samples import RoundSamples
 from fedrec_flwr.sampling import NegativeSampler
 from fedrec_flwr.seeding import keyed_rng
 
-PAD_TO = 64  # entries; see epoch_steps
 MAX_STEP_ENTRIES = 1 << 20  # users x padded batch of one step; more are cut into several steps
 
 
