@@ -45,6 +45,7 @@ class ReferenceAblation:
     label: str
     json: str
     reason: str
+    ours: int = 0  # the row of ours with the same choice, an index into Comparison.rows
 
 
 @dataclass(frozen=True)
@@ -57,15 +58,42 @@ class Comparison:
     reference_ablations: tuple[ReferenceAblation, ...] = field(default_factory=tuple)
 
 
+REFERENCE_RUNS = (
+    f"{OURS} --methods fedrecgel --datasets lastfm-2k --protocols reference "
+    "--out bench/results/reference/ours --rounds 30"
+)
 LASTFM_ROWS = (
     Row(
         "ours, reference settings",
         "reference/ours/runs/fedrecgel-lastfm2k-reference-seed{seed}",
-        f"{OURS} --methods fedrecgel --datasets lastfm-2k --protocols reference "
-        "--out bench/results/reference/ours --table fedrecgel-lastfm2k-reference",
+        f"{REFERENCE_RUNS} --table fedrecgel-lastfm2k-reference",
     ),
     Row(
-        "ablation: sam-mode, server-optimizer-rows, fedrecgel-loss-chunk, "
+        "ablation: reference settings with ncf-dense-init = pytorch (our init)",
+        "reference/ours/runs/fedrecgel+pytorch-init-lastfm2k-reference-seed{seed}",
+        f"{REFERENCE_RUNS} --table fedrecgel-lastfm2k-reference-pytorch-init "
+        "--set ncf-dense-init=pytorch --tag pytorch-init",
+        "FedRecGEL shares FedNCF's model code, whose dense layers take PyTorch's default "
+        "init; the reference's are Xavier (tower) and Kaiming (output) uniform, zero biases",
+    ),
+    Row(
+        "ablation: reference settings with train-pairs = all (our train rows)",
+        "reference/ours/runs/fedrecgel+all-pairs-lastfm2k-reference-seed{seed}",
+        f"{REFERENCE_RUNS} --table fedrecgel-lastfm2k-reference-all-pairs "
+        "--set train-pairs=all --tag all-pairs",
+        "our `paper` split keeps Last.fm-2K's repeated (user, artist) rows, one per tag "
+        "assignment, as train rows (docs/protocols.md); the reference code trains on each "
+        "distinct pair once (`torch.nonzero` of its interaction matrix)",
+    ),
+    Row(
+        "ablation: reference settings with both (ncf-dense-init = pytorch, train-pairs = all)",
+        "reference/ours/runs/fedrecgel+pytorch-init-all-pairs-lastfm2k-reference-seed{seed}",
+        f"{REFERENCE_RUNS} --table fedrecgel-lastfm2k-reference-pytorch-init-all-pairs "
+        "--set ncf-dense-init=pytorch train-pairs=all --tag pytorch-init-all-pairs",
+        "both, for the reasons above",
+    ),
+    Row(
+        "ablation: and sam-mode, server-optimizer-rows, fedrecgel-loss-chunk, "
         "fedrecgel-private-optimizer, train-negatives at our defaults",
         "runs/fedrecgel+refhp-lastfm2k-paper-seed{seed}",
         f"{OURS} --methods fedrecgel --datasets lastfm-2k --protocols paper "
@@ -82,35 +110,6 @@ LASTFM_ROWS = (
         "chosen on validation HR@10 (docs/methods/fedrecgel.md): with the "
         "reference's values the item table barely moves from its init",
     ),
-    Row(
-        "ablation: reference settings with train-pairs = distinct (the reference's positives)",
-        "reference/ours/runs/fedrecgel+distinct-lastfm2k-reference-seed{seed}",
-        f"{OURS} --methods fedrecgel --datasets lastfm-2k --protocols reference "
-        "--out bench/results/reference/ours --table fedrecgel-lastfm2k-reference-distinct "
-        "--set train-pairs=distinct --tag distinct --rounds 30",
-        "our `paper` split keeps Last.fm-2K's repeated (user, artist) rows, one per tag "
-        "assignment, as train rows (docs/protocols.md); the reference code trains on each "
-        "distinct pair once (`torch.nonzero` of its interaction matrix)",
-    ),
-    Row(
-        "ablation: reference settings with ncf-dense-init = reference (the reference's init)",
-        "reference/ours/runs/fedrecgel+refinit-lastfm2k-reference-seed{seed}",
-        f"{OURS} --methods fedrecgel --datasets lastfm-2k --protocols reference "
-        "--out bench/results/reference/ours --table fedrecgel-lastfm2k-reference-refinit "
-        "--set ncf-dense-init=reference --tag refinit --rounds 30",
-        "FedRecGEL shares FedNCF's model code, whose dense layers take PyTorch's default "
-        "init; the reference's are Xavier (tower) and Kaiming (output) uniform, zero biases",
-    ),
-    Row(
-        "ablation: reference settings with both (train-pairs = distinct, ncf-dense-init = "
-        "reference)",
-        "reference/ours/runs/fedrecgel+distinct-refinit-lastfm2k-reference-seed{seed}",
-        f"{OURS} --methods fedrecgel --datasets lastfm-2k --protocols reference "
-        "--out bench/results/reference/ours --table fedrecgel-lastfm2k-reference-both "
-        "--set train-pairs=distinct ncf-dense-init=reference --tag distinct-refinit "
-        "--rounds 30",
-        "both, for the reasons above",
-    ),
 )
 LASTFM_ABLATIONS = (
     ReferenceAblation(
@@ -118,7 +117,9 @@ LASTFM_ABLATIONS = (
         "fedrecgel-lastfm2k-paper+pytorch-init.json",
         "the reference's Xavier / Kaiming init of the tower and output layer replaced "
         "by PyTorch's default, which our NeuMF uses (FedNCF's model code); Δ here: our "
-        "run with the reference settings minus this run, at its seeds and rounds",
+        "run with the reference settings and ncf-dense-init = pytorch minus this run, at its "
+        "seeds and rounds",
+        ours=1,
     ),
 )
 
@@ -141,7 +142,17 @@ COMPARISONS = (
                 "ours, reference settings",
                 "reference/ours/runs/fedrecgel-ml100k-reference-seed{seed}",
                 f"{OURS} --methods fedrecgel --datasets ml-100k --protocols reference "
-                "--out bench/results/reference/ours --table fedrecgel-ml100k-reference",
+                "--out bench/results/reference/ours --table fedrecgel-ml100k-reference "
+                "--rounds 42",
+            ),
+            Row(
+                "ablation: reference settings with ncf-dense-init = pytorch (our init)",
+                "reference/ours/runs/fedrecgel+pytorch-init-ml100k-reference-seed{seed}",
+                f"{OURS} --methods fedrecgel --datasets ml-100k --protocols reference "
+                "--out bench/results/reference/ours --rounds 42 "
+                "--table fedrecgel-ml100k-reference-pytorch-init "
+                "--set ncf-dense-init=pytorch --tag pytorch-init",
+                LASTFM_ROWS[1].reason,
             ),
         ),
     ),
@@ -337,7 +348,7 @@ def compare(comparison: Comparison) -> tuple[list[list[str]], dict, list[str]]:
         same = summary(reference_rounds(reference, its_seeds, its_horizon))
         ours = None
         if comparison.rows:
-            per_seed = our_rounds(comparison.rows[0], its_seeds, its_horizon)
+            per_seed = our_rounds(comparison.rows[ablation.ours], its_seeds, its_horizon)
             ours = summary(per_seed) if per_seed is not None else None
         lines.append(
             line(
@@ -390,7 +401,7 @@ def main(argv: list[str] | None = None) -> None:
             "minus our run with the reference settings (points). A reference-code ablation "
             "(the reference run with one of our choices) is measured at its own seeds and "
             "rounds: its effect is against the reference run there, its Δ is our run with the "
-            "reference settings minus it (what is left of the gap). Chosen on test: the means "
+            "reference settings and the same choice minus it. Chosen on test: the means "
             "when each seed's round is picked on test HR@10 instead. Paper: the paper's own "
             "table, under its own split and selection.",
             *notes,
