@@ -139,7 +139,7 @@ def git_state() -> str:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    return f"{PROJECT} at {head}" + (" + uncommitted changes in fedrec_flwr/" if dirty else "")
+    return f"commit {head}" + (" + uncommitted changes in fedrec_flwr/" if dirty else "")
 
 
 def main() -> int:
@@ -218,7 +218,15 @@ def main() -> int:
         f"{args.nodes} nodes, against `bench/results/runs/<preset>-seed{args.seed}/rounds.csv`; "
         "every column but the timings compared (each run ran one round more, so that its last "
         f"compared round also uploads a next-round request); tolerance {args.tol:g}. "
-        f"Code: {git_state()}.\n\n"
+        f"Code: {git_state()}."
+        + (
+            " Bytes are printed, not compared (`--ignore-bytes`): a change of the wire form "
+            "alone, such as the record's arrays packed into one, moves only the messages' "
+            "header bytes."
+            if args.ignore_bytes
+            else ""
+        )
+        + "\n\n"
         f"```\npython {shlex.join(['bench/regression.py', *sys.argv[1:]])}\n```\n"
     )
     print()
