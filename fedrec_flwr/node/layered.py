@@ -21,7 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
-from fedrec_flwr.node.personal import PersonalRows, whole_rows
+from fedrec_flwr.node.personal import PersonalRows, run_indices, whole_rows
 
 #: More segments than this are merged into one (each read loops over the segments).
 MAX_SEGMENTS = 8
@@ -97,15 +97,16 @@ class LayeredRows:
         return self.segments[0].rows.shape[1]
 
     def _members(self, positions: np.ndarray):
-        """(segment, indices into ``positions`` of the users it holds), for each segment."""
+        """(segment index, segment, indices into ``positions`` of the users it holds), for
+        each segment that holds some of them."""
         if len(self.segments) == 1:
-            yield self.segments[0], np.arange(len(positions))
+            yield 0, self.segments[0], np.arange(len(positions))
             return
         owners = self.owner[positions]
         for index, segment in enumerate(self.segments):
             selected = np.flatnonzero(owners == index)
             if len(selected):
-                yield segment, selected
+                yield index, segment, selected
 
     def of(self, position: int) -> tuple[np.ndarray, np.ndarray]:
         return self.segments[self.owner[position]].of(position)
@@ -116,7 +117,7 @@ class LayeredRows:
     @cached_property
     def _counts(self) -> np.ndarray:
         counts = np.zeros(self.num_users, dtype=np.int64)
-        for segment, selected in self._members(np.arange(self.num_users)):
+        for _, segment, selected in self._members(np.arange(self.num_users)):
             counts[selected] = segment.counts()[selected]
         return counts
 
@@ -130,7 +131,7 @@ class LayeredRows:
             self.segments[0].overlay_pairs(positions, items, rows)
             return
         positions, items = np.asarray(positions, np.int64), np.asarray(items, np.int64)
-        for segment, selected in self._members(positions):
+        for _, segment, selected in self._members(positions):
             where, hit = segment.find(positions[selected], items[selected])
             rows[selected[hit]] = segment.rows[where[hit]]
 
@@ -152,20 +153,10 @@ class LayeredRows:
         counts = self._counts[positions]
         starts = np.cumsum(counts) - counts
         out = np.empty(int(counts.sum()), dtype=np.int64)
-        for index, (segment, selected) in enumerate(self._member_indices(positions)):
+        for index, segment, selected in self._members(positions):
             source = segment.storage_of(positions[selected]) + self._offsets[index]
-            picked = counts[selected]
-            before = np.cumsum(picked) - picked
-            dest = np.repeat(starts[selected] - before, picked) + np.arange(int(picked.sum()))
-            out[dest] = source
+            out[run_indices(starts[selected], counts[selected])] = source
         return out
-
-    def _member_indices(self, positions: np.ndarray):
-        """:meth:`_members` with every segment (those holding none of the users too), so
-        that the ``i``-th pair is segment ``i``'s."""
-        owners = self.owner[positions]
-        for index, segment in enumerate(self.segments):
-            yield segment, np.flatnonzero(owners == index)
 
     def _take(self, storage: np.ndarray, part: str) -> np.ndarray:
         storage = np.asarray(storage, np.int64)
@@ -196,7 +187,7 @@ class LayeredRows:
     @cached_property
     def _compact(self) -> PersonalRows:
         """The CSR store, kept for the reads that need its arrays."""
-        return self.compact() if len(self.segments) == 1 else self._built()
+        return self.compact()
 
     def _built(self) -> PersonalRows:
         counts = self._counts
@@ -204,11 +195,9 @@ class LayeredRows:
         items = np.empty(int(indptr[-1]), dtype=np.int64)
         rows = np.empty((len(items), self.row_dim), dtype=np.float32)
         out_rows = whole_rows(rows)
-        for segment, selected in self._members(np.arange(self.num_users)):
+        for _, segment, selected in self._members(np.arange(self.num_users)):
             source = segment.storage_of(selected)
-            picked = counts[selected]
-            before = np.cumsum(picked) - picked
-            dest = np.repeat(indptr[selected] - before, picked) + np.arange(int(picked.sum()))
+            dest = run_indices(indptr[selected], counts[selected])
             items[dest] = segment.items[source]
             out_rows[dest] = whole_rows(segment.rows)[source]
         return PersonalRows(indptr=indptr, items=items, rows=rows)

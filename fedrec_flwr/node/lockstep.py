@@ -38,6 +38,12 @@ PAD_TO = 64
 EPOCH_KEYS = 1 << 12
 
 
+def padded_width(sizes: np.ndarray) -> np.ndarray:
+    """Entries a batch of ``sizes`` samples takes: rounded up to ``PAD_TO``, at least
+    ``PAD_TO``."""
+    return np.maximum(-(-np.asarray(sizes) // PAD_TO) * PAD_TO, PAD_TO).astype(np.int64)
+
+
 def shuffle_tag(epoch: int, stage: int) -> int:
     """The counter word that keeps each (stage, epoch) shuffle apart."""
     tag = stage * EPOCH_KEYS + epoch
@@ -48,20 +54,6 @@ def shuffle_tag(epoch: int, stage: int) -> int:
             "negative-sampler = 'keyed-numpy'."
         )
     return tag
-
-
-def shuffled_positions(
-    seed: int,
-    users: torch.Tensor,
-    counts: torch.Tensor,
-    server_round: int,
-    tag: int,
-) -> torch.Tensor:
-    """``order``: for each (user, position) in user order, the user-local index of the
-    sample at that shuffled position (flat, user after user)."""
-    owner = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
-    starts = torch.cumsum(counts, 0) - counts
-    return shuffled_order(seed, users, counts, server_round, tag) - starts[owner]
 
 
 def shuffled_order(
@@ -152,7 +144,7 @@ class _Plan:
         step = np.arange(len(user)) - np.repeat(np.cumsum(num_batches) - num_batches, num_batches)
         self.size = np.minimum(batch, counts[user] - step * batch)
         self.start = np.cumsum(self.size) - self.size
-        width = np.minimum(widths[user], np.maximum(-(-self.size // PAD_TO) * PAD_TO, PAD_TO))
+        width = np.minimum(widths[user], padded_width(self.size))
         self.order = np.lexsort((user, width, step))  # by step, then width, then user
         step, width = step[self.order], width[self.order]
         cut = np.flatnonzero((step[1:] != step[:-1]) | (width[1:] != width[:-1])) + 1

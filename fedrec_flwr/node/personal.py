@@ -17,6 +17,16 @@ import numpy as np
 KEY_STRIDE = 1 << 32  # (position, item) -> position * KEY_STRIDE + item
 
 
+def run_indices(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The indices ``starts[k], ..., starts[k] + counts[k] - 1`` of every run ``k``, run after
+    run (int64)."""
+    counts = np.asarray(counts, np.int64)
+    before = np.cumsum(counts) - counts
+    return np.repeat(np.asarray(starts, np.int64) - before, counts) + np.arange(
+        int(counts.sum()), dtype=np.int64
+    )
+
+
 def whole_rows(rows: np.ndarray) -> np.ndarray:
     """A C-contiguous float32 [n, r] array as n opaque records of one row each: indexing it
     copies whole rows (one copy per row, not one per value)."""
@@ -96,8 +106,7 @@ class PersonalRows:
         """Storage indices of every row of the users at ``positions``, user after user."""
         starts = self.indptr[positions]
         counts = self.indptr[np.asarray(positions) + 1] - starts
-        before = np.cumsum(counts) - counts
-        return np.repeat(starts - before, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        return run_indices(starts, counts)
 
     def take_items(self, storage: np.ndarray) -> np.ndarray:
         """Items at storage indices (from :meth:`storage_of`)."""

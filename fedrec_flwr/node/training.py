@@ -15,7 +15,7 @@ import torch
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods.base import ROWS, Method, RoundContext, Step, bce_losses
-from fedrec_flwr.node.lockstep import PAD_TO, shuffle_tag, tensor_epoch_steps
+from fedrec_flwr.node.lockstep import PAD_TO, padded_width, shuffle_tag, tensor_epoch_steps
 from fedrec_flwr.node.optim import build_optimizer
 from fedrec_flwr.node.samples import RoundSamples
 from fedrec_flwr.sampling import NegativeSampler
@@ -128,8 +128,7 @@ def user_widths(counts: np.ndarray, batch: int) -> np.ndarray:
     """Padded batch width of each user (see :func:`epoch_steps`): a function of the batch
     size and of the user's own sample count only: its largest batch rounded up to
     ``PAD_TO`` (a user with fewer samples than a batch is not padded to a whole batch)."""
-    own = -(-np.minimum(counts, batch) // PAD_TO) * PAD_TO
-    return np.maximum(own, PAD_TO).astype(np.int64)
+    return padded_width(np.minimum(counts, batch))
 
 
 def local_update(

@@ -92,9 +92,9 @@ def test_flwr_run_carries_shared_dense_parameters_sam_and_server_adam(tmp_path, 
     assert all(int(r.split(",")[header.index("train-users")]) == 20 for r in rows[1:])
 
 
-def test_a_message_window_changes_nothing_but_the_sending(tmp_path, monkeypatch):
-    """One SuperNode per user with 3 messages in flight at a time (``max-in-flight``) through
-    Ray gives the rounds of the same run in-process, bit for bit."""
+def ray_and_local_rounds(tmp_path, config: dict, nodes: int, **options) -> tuple[list, list]:
+    """The rounds (timings aside) of ``config`` through Ray (``fedrec_lab.launch.run`` with
+    ``options``) and of the same run in-process on ``nodes`` nodes."""
     import csv
 
     from fedrec_flwr.client_app import app as client_app
@@ -102,6 +102,23 @@ def test_a_message_window_changes_nothing_but_the_sending(tmp_path, monkeypatch)
     from fedrec_flwr.server_app import run_federation
     from fedrec_lab.local_grid import LocalGrid
 
+    ray = {**config, "results-dir": str(tmp_path / "ray")}
+    status, output = run(ray, nodes=nodes, stream=False, timeout=900, **options)
+    assert status == "finished:completed", output
+    local = {**config, "results-dir": str(tmp_path / "local")}
+    run_federation(LocalGrid(client_app, local, num_nodes=nodes), RunConfig.from_mapping(local))
+
+    def rounds(folder: str) -> list[dict]:
+        with open(tmp_path / folder / "run" / "rounds.csv") as lines:
+            timing = ("seconds", "cpu-seconds")
+            return [{k: v for k, v in r.items() if k not in timing} for r in csv.DictReader(lines)]
+
+    return rounds("ray"), rounds("local")
+
+
+def test_a_message_window_changes_nothing_but_the_sending(tmp_path, monkeypatch):
+    """One SuperNode per user with 3 messages in flight at a time (``max-in-flight``) through
+    Ray gives the rounds of the same run in-process, bit for bit."""
     monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "cache"))
     config = {
         "method": "pfedrec",
@@ -115,18 +132,32 @@ def test_a_message_window_changes_nothing_but_the_sending(tmp_path, monkeypatch)
         "checkpoint-every": 0,
         "run-name": "run",
     }
-    status, output = run(
-        {**config, "results-dir": str(tmp_path / "ray")}, nodes=10, stream=False, timeout=900
-    )
-    assert status == "finished:completed", output
-    local = {**config, "results-dir": str(tmp_path / "local")}
-    run_federation(LocalGrid(client_app, local, num_nodes=10), RunConfig.from_mapping(local))
-
-    def rounds(folder: str) -> list[dict]:
-        with open(tmp_path / folder / "run" / "rounds.csv") as lines:
-            timing = ("seconds", "cpu-seconds")
-            return [{k: v for k, v in r.items() if k not in timing} for r in csv.DictReader(lines)]
-
-    assert rounds("ray") == rounds("local")
+    ray, local = ray_and_local_rounds(tmp_path, config, nodes=10)
+    assert ray == local
     summary = json.loads((tmp_path / "ray" / "run" / "summary.json").read_text())
     assert summary["num_nodes"] == 10
+
+
+def test_a_fraction_per_round_through_ray_gives_the_rounds_of_the_same_run_in_process(
+    tmp_path, monkeypatch
+):
+    """Rounds in which a fraction of the users trains (the nodes' personal-row stores then
+    hold several segments, :mod:`fedrec_flwr.node.layered`) on two Ray workers, whose
+    context.state may reach either worker, equal the same run in-process, bit for bit."""
+    from fedrec_lab.launch import worker_entries
+
+    monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "cache"))
+    config = {
+        "method": "pfedrec",
+        "dataset": "synthetic",
+        "synthetic-users": 40,
+        "synthetic-items": 120,
+        "synthetic-mean-degree": 12,
+        "protocol": "strict",
+        "num-server-rounds": 4,
+        "fraction-train": 0.3,
+        "checkpoint-every": 0,
+        "run-name": "run",
+    }
+    ray, local = ray_and_local_rounds(tmp_path, config, nodes=2, federation=worker_entries(2, 2))
+    assert ray == local and len(local) == 4

@@ -1,7 +1,6 @@
 """The layered personal-row store answers every read as the CSR store it stands for."""
 
 import numpy as np
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -116,45 +115,3 @@ def test_context_state_writes_each_segment_once_and_reads_back_elsewhere():
         same_store(loaded.personal, store.compact())
     context_state.save(context, NodeState(private, PersonalRows.empty(users, DIM)))
     assert not any(k.startswith(context_state.PART_PREFIX) for k in context.state)
-
-
-@pytest.mark.slow
-def test_a_fraction_per_round_through_ray_gives_the_rounds_of_the_same_run_in_process(
-    tmp_path, monkeypatch
-):
-    """Rounds in which a fraction of the users trains (the nodes' stores then hold several
-    segments) on two Ray workers, whose context.state may reach either worker, equal the
-    same run in-process, bit for bit."""
-    import csv
-
-    from fedrec_flwr.client_app import app as client_app
-    from fedrec_flwr.config import RunConfig
-    from fedrec_flwr.server_app import run_federation
-    from fedrec_lab.launch import run, worker_entries
-    from fedrec_lab.local_grid import LocalGrid
-
-    monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "cache"))
-    config = {
-        "method": "pfedrec",
-        "dataset": "synthetic",
-        "synthetic-users": 40,
-        "synthetic-items": 120,
-        "synthetic-mean-degree": 12,
-        "protocol": "strict",
-        "num-server-rounds": 4,
-        "fraction-train": 0.3,
-        "checkpoint-every": 0,
-        "run-name": "run",
-    }
-    ray = {**config, "results-dir": str(tmp_path / "ray")}
-    status, output = run(ray, nodes=2, federation=worker_entries(2, 2), stream=False, timeout=900)
-    assert status == "finished:completed", output
-    local = {**config, "results-dir": str(tmp_path / "local")}
-    run_federation(LocalGrid(client_app, local, num_nodes=2), RunConfig.from_mapping(local))
-
-    def rounds(folder: str) -> list[dict]:
-        with open(tmp_path / folder / "run" / "rounds.csv") as lines:
-            timing = ("seconds", "cpu-seconds")
-            return [{k: v for k, v in r.items() if k not in timing} for r in csv.DictReader(lines)]
-
-    assert rounds("ray") == rounds("local") and len(rounds("local")) == 4
