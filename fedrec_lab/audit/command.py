@@ -174,15 +174,15 @@ def merge(files: list[Path], out: Path, tag: str) -> None:
     ``<tag>.md``; a run found in two files is an error (the table would count it twice)."""
     records = [json.loads(f.read_text()) for f in files]
     runs = [run for record in records for run in record["runs"]]
-    seen: dict[tuple, int] = {}
-    for index, run in enumerate(runs):
+    seen: set[tuple] = set()
+    for run in runs:
         key = tuple(run[k] for k in RUN_KEY)
         if key in seen:
             raise SystemExit(
                 f"--merge: the run {dict(zip(RUN_KEY, key, strict=True))} is in more than one "
                 "file; merge each run once (leave out the file whose copy is not wanted)"
             )
-        seen[key] = index
+        seen.add(key)
     runs.sort(key=lambda r: (r["protocol"], r["method"], r["seed"]))
     commands = [c for record in records for c in recorded_commands(record)]
     out.mkdir(parents=True, exist_ok=True)
