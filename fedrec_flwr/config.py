@@ -7,7 +7,8 @@ message that says what to do.
 
 Each key is declared once, by the module that owns it (:mod:`fedrec_flwr.schema`): the run's
 own keys in :mod:`fedrec_flwr.run_keys`, a method's in its module (``config_keys``), a
-plug-in's beside it (DualPer, PLGC, SAM in :mod:`fedrec_flwr.node.optim`, LDP, decoys and
+plug-in's beside it (DualPer, PLGC, SAM in :mod:`fedrec_flwr.node.optim`, the local
+schedule in :mod:`fedrec_flwr.node.schedule`, LDP, decoys and
 secure aggregation in :mod:`fedrec_flwr.privacy`), a dataset's in
 :mod:`fedrec_flwr.data.registry`. This module composes them (:func:`key_groups`);
 ``pyproject.toml`` and ``docs/reference/configuration.md`` are checked against it
@@ -28,6 +29,7 @@ from fedrec_flwr.methods.plgc import PLGC_KEYS
 from fedrec_flwr.methods.plugins import DUAL_KEYS
 from fedrec_flwr.node.malicious import MALICIOUS_KEYS
 from fedrec_flwr.node.optim import SAM_KEYS
+from fedrec_flwr.node.schedule import SCHEDULE_KEYS
 from fedrec_flwr.privacy.decoys import DECOY_KEYS
 from fedrec_flwr.privacy.ldp import LDP_KEYS
 from fedrec_flwr.privacy.secagg import SECAGG_KEYS
@@ -97,6 +99,7 @@ def key_groups() -> tuple[KeyGroup, ...]:
         NEGATIVE_SAMPLER_KEYS,
         OUTPUTS,
         LEARNING,
+        SCHEDULE_KEYS,
         SAM_KEYS,
         SERVER,
         SERVER_OPTIMIZER_KEYS,

@@ -224,7 +224,8 @@ class Method(ABC):
         self, params: dict[str, torch.Tensor], step: Step, phase: Phase, context: RoundContext
     ) -> None:
         """Hook after each phase's update of a step (``params`` in place): proximal steps,
-        regularisers over rows outside the batch."""
+        regularisers over rows outside the batch. A step it takes scales its learning rates
+        by ``step.lr_scale`` (each user's, when not None: the local schedule)."""
         return None
 
     def end_local_update(self, params: dict[str, torch.Tensor], context: RoundContext) -> None:

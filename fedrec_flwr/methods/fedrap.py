@@ -35,6 +35,11 @@ step, only the rows of the step's batch, each entry weighted like its BCE term
 (``1 / batch``): what the reference code does. Both give the regularisers the same expected
 weight per epoch; ``held`` also reaches the rows a batch does not hold.
 
+Under the local schedule (``lr-decay``, ``lr-step-decay``: :mod:`fedrec_flwr.node.schedule`)
+the regularisers' steps take the decayed rates of the BCE step, as the reference code's
+regularisers, part of its loss, do: ``batch`` the rate of the user's step, ``held`` the mean
+of its rates over the epoch's steps (the same first-order effect).
+
 Rows of ``C`` whose max ``|value|`` is at or below ``fedrap-zero-threshold`` count as zero:
 they travel as ids only, both ways, and the server snaps them to exact zeros.
 """
@@ -245,23 +250,37 @@ class FedRAP(Method):
         self._batches = torch.ceil(context.sample_counts / self.config.batch_size).clamp_min(1)
         self._seen = torch.zeros_like(self._batches)
         self._row_weight = (self._batches / context.sample_counts)[owner]
+        # held: the sum of each user's learning-rate factors (step.lr_scale) over the epoch
+        self._owner, self._scales = owner, torch.zeros_like(self._batches, dtype=torch.float64)
 
     def regularised_rows(
         self, step: Step, context: RoundContext
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """(distinct flat rows, weight of each) the regularisers see after this step; rows
-        ``None``: every row of the round, in order."""
+        ``None``: every row of the round, in order. Under the local schedule a weight also
+        holds the factor on the learning rates (``step.lr_scale``): its user's at this step
+        (``batch``), the mean of its user's over the epoch's steps (``held``)."""
+        scale = step.lr_scale
         if self.config.fedrap_reg_rows == "held":
             self._seen[step.users] += 1
+            if scale is not None:
+                self._scales[step.users] += scale
             done = step.users[self._seen[step.users] % self._batches[step.users] == 0]
             if len(done) == len(context.sample_counts):
-                return None, self._row_weight
-            rows, _ = context.held_rows(done)
-            return rows, self._row_weight[rows]
+                rows, owner, weight = None, self._owner, self._row_weight
+            else:
+                rows, owner = context.held_rows(done)
+                owner, weight = done[owner], self._row_weight[rows]
+            if scale is not None:  # the epoch's mean factor; the next epoch starts afresh
+                factor = self._scales / self._batches
+                self._scales[done] = 0.0
+                weight = (weight * factor[owner]).to(weight.dtype)
+            return rows, weight
         real = step.weights > 0  # batch: an entry's weight is its BCE weight; repeats add up
+        entries = step.weights if scale is None else step.weights * scale.unsqueeze(1)
         rows, inverse = torch.unique(step.rows[real], return_inverse=True)
         weight = torch.zeros(len(rows), dtype=step.weights.dtype, device=rows.device)
-        return rows, weight.index_add_(0, inverse, step.weights[real])
+        return rows, weight.index_add_(0, inverse, entries[real].to(weight.dtype))
 
     def after_step(
         self, params: dict[str, torch.Tensor], step: Step, phase: Phase, context: RoundContext

@@ -47,12 +47,15 @@ class Step:
     indices into the flat row table; ``labels``: [a, B] in {0, 1}; ``weights``: [a, B] =
     1 / (the user's batch size) on real entries, 0 on padding, so that
     ``(weights * per-entry loss).sum()`` is the sum over users of their mean batch loss.
+    ``lr_scale``: float64 [a], the factor on every learning rate of each user at this step
+    (the local schedule, :mod:`fedrec_flwr.node.schedule`); None: 1.
     """
 
     users: torch.Tensor
     rows: torch.Tensor
     labels: torch.Tensor
     weights: torch.Tensor
+    lr_scale: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ gradient (three evaluations).
 Both work on the batched parameters of :mod:`fedrec_flwr.methods.base`: per-user tensors
 [a, ...] gathered by ``step.users`` and the flat item-row table, whose gradient arrives per
 batch entry [a, B, r] and is applied with ``index_add`` (a row sampled twice moves by the sum
-of its entries' gradients).
+of its entries' gradients). The local schedule (:mod:`fedrec_flwr.node.schedule`) scales each
+user's rates by ``step.lr_scale`` and adds weight decay; SAM's radii are not scaled.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from enum import StrEnum
 import torch
 
 from fedrec_flwr.methods.adam_state import ADAM_STEPS, adam_moment_names
-from fedrec_flwr.methods.base import ROWS, Role, Step
+from fedrec_flwr.methods.base import ROWS, Role, RoundContext, Step
 from fedrec_flwr.schema import NON_NEGATIVE, Dim, Key, KeyGroup
 
 Grads = dict[str, torch.Tensor]
@@ -72,24 +73,67 @@ SAM_KEYS = KeyGroup(
 
 
 class SGD:
-    """``p <- p - lr * g`` with one learning rate per parameter name. ``row_names``: flat
-    row tables whose gradients arrive per batch entry (the item rows, private rows)."""
+    """``p <- p - lr * (g + weight_decay * p)`` with one learning rate per parameter name,
+    times each user's ``step.lr_scale`` when the step has one. ``row_names``: flat row tables
+    whose gradients arrive per batch entry (the item rows, private rows); their weight decay
+    acts on every row each of the step's users holds this round (``context``'s blocks)."""
 
     def __init__(
-        self, learning_rates: dict[str, float], row_names: tuple[str, ...] = (ROWS,)
+        self,
+        learning_rates: dict[str, float],
+        row_names: tuple[str, ...] = (ROWS,),
+        weight_decay: float = 0.0,
+        context: RoundContext | None = None,
     ) -> None:
         self.learning_rates = learning_rates
         self.row_names = row_names
+        self.weight_decay = weight_decay
+        self.context = context
+
+    def rates(self, name: str, step: Step, grad: torch.Tensor) -> float | torch.Tensor:
+        """The learning rate of ``name`` at ``step``: a number, or per user [a, 1, ...]
+        shaped to broadcast against ``grad`` (float32 of the float64 product)."""
+        lr = self.learning_rates[name]
+        if step.lr_scale is None:
+            return lr
+        shape = (-1,) + (1,) * (grad.dim() - 1)
+        return (lr * step.lr_scale).to(grad.dtype).reshape(shape)
 
     def apply(self, params: dict[str, torch.Tensor], step: Step, grads: Grads) -> None:
+        held = None  # the step's users' rows, for weight decay (one look-up per step)
         for name, grad in grads.items():
-            lr = self.learning_rates[name]
+            lr = self.rates(name, step, grad)
             if name in self.row_names:
+                if self.weight_decay > 0 and self.learning_rates[name] > 0:
+                    held = held or self.held_rows(step)
+                    self.decay_rows(params[name], held, lr)
+                if step.lr_scale is not None:
+                    grad, lr = grad * lr, 1.0
                 params[name].index_add_(
                     0, step.rows.reshape(-1), grad.reshape(-1, grad.shape[-1]), alpha=-lr
                 )
             else:
-                params[name][step.users] = params[name][step.users] - lr * grad
+                value = params[name][step.users]
+                if self.weight_decay > 0:
+                    grad = grad + self.weight_decay * value
+                params[name][step.users] = value - lr * grad
+
+    def held_rows(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+        """(flat rows the step's users hold this round, index of each row's user)."""
+        if self.context is None:
+            raise ValueError("weight decay on item rows needs the round's context (its blocks)")
+        return self.context.held_rows(step.users)
+
+    def decay_rows(
+        self, table: torch.Tensor, held: tuple[torch.Tensor, torch.Tensor], lr: float | torch.Tensor
+    ) -> None:
+        """``p <- p - lr * weight_decay * p`` on the ``held`` rows, before the gradient is
+        added (the decay reads the rows the gradient was taken at)."""
+        rows, owner = held
+        rate = lr * self.weight_decay
+        if isinstance(rate, torch.Tensor):
+            rate = rate.reshape(-1, 1)[owner]
+        table.index_add_(0, rows, table.index_select(0, rows).mul_(-rate))
 
     def step(self, params: dict[str, torch.Tensor], step: Step, gradients: GradientFn):
         """One update; returns the logits at the starting point (for the train loss)."""
@@ -112,8 +156,10 @@ class PrivateAdam(SGD):
         learning_rates: dict[str, float],
         row_names: tuple[str, ...],
         adam_names: tuple[str, ...],
+        weight_decay: float = 0.0,
+        context: RoundContext | None = None,
     ) -> None:
-        super().__init__(learning_rates, row_names)
+        super().__init__(learning_rates, row_names, weight_decay, context)
         self.adam_names = adam_names
 
     def apply(self, params: dict[str, torch.Tensor], step: Step, grads: Grads) -> None:
@@ -126,11 +172,13 @@ class PrivateAdam(SGD):
         bias1, bias2 = 1 - ADAM_BETA1**steps, (1 - ADAM_BETA2**steps).sqrt()
         for name in adam:
             grad, first, second = grads[name], *adam_moment_names(name)
+            if self.weight_decay > 0:  # torch.optim.Adam's weight_decay: L2 on the gradient
+                grad = grad + self.weight_decay * params[name][step.users]
             shape = (-1,) + (1,) * (grad.dim() - 1)
             m = params[first][step.users] * ADAM_BETA1 + (1 - ADAM_BETA1) * grad
             v = params[second][step.users] * ADAM_BETA2 + (1 - ADAM_BETA2) * grad * grad
             denom = v.sqrt() / bias2.reshape(shape) + ADAM_EPS
-            size = self.learning_rates[name] / bias1.reshape(shape)
+            size = self.rates(name, step, grad) / bias1.reshape(shape)
             params[name][step.users] = params[name][step.users] - size * m / denom
             params[first][step.users], params[second][step.users] = m, v
         params[ADAM_STEPS][step.users] = steps
@@ -235,17 +283,24 @@ def _distinct_row_grads(step: Step, grad: torch.Tensor):
 
 
 def build_optimizer(
-    method, rho_private: float, rho_shared: float, mode: str = SamMode.JOINT
+    method,
+    rho_private: float,
+    rho_shared: float,
+    mode: str = SamMode.JOINT,
+    weight_decay: float = 0.0,
+    context: RoundContext | None = None,
 ) -> SGD | SAM:
     """SGD with the method's learning rates (Adam for the private parameters that have Adam
-    state beside them), wrapped in SAM (``mode``) when a radius is positive."""
+    state beside them) and ``weight_decay`` (item rows: over ``context``'s blocks), wrapped
+    in SAM (``mode``) when a radius is positive."""
     roles = method.roles()
     learning_rates = {name: method.learning_rate(name) for name in roles}
     adam = tuple(name for name in roles if adam_moment_names(name)[0] in roles)
+    rows = method.row_names()
     if adam:
-        inner: SGD = PrivateAdam(learning_rates, method.row_names(), adam)
+        inner: SGD = PrivateAdam(learning_rates, rows, adam, weight_decay, context)
     else:
-        inner = SGD(learning_rates, method.row_names())
+        inner = SGD(learning_rates, rows, weight_decay, context)
     if rho_private > 0 or rho_shared > 0:
         return SAM(inner, roles, rho_private, rho_shared, mode)
     return inner

@@ -18,6 +18,7 @@ from fedrec_flwr.methods.base import ROWS, Method, RoundContext, Step, bce_losse
 from fedrec_flwr.node.lockstep import PAD_TO, padded_width, shuffle_tag, tensor_epoch_steps
 from fedrec_flwr.node.optim import build_optimizer
 from fedrec_flwr.node.samples import RoundSamples
+from fedrec_flwr.node.schedule import LocalSchedule
 from fedrec_flwr.sampling import NegativeSampler
 from fedrec_flwr.seeding import keyed_rng
 
@@ -144,21 +145,28 @@ def local_update(
 
     Returns (sum of per-sample BCE over the logged stage, number of its samples).
     """
-    optimizer = build_optimizer(
-        method, config.sam_rho_private, config.sam_rho_shared, config.sam_mode
-    )
     device = params[ROWS].device
     method.begin_round(params, samples.users, server_round)
     context = round_context(samples, config, server_round, device)
+    optimizer = build_optimizer(
+        method,
+        config.sam_rho_private,
+        config.sam_rho_shared,
+        config.sam_mode,
+        config.weight_decay,
+        context,
+    )
+    schedule = LocalSchedule.of(config, context)  # None: no learning-rate decay
     method.begin_local_update(params, context)
     row_names = method.row_names()
     custom_after_step = type(method).after_step is not Method.after_step
     loss_sum, num_samples = 0.0, 0
     for index, stage in enumerate(method.stages()):
         for epoch in range(stage.epochs):
-            for step in epoch_steps(
+            for planned in epoch_steps(
                 samples, config, server_round, epoch, device, index, max_samples
             ):
+                step = planned if schedule is None else schedule.scaled(planned)
                 logits = None
                 gathered: dict[str, torch.Tensor] = {}  # this step's slices, while unchanged
                 for phase in stage.phases:

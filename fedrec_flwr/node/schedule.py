@@ -1,0 +1,93 @@
+"""The local optimiser's schedule: L2 weight decay, and learning-rate decay over the rounds
+and over a user's steps within a round.
+
+FedRAP's reference code trains each client with ``torch.optim.SGD(weight_decay=...)`` and an
+``ExponentialLR`` stepped after every batch, both made afresh every round, and multiplies the
+learning rates by a constant after every round. These keys give that schedule to every
+method's local optimiser (:mod:`fedrec_flwr.node.optim`); their defaults change nothing (the
+optimiser then takes exactly the steps it takes without them).
+
+At the ``s``-th local step of user ``u`` in round ``r`` (1-based; ``s`` 0-based, counted over
+every stage, epoch and batch of the user's round, phases of one batch sharing it) every local
+learning rate ``lr`` (the optimiser's, and those of the steps a method takes outside it:
+FedRAP's regularisers) is ``lr * lr-decay ** (r - 1) * lr-step-decay ** s``. Users with more
+batches take more steps and reach smaller rates, each on its own count, exactly as if each
+trained alone. Weight decay adds ``weight-decay * p`` to the gradient of every trained
+parameter ``p`` (PyTorch's ``SGD`` and ``Adam`` ``weight_decay``); item rows are row-sparse
+here, so it acts on every row the user holds this round, at each of its steps (see
+``weight-decay``'s help).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from fedrec_flwr.methods.base import RoundContext, Step
+from fedrec_flwr.schema import NON_NEGATIVE, Key, KeyGroup, Range
+
+#: A decay factor: in (0, 1], 1 = no decay.
+DECAY = Range(0, 1, low_included=False)
+
+SCHEDULE_KEYS = KeyGroup(
+    title="Local schedule: weight decay and learning-rate decay",
+    owner=__name__,
+    keys=(
+        Key(
+            "weight-decay",
+            0.0,
+            "L2 weight decay of the local optimiser, as torch.optim.SGD's (`+ weight-decay * "
+            "p` on the gradient of every trained parameter, Adam's private parameters too); "
+            "item rows (shared and private, FedRAP's `D_u`) decay on every row the user holds "
+            "this round at each of its steps, not on rows it does not hold (the reference "
+            "code's dense gradients shrink every item row)",
+            range=NON_NEGATIVE,
+            why=" (0 = off)",
+        ),
+        Key(
+            "lr-decay",
+            1.0,
+            "every local learning rate of round r (1-based) is multiplied by `lr-decay ** "
+            "(r - 1)` (FedRAP's reference code: 0.97)",
+            range=DECAY,
+            why=" (1 = no decay; a factor per round)",
+        ),
+        Key(
+            "lr-step-decay",
+            1.0,
+            "the s-th local step of a user in a round (0-based, over all its epochs and "
+            "batches) takes every learning rate times `lr-step-decay ** s`, restarted each "
+            "round (FedRAP's reference code: ExponentialLR(0.95) stepped after every batch)",
+            range=DECAY,
+            why=" (1 = no decay; a factor per local step)",
+        ),
+    ),
+)
+
+
+class LocalSchedule:
+    """Each user's learning-rate multiplier at each of its local steps of one round:
+    ``lr-decay ** (round - 1) * lr-step-decay ** s``, ``s`` the user's own step count."""
+
+    def __init__(self, lr_decay: float, lr_step_decay: float, context: RoundContext) -> None:
+        self.round_scale = lr_decay ** (context.server_round - 1)
+        self.step_decay = lr_step_decay
+        counts = context.sample_counts
+        self.steps = torch.zeros(len(counts), dtype=torch.float64, device=counts.device)
+
+    @classmethod
+    def of(cls, config, context: RoundContext) -> LocalSchedule | None:
+        """The round's schedule; None when neither rate decays (the steps then carry no
+        multiplier and the optimiser runs exactly as without these keys)."""
+        if config.lr_decay == 1.0 and config.lr_step_decay == 1.0:
+            return None
+        return cls(config.lr_decay, config.lr_step_decay, context)
+
+    def scaled(self, step: Step) -> Step:
+        """``step`` with its users' multipliers (``Step.lr_scale``, float64 [a]); counts the
+        step for each of them."""
+        count = self.steps[step.users]
+        scale = self.round_scale * torch.pow(self.step_decay, count)
+        self.steps[step.users] = count + 1
+        return dataclasses.replace(step, lr_scale=scale)
