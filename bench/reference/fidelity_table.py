@@ -5,7 +5,7 @@ horizon and selection rule. Writes ``bench/results/fidelity.md`` (and ``fidelity
 
 Inputs: the reference runs' JSONs (``bench/results/reference/*.json``, written by
 ``bench/reference/<method>.py``) and the ``rounds.csv`` of our runs (rows of
-:data:`COMPARISONS`, each with the command that makes its runs). Every run is cut to the
+``fidelity_rows.COMPARISONS``, each with the command that makes its runs). Every run is cut to the
 reference's logged rounds (a reference run stopped early is compared over the rounds it has;
 our runs' first rounds do not depend on the rounds planned), then per seed the round with the
 best validation HR@10 (the earliest among ties) gives the test metrics; mean ± std over the
@@ -19,157 +19,11 @@ import argparse
 import csv
 import json
 import statistics
-from dataclasses import dataclass, field
 from pathlib import Path
 
-PROJECT = Path(__file__).resolve().parents[2]
-RESULTS = PROJECT / "bench" / "results"
-OURS = "python bench/reproduce.py --data-dir DIR --inprocess --no-floor"
+from fidelity_rows import COMPARISONS, RESULTS, Comparison, Row
+
 METRICS = ("hr@10", "ndcg@10")
-
-
-@dataclass(frozen=True)
-class Row:
-    """Our runs of one setting: ``runs`` with ``{seed}``, relative to bench/results."""
-
-    label: str
-    runs: str
-    command: str
-    reason: str = ""  # an ablation row: why we keep this departure
-
-
-@dataclass(frozen=True)
-class ReferenceAblation:
-    """The reference code run with one of our choices (a JSON under bench/results/reference/)."""
-
-    label: str
-    json: str
-    reason: str
-    ours: int = 0  # the row of ours with the same choice, an index into Comparison.rows
-
-
-@dataclass(frozen=True)
-class Comparison:
-    method: str
-    dataset: str
-    reference: str  # JSON under bench/results/reference/
-    paper: str  # the paper's own number (HR / NDCG), or "-"
-    rows: tuple[Row, ...] = field(default_factory=tuple)  # the first: the reference settings
-    reference_ablations: tuple[ReferenceAblation, ...] = field(default_factory=tuple)
-
-
-REFERENCE_RUNS = (
-    f"{OURS} --methods fedrecgel --datasets lastfm-2k --protocols reference "
-    "--out bench/results/reference/ours --rounds 30"
-)
-LASTFM_ROWS = (
-    Row(
-        "ours, reference settings",
-        "reference/ours/runs/fedrecgel-lastfm2k-reference-seed{seed}",
-        f"{REFERENCE_RUNS} --table fedrecgel-lastfm2k-reference",
-    ),
-    Row(
-        "ablation: reference settings with ncf-dense-init = pytorch (our init)",
-        "reference/ours/runs/fedrecgel+pytorch-init-lastfm2k-reference-seed{seed}",
-        f"{REFERENCE_RUNS} --table fedrecgel-lastfm2k-reference-pytorch-init "
-        "--set ncf-dense-init=pytorch --tag pytorch-init",
-        "FedRecGEL shares FedNCF's model code, whose dense layers take PyTorch's default "
-        "init; the reference's are Xavier (tower) and Kaiming (output) uniform, zero biases",
-    ),
-    Row(
-        "ablation: reference settings with train-pairs = all (our train rows)",
-        "reference/ours/runs/fedrecgel+all-pairs-lastfm2k-reference-seed{seed}",
-        f"{REFERENCE_RUNS} --table fedrecgel-lastfm2k-reference-all-pairs "
-        "--set train-pairs=all --tag all-pairs",
-        "our `paper` split keeps Last.fm-2K's repeated (user, artist) rows, one per tag "
-        "assignment, as train rows (docs/protocols.md); the reference code trains on each "
-        "distinct pair once (`torch.nonzero` of its interaction matrix)",
-    ),
-    Row(
-        "ablation: reference settings with both (ncf-dense-init = pytorch, train-pairs = all)",
-        "reference/ours/runs/fedrecgel+pytorch-init-all-pairs-lastfm2k-reference-seed{seed}",
-        f"{REFERENCE_RUNS} --table fedrecgel-lastfm2k-reference-pytorch-init-all-pairs "
-        "--set ncf-dense-init=pytorch train-pairs=all --tag pytorch-init-all-pairs",
-        "both, for the reasons above",
-    ),
-    Row(
-        "ablation: and sam-mode, server-optimizer-rows, fedrecgel-loss-chunk, "
-        "fedrecgel-private-optimizer, train-negatives at our defaults",
-        "runs/fedrecgel+refhp-lastfm2k-paper-seed{seed}",
-        f"{OURS} --methods fedrecgel --datasets lastfm-2k --protocols paper "
-        "--set lr=0.1 init-std=0.01 server-lr=0.001 --tag refhp",
-        "our defaults: one SAM gradient with both groups perturbed (two evaluations, "
-        "not three), lazy per-row Adam (the server state of untouched rows is not "
-        "rewritten every round), each user's mean loss, SGD on the private rows, "
-        "training negatives that avoid the held-out items",
-    ),
-    Row(
-        "ablation: and lr, init-std, server-lr tuned (our paper preset)",
-        "runs/fedrecgel-lastfm2k-paper-seed{seed}",
-        f"{OURS} --methods fedrecgel --datasets lastfm-2k --protocols paper",
-        "chosen on validation HR@10 (docs/methods/fedrecgel.md): with the "
-        "reference's values the item table barely moves from its init",
-    ),
-)
-LASTFM_ABLATIONS = (
-    ReferenceAblation(
-        "reference code, dense layers with PyTorch's default init (ours)",
-        "fedrecgel-lastfm2k-paper+pytorch-init.json",
-        "the reference's Xavier / Kaiming init of the tower and output layer replaced "
-        "by PyTorch's default, which our NeuMF uses (FedNCF's model code); Δ here: our "
-        "run with the reference settings and ncf-dense-init = pytorch minus this run, at its "
-        "seeds and rounds",
-        ours=1,
-    ),
-)
-
-COMPARISONS = (
-    Comparison(
-        "fedrecgel",
-        "lastfm-2k",
-        "fedrecgel-lastfm2k-paper.json",
-        "-",
-        LASTFM_ROWS,
-        LASTFM_ABLATIONS,
-    ),
-    Comparison(
-        "fedrecgel",
-        "ml-100k",
-        "fedrecgel-ml100k-paper.json",
-        "-",
-        (
-            Row(
-                "ours, reference settings",
-                "reference/ours/runs/fedrecgel-ml100k-reference-seed{seed}",
-                f"{OURS} --methods fedrecgel --datasets ml-100k --protocols reference "
-                "--out bench/results/reference/ours --table fedrecgel-ml100k-reference "
-                "--rounds 42",
-            ),
-            Row(
-                "ablation: reference settings with ncf-dense-init = pytorch (our init)",
-                "reference/ours/runs/fedrecgel+pytorch-init-ml100k-reference-seed{seed}",
-                f"{OURS} --methods fedrecgel --datasets ml-100k --protocols reference "
-                "--out bench/results/reference/ours --rounds 42 "
-                "--table fedrecgel-ml100k-reference-pytorch-init "
-                "--set ncf-dense-init=pytorch --tag pytorch-init",
-                LASTFM_ROWS[1].reason,
-            ),
-        ),
-    ),
-    Comparison(
-        "pfedrec",
-        "ml-100k",
-        "pfedrec-ml100k-paper.json",
-        "71.62 / 43.44",
-        (
-            Row(
-                "ours, reference settings (paper preset)",
-                "runs/pfedrec-ml100k-paper-seed{seed}",
-                f"{OURS} --methods pfedrec --datasets ml-100k --protocols paper",
-            ),
-        ),
-    ),
-)
 
 
 def read_rounds(folder: Path) -> list[dict]:

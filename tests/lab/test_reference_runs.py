@@ -149,3 +149,30 @@ def test_a_driver_run_writes_its_log_and_frees_the_folder(tmp_path: Path) -> Non
     assert not (tmp_path / "work" / "running").exists()
     with pytest.raises(ref.ReferenceError, match=r"3 rounds in .*, not 2"):
         ref.run_driver(driver, {"seed": 4}, tmp_path / "work", rounds=2)
+
+
+def test_the_fedrap_fast_loader_yields_dataloaders_batches_from_the_same_draws() -> None:
+    import fedrap_driver
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    tensors = (
+        torch.arange(4500, dtype=torch.long),
+        torch.arange(4500, dtype=torch.long) * 3,
+        torch.rand(4500, generator=torch.Generator().manual_seed(1)),
+    )
+
+    def epochs(loader) -> tuple[list[list[torch.Tensor]], torch.Tensor]:
+        torch.manual_seed(7)
+        batches = [[t.clone() for t in batch] for _ in range(3) for batch in loader]
+        return batches, torch.rand(4)  # the global generator after the epochs
+
+    expected, after = epochs(DataLoader(TensorDataset(*tensors), batch_size=2048, shuffle=True))
+    got, got_after = epochs(fedrap_driver._SameBatches(tensors, 2048))
+    assert [len(b[0]) for b in got] == [2048, 2048, 404] * 3
+    assert len(got) == len(expected)
+    for mine, theirs in zip(got, expected, strict=True):
+        for a, b in zip(mine, theirs, strict=True):
+            assert a.dtype == b.dtype and torch.equal(a, b)
+    assert torch.equal(got_after, after)
+    assert not torch.equal(got[0][0], got[3][0])  # each epoch shuffles afresh
