@@ -54,6 +54,10 @@ ADDITIONS = [
     "(SampleGenerator.validate_data; the reference uses the test negatives for both)",
     "each federatedEvaluate call prints its HR@10 / NDCG@10 with 6 decimals",
 ]
+ZERO_PERSONAL = [
+    "--personal-init zero: FedRAP.item_personality (every user's starting personal table) set "
+    "to zero after it is drawn",
+]
 FAST_LOADER = [
     "--fast-loader: each user's train loader draws the same random numbers as its "
     "DataLoader(shuffle=True) and yields the same batches by indexing the tensors (no "
@@ -77,8 +81,9 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict:
         "valid_negatives": str(work / "valid_negatives.npy"),
         "test_negatives": str(work / "test_negatives.npy"),
         "valid_items": str(work / "valid_items.npy"),
-        "arguments": reference_arguments(args.rounds, seed),
+        "arguments": reference_arguments(args.rounds, seed) + changed_arguments(args.change),
         "fast_loader": args.fast_loader,
+        "personal_init": args.personal_init,
     }
     return ref.run_driver(DRIVER, settings, work, args.rounds)
 
@@ -97,6 +102,18 @@ def reference_arguments(rounds: int, seed: int) -> list[str]:
         "--num_round",
         str(rounds),
     ]
+
+
+def changed_arguments(changes: list[str]) -> list[str]:
+    """``NAME=VALUE`` pairs as ``train.py`` options (``--NAME VALUE``): an ablation of the
+    reference through its own command line, e.g. ``l2_regularization=0``."""
+    out = []
+    for change in changes:
+        name, sep, value = change.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--change {change!r}: write NAME=VALUE, e.g. l2_regularization=0")
+        out += [f"--{name}", value]
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -118,6 +135,19 @@ def main(argv: list[str] | None = None) -> None:
         help="the driver's train loader that yields DataLoader's batches by indexing (same "
         "draws, same batches; the driver's docstring)",
     )
+    parser.add_argument(
+        "--personal-init",
+        choices=("reference", "zero"),
+        default="reference",
+        help="zero: every user's personal item table starts at zero, as ours (an ablation)",
+    )
+    parser.add_argument(
+        "--change",
+        nargs="+",
+        default=[],
+        metavar="NAME=VALUE",
+        help="train.py options to change from its defaults (an ablation of the reference)",
+    )
     args = parser.parse_args(argv)
     ref.check_commit(Path(args.repo), PINNED, URL)
     record = {
@@ -128,11 +158,21 @@ def main(argv: list[str] | None = None) -> None:
         "commit": PINNED,
         "rounds_planned": args.rounds,
         "command": ref.shown_command(
-            "fedrap.py --fast-loader" if args.fast_loader else "fedrap.py", args.seeds, args.rounds
+            " ".join(
+                ["fedrap.py"]
+                + (["--fast-loader"] if args.fast_loader else [])
+                + (["--personal-init", "zero"] if args.personal_init == "zero" else [])
+                + (["--change", *args.change] if args.change else [])
+            ),
+            args.seeds,
+            args.rounds,
         ),
         "our_preset": "conf/fedrap-ml100k-paper.toml",
-        "driver_additions": ADDITIONS + (FAST_LOADER if args.fast_loader else []),
-        "reference_arguments": reference_arguments(args.rounds, 0)[:-4],
+        "driver_additions": ADDITIONS
+        + (FAST_LOADER if args.fast_loader else [])
+        + (ZERO_PERSONAL if args.personal_init == "zero" else []),
+        "reference_arguments": reference_arguments(args.rounds, 0)[:-4]
+        + changed_arguments(args.change),
         "selection": "chosen_on_valid: the round with the best validation HR@10, the earliest "
         "among ties (our rule); chosen_on_test: the best test HR@10, the earliest among ties "
         "(the reference's train.py takes the latest best test round and reports the "

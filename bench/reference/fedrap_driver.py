@@ -26,7 +26,10 @@ outside the reference's files:
    the same random numbers as its ``DataLoader(shuffle=True)`` (per epoch the iterator's base
    seed, then the sampler's seed and ``randperm``) and yields the same batches by indexing the
    tensors, where ``DataLoader`` fetches and collates sample by sample (most of a round's
-   time on the CPU).
+   time on the CPU);
+8. an ablation (``--personal-init zero``): the personal item table every user starts from
+   (``FedRAP.item_personality``, N(0, 1), one draw copied to every user) is set to zero after
+   it is drawn, as this project's ``D_u`` starts (every other draw unchanged).
 """
 
 from __future__ import annotations
@@ -135,6 +138,16 @@ def main(settings_path: str) -> None:
         return hit_ratio, ndcg
 
     reference_engine.Engine.federatedEvaluate = logged_evaluate
+    if settings.get("personal_init") == "zero":
+        import model.model as reference_model
+
+        drawn = reference_model.FedRAP.__init__
+
+        def zero_personal(self, config):
+            drawn(self, config)
+            torch.nn.init.zeros_(self.item_personality.weight)
+
+        reference_model.FedRAP.__init__ = zero_personal
     if settings.get("fast_loader"):
 
         def same_batches(self, user_train_data):
