@@ -130,12 +130,47 @@ FEDRAP_ROWS = (
         "here trains; the reference's 10 epochs cost 10 times the local compute",
     ),
     Row(
-        "ablation: our paper preset (bounded distance, tanh curriculum, held rows, tuned "
-        "rates)",
+        "ablation: reference settings without weight decay (weight-decay = 0)",
+        "reference/ours/runs/fedrap+no-weight-decay-ml100k-reference-seed{seed}",
+        f"{FEDRAP_RUNS} --table fedrap-ml100k-reference-no-weight-decay --set weight-decay=0.0 "
+        "--tag no-weight-decay",
+        "our updates are row-sparse, so weight decay acts on the rows a user holds this round; "
+        "the reference's dense gradients shrink every row of both item tables at every step. "
+        "With weight decay off on both sides (the reference-code row below) the runs compare "
+        "without this departure",
+    ),
+    Row(
+        "ablation: our paper preset (bounded distance, tanh curriculum, held rows, tuned rates)",
         "runs/fedrap-ml100k-paper-seed{seed}",
         f"{OURS} --methods fedrap --datasets ml-100k --protocols paper",
         "tuned on validation HR@10 (conf/fedrap-ml100k-paper.toml); the paper's squared "
         "distance diverges over 100 rounds (docs/methods/fedrap.md)",
+    ),
+)
+
+FEDRAP_ABLATIONS = (
+    ReferenceAblation(
+        "reference code without weight decay (--l2_regularization 0)",
+        "fedrap-ml100k-paper+no-weight-decay.json",
+        "the reference's own option; Δ here: our run with the reference settings and "
+        "weight-decay = 0 minus this run, at its seeds and rounds",
+        ours=2,
+    ),
+    ReferenceAblation(
+        "reference code with every user's personal table starting at zero (--personal-init zero)",
+        "fedrap-ml100k-paper+zero-personal-init.json",
+        "ours keeps only the D_u rows a user trains, so they start at zero; the reference "
+        "copies one N(0, 1) table to every user. Δ here: our run with the reference settings "
+        "minus this run",
+        ours=0,
+    ),
+    ReferenceAblation(
+        "reference code with both: personal tables starting at zero, no weight decay "
+        "(--personal-init zero --change l2_regularization=0)",
+        "fedrap-ml100k-paper+zero-personal-init+no-weight-decay.json",
+        "both departures above taken out of the comparison at once. Δ here: our run with the "
+        "reference settings and weight-decay = 0 minus this run",
+        ours=2,
     ),
 )
 
@@ -178,6 +213,7 @@ COMPARISONS = (
         "fedrap-ml100k-paper.json",
         "-",
         FEDRAP_ROWS,
+        FEDRAP_ABLATIONS,
     ),
     Comparison(
         "pfedrec",
