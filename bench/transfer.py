@@ -36,7 +36,7 @@ import numpy as np
 from fedrec_lab.experiments.cells import RUNNER
 from fedrec_lab.project import conf_dir, project_root
 
-METHODS = ("pfedrec", "fedmf", "fedrap")
+METHODS = ("pfedrec", "fedmf", "fedrap", "fedncf", "fedrecon", "fedrecgel")
 SOURCES = ("ml100k", "lastfm2k")  # datasets with tuned strict presets
 #: The target datasets: the two real ones, and generated data of another shape (a small
 #: catalogue, few items per user).
@@ -99,7 +99,9 @@ def hits_of(run_dir: Path) -> tuple[list[int], list[float]]:
 
 
 #: Run-config keys that may differ between a committed run and a cell of the same setting.
-RUN_KEYS = ("data-dir", "results-dir", "run-name", "checkpoint-every", "node_data")
+#: ``device``: a committed run made on a GPU stands for its cell (its float sums may differ
+#: from a CPU run's in the last digits); the cell's ``run`` and the report name the device.
+RUN_KEYS = ("data-dir", "results-dir", "run-name", "checkpoint-every", "node_data", "device")
 
 
 def committed_run(config: dict[str, Any]) -> Path | None:
@@ -129,10 +131,12 @@ def run_cell(method: str, candidate: str, target: str, args, cache: Path) -> dic
     own = f"{method}-{target}-strict-seed{args.seed}"
     committed = committed_run({**config, "run-name": own}) if candidate == target else None
     if committed is not None:
-        print(f"{name}: the committed run {committed.name}", flush=True)
+        device = json.loads((committed / "config.json").read_text()).get("device", "cpu")
+        source = committed.name + (f" (device {device})" if device != "cpu" else "")
+        print(f"{name}: the committed run {source}", flush=True)
         summary = json.loads((committed / "summary.json").read_text())
         users, hits = hits_of(committed)
-        return finish(path, name, method, candidate, target, summary, users, hits, committed.name)
+        return finish(path, name, method, candidate, target, summary, users, hits, source)
     runs = cache / "runs"
     print(f"{name}: running", flush=True)
     summary = run_config(name, config)
@@ -334,7 +338,13 @@ def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) ->
         + ", ".join(
             f"`{k} = {v}`" for k, v in DATASETS["synthetic"]["keys"].items() if k != "dataset"
         )
-        + ".",
+        + "."
+        + "".join(
+            f" The cell {row['method']} on {label[row['target']]} is the committed run "
+            f"`{row['run']}`."
+            for row in rows
+            if "(device " in (row.get("run") or "")
+        ),
         "",
         "| method | dataset | setting | test HR@10 | 95 % CI (users) | minus reference, points "
         "[95 % CI] | ratio to reference | best round / rounds run |",
