@@ -32,7 +32,6 @@ The raw logs stay in ``--work``.
 from __future__ import annotations
 
 import argparse
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -118,17 +117,7 @@ def changed_arguments(changes: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repo", required=True, help="the user's clone of the reference")
-    parser.add_argument("--data-dir", required=True, help="folder of the raw datasets")
-    ref.add_run_arguments(parser)
-    parser.add_argument(
-        "--out", default=str(ref.PROJECT / "bench/results/reference/fedrap-ml100k-paper.json")
-    )
-    parser.add_argument(
-        "--work",
-        default=str(Path(tempfile.gettempdir()) / "fedrap-reference"),
-        help="scratch folder: the reference's files and raw logs",
-    )
+    ref.add_run_arguments(parser, out="fedrap-ml100k-paper.json", work="fedrap-reference")
     parser.add_argument(
         "--fast-loader",
         action="store_true",

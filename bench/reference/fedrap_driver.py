@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import runpy
 import sys
 import types
@@ -65,26 +64,12 @@ class _SameBatches:
             yield [tensor[index] for tensor in self.tensors]
 
 
-class _SetSampling(types.ModuleType):
-    """``random`` for utils/data.py: ``sample`` of a set samples ``tuple(set)``."""
-
-    def __getattr__(self, name):
-        return getattr(random, name)
-
-    @staticmethod
-    def sample(population, k):
-        if isinstance(population, (set, frozenset)):
-            population = tuple(population)
-        return random.sample(population, k)
-
-
 def main(settings_path: str) -> None:
     settings = json.loads(Path(settings_path).read_text())
     repo = settings["repo"]
     sys.path.insert(0, repo)
 
     import numpy as np
-    import pandas as pd
     import torch
 
     torch.set_num_threads(settings["threads"])
@@ -98,19 +83,10 @@ def main(settings_path: str) -> None:
     import model.engine as reference_engine
     import utils.data as reference_data
 
-    reference_data.random = _SetSampling("random")
+    shims = runpy.run_path(str(Path(__file__).with_name("driver_shims.py")))
+    reference_data.random = shims["SetSampling"]("random")
     test_negatives = np.load(settings["test_negatives"])
     valid_negatives = np.load(settings["valid_negatives"])
-
-    def project_negatives(self, ratings):
-        interacted = ratings.groupby("userId")["itemId"].apply(set)
-        return pd.DataFrame(
-            {
-                "userId": interacted.index,
-                "negative_items": [self.item_pool - items for items in interacted],
-                "negative_samples": [test_negatives[user].tolist() for user in interacted.index],
-            }
-        )
 
     def validate_data(self):
         """The reference's validation tensors, with our validation negatives."""
@@ -124,7 +100,7 @@ def main(settings_path: str) -> None:
             torch.LongTensor(negatives.reshape(-1)),
         ]
 
-    reference_data.SampleGenerator._sample_negative = project_negatives
+    reference_data.SampleGenerator._sample_negative = shims["project_negatives"](test_negatives)
     reference_data.SampleGenerator.validate_data = property(validate_data)
     valid_items = torch.as_tensor(np.load(settings["valid_items"]), dtype=torch.long)
     evaluate = reference_engine.Engine.federatedEvaluate

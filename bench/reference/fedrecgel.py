@@ -113,8 +113,6 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repo", required=True, help="the user's clone of the reference")
-    parser.add_argument("--data-dir", required=True, help="folder of the raw datasets")
     parser.add_argument("--dataset", choices=sorted(SHORT), default="lastfm-2k")
     parser.add_argument(
         "--dense-init",

@@ -29,7 +29,6 @@ additions. The raw logs stay in ``--work``.
 from __future__ import annotations
 
 import argparse
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -108,17 +107,7 @@ def reference_arguments(rounds: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repo", required=True, help="the user's clone of the reference")
-    parser.add_argument("--data-dir", required=True, help="folder of the raw datasets")
-    ref.add_run_arguments(parser)
-    parser.add_argument(
-        "--out", default=str(ref.PROJECT / "bench/results/reference/pfedrec-ml100k-paper.json")
-    )
-    parser.add_argument(
-        "--work",
-        default=str(Path(tempfile.gettempdir()) / "pfedrec-reference"),
-        help="scratch folder: the reference's files and raw logs",
-    )
+    ref.add_run_arguments(parser, out="pfedrec-ml100k-paper.json", work="pfedrec-reference")
     args = parser.parse_args(argv)
     ref.check_commit(Path(args.repo), PINNED, URL)
     record = {

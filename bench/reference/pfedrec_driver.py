@@ -38,7 +38,6 @@ def main(settings_path: str) -> None:
     sys.path.insert(0, repo)
 
     import numpy as np
-    import pandas as pd
     import torch
 
     torch.set_num_threads(settings["threads"])
@@ -50,32 +49,10 @@ def main(settings_path: str) -> None:
     import data as reference_data
     import engine as reference_engine
 
-    class Random(types.ModuleType):
-        """``random`` for data.py: ``sample`` of a set samples ``tuple(set)``."""
-
-        def __getattr__(self, name):
-            return getattr(random, name)
-
-        @staticmethod
-        def sample(population, k):
-            if isinstance(population, (set, frozenset)):
-                population = tuple(population)
-            return random.sample(population, k)
-
-    reference_data.random = Random("random")
+    shims = runpy.run_path(str(Path(__file__).with_name("driver_shims.py")))
+    reference_data.random = shims["SetSampling"]("random")
     negatives = np.load(settings["negatives"])
-
-    def project_negatives(self, ratings):
-        interacted = ratings.groupby("userId")["itemId"].apply(set)
-        return pd.DataFrame(
-            {
-                "userId": interacted.index,
-                "negative_items": [self.item_pool - items for items in interacted],
-                "negative_samples": [negatives[user].tolist() for user in interacted.index],
-            }
-        )
-
-    reference_data.SampleGenerator._sample_negative = project_negatives
+    reference_data.SampleGenerator._sample_negative = shims["project_negatives"](negatives)
     valid_items = torch.as_tensor(np.load(settings["valid_items"]), dtype=torch.long)
     evaluate = reference_engine.Engine.fed_evaluate
     calls = {"valid": 0, "test": 0}

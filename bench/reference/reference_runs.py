@@ -21,6 +21,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -275,8 +276,15 @@ def collect_seeds(work: Path, seeds: list[int], record: dict, out: Path) -> None
     print(f"wrote {out}: {common} rounds")
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options every reference script shares: seeds, rounds, threads, jobs, --collect."""
+def add_run_arguments(
+    parser: argparse.ArgumentParser, out: str | None = None, work: str | None = None
+) -> None:
+    """The options every reference script shares: the clone, the data, seeds, rounds,
+    threads, jobs, --collect; with ``out`` (a JSON name under bench/results/reference/) and
+    ``work`` (a folder name in the system's temporary folder), ``--out`` and ``--work`` with
+    those defaults (a script whose defaults depend on other options adds its own)."""
+    parser.add_argument("--repo", required=True, help="the user's clone of the reference")
+    parser.add_argument("--data-dir", required=True, help="folder of the raw datasets")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per seed")
@@ -286,6 +294,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write the JSON from the logs already in --work (runs going or stopped)",
     )
+    if out is not None:
+        parser.add_argument("--out", default=str(PROJECT / "bench/results/reference" / out))
+    if work is not None:
+        parser.add_argument(
+            "--work",
+            default=str(Path(tempfile.gettempdir()) / work),
+            help="scratch folder: the reference's files and raw logs",
+        )
 
 
 def collect_or_run(args: argparse.Namespace, record: dict, run_seed: Callable) -> None:
