@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     args = setup.args
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = setup.study()
+    setup.check_resumable(study)
     state = optuna.trial.TrialState
     if not study.trials and (point := preset_point(setup.config, setup.space)) is not None:
         study.enqueue_trial(point, user_attrs={"preset": True})

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrec_flwr.schema import Dim
+from fedrec_lab.project import ProjectNotFoundError, project_root
 from fedrec_lab.scratch import HelpFormatter, add_data_dir, add_out
 
 DESCRIPTION = """Hyperparameter tuning on validation HR@10 with Optuna (TPE),
@@ -40,7 +41,8 @@ def parser() -> argparse.ArgumentParser:
         "setting",
         nargs="*",
         help="a preset (conf/<preset>.toml) and/or run-config key=value settings "
-        "(data-file=..., user-column=...)",
+        "(data-file=..., user-column=...); a key of the search space set here is held at "
+        "that value, not tuned",
     )
     parser.add_argument("--method", help="the method to tune (its reference defaults first)")
     parser.add_argument("--dataset", help="ml-100k, lastfm-2k, synthetic, file, ...")
@@ -116,6 +118,40 @@ class Setup:
     def warmup(self) -> int:
         given = self.args.prune_warmup
         return given if given is not None else max(5, self.args.rounds // 10)
+
+    def shared(self) -> dict[str, Any]:
+        """What every trial of the study shares: the start less the tuned keys, the fixed
+        keys less the data folder, and the space. A resumed study must share it too."""
+        start = {k: v for k, v in self.config.items() if k not in self.space}
+        fixed = {k: v for k, v in self.fixed.items() if k != "data-dir"}
+        space = {k: d.describe() for k, d in self.space.items()}
+        return json.loads(json.dumps({"start": start, "fixed": fixed, "space": space}))
+
+    def check_resumable(self, study) -> None:
+        """Record what the trials share in a new study; refuse to add trials to a study
+        started with other settings (its report would mix the two)."""
+        shared, before = self.shared(), study.user_attrs.get("shared")
+        if before is None:
+            if not study.trials:
+                study.set_user_attr("shared", shared)
+            return
+
+        def keys(record: dict[str, Any]) -> dict[str, str]:
+            held = {k: repr(v) for part in ("start", "fixed") for k, v in record[part].items()}
+            return {**held, **{k: f"tuned over {d}" for k, d in record["space"].items()}}
+
+        was, now = keys(before), keys(shared)
+        changed = [
+            f"{key} was {was.get(key, 'unset')}, now {now.get(key, 'unset')}"
+            for key in sorted(set(was) | set(now))
+            if was.get(key) != now.get(key)
+        ]
+        if changed:
+            raise SystemExit(
+                f"fedrec tune: the study {self.name} in {self.args.out} was started with other "
+                f"settings ({'; '.join(changed)}): resume it with the same ones, or pass "
+                "another --out for a new study"
+            )
 
     def limit_s(self, spent: float) -> float | None:
         """Seconds this run may take: the budget's rest, and at most ``--timeout``."""
@@ -203,6 +239,19 @@ def parse_settings(items: list[str], parser: argparse.ArgumentParser):
     return preset, settings
 
 
+def held_out_of(space: dict[str, Dim], settings: list[str]) -> dict[str, Dim]:
+    """The space less the keys a ``key=value`` setting holds: fewer free keys, each held at
+    the value given in every trial."""
+    held = {item.split("=", 1)[0].strip() for item in settings}
+    free = {key: dim for key, dim in space.items() if key not in held}
+    if not free:
+        raise ValueError(
+            f"every key of the search space ({', '.join(space)}) is held by a key=value "
+            "setting: leave at least one of them out to tune it"
+        )
+    return free
+
+
 def command_line(args, preset: Path | None, settings: list[str]) -> str:
     """The study's command as its report shows it (the data folder as DIR)."""
     target = [f"conf/{preset.name}"] if preset is not None else []
@@ -248,7 +297,11 @@ def parse(argv: list[str] | None = None) -> Setup:
     from fedrec_lab.tuning.space import space_for
 
     cli = parser()
-    args = cli.parse_args(argv)
+    args = cli.parse_intermixed_args(argv)  # settings may stand among the options
+    try:  # every trial runs from the checkout: without one, no trial could start
+        project_root()
+    except ProjectNotFoundError as error:
+        cli.error(str(error))
     preset, settings = parse_settings(args.setting, cli)
     if preset is None and not (args.method and args.dataset):
         cli.error("name what to tune: --method M --dataset D (or a preset .toml)")
@@ -274,7 +327,7 @@ def parse(argv: list[str] | None = None) -> Setup:
     try:  # refused here as the trials would refuse it; a user's file read and split once
         checked = RunConfig.from_mapping({**trial_config, **fixed})
         card = check_user_file(checked) if checked.dataset == FILE_DATASET else []
-        space = space_for(trial_config, plugin_only=args.plugin_only)
+        space = held_out_of(space_for(trial_config, plugin_only=args.plugin_only), settings)
     except ValueError as error:
         cli.error(str(error))
     for line in card:

@@ -141,3 +141,57 @@ def test_a_plugin_only_study_says_when_the_preset_is_outside_its_space(tmp_path,
     assert set(data["trials"][0]["params"]) == set(SAM_KEYS.search_space)
     assert "--plugin-only" in data["command"]
     assert "not among them" in (out / "syn-sam.md").read_text()
+
+
+def test_a_key_value_setting_of_a_tuned_key_holds_it_out_of_the_space(tmp_path, private_cache):
+    """Fewer free keys: ``init-std=0.1 num-negatives=2`` leave FedMF's two learning rates to
+    tune, and every trial runs with the held values."""
+    pytest.importorskip("optuna")
+    out = tmp_path / "out"
+    base = ["--method", "fedmf", "--dataset", "synthetic", "synthetic-users=30",
+            "synthetic-items=200", "synthetic-mean-degree=8", "--data-dir", str(tmp_path),
+            "--rounds", "2", "--out", str(out), "--trials", "2"]  # fmt: skip
+    tuning.main([*base, "init-std=0.1", "num-negatives=2"])
+    data = json.loads((out / "fedmf-synthetic-strict.json").read_text())
+    assert list(data["space"]) == ["lr", "item-lr"]
+    assert len(data["trials"]) == 2
+    assert all(set(t["params"]) == {"lr", "item-lr"} for t in data["trials"])
+    tuned = tomllib.loads((out / "fedmf-synthetic-strict-tuned.toml").read_text())
+    assert tuned["init-std"] == 0.1 and tuned["num-negatives"] == 2
+
+
+def test_every_key_held_is_refused_saying_which_to_leave_out(capsys):
+    settings = ["lr=0.1", "item-lr=1.0", "num-negatives=2", "keep-personal-rows='tuned'"]
+    with pytest.raises(SystemExit):
+        tuning.parse(["--method", "pfedrec", "--dataset", "synthetic", *settings])
+    assert "leave at least one of them out" in capsys.readouterr().err
+
+
+def test_tune_outside_a_checkout_fails_before_any_trial(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FEDREC_PROJECT", raising=False)
+    with pytest.raises(SystemExit):
+        tuning.parse(["--method", "fedmf", "--dataset", "synthetic", "--out", "out"])
+    assert "no fedrec-flwr project found" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_study_resumed_with_other_settings_is_refused(tmp_path, private_cache, capsys):
+    """Trials with other held keys or rounds must not join a study's report."""
+    pytest.importorskip("optuna")
+    out = tmp_path / "out"
+    base = ["--method", "fedmf", "--dataset", "synthetic", "synthetic-users=30",
+            "synthetic-items=200", "synthetic-mean-degree=8", "--data-dir", str(tmp_path),
+            "--out", str(out), "--trials", "1"]  # fmt: skip
+    tuning.main([*base, "--rounds", "2", "init-std=0.1"])
+    record = (out / "fedmf-synthetic-strict.json").read_bytes()
+    with pytest.raises(
+        SystemExit, match=r"init-std was 0.1, now tuned over \[0.01, 1\] log\).*another --out"
+    ):
+        tuning.main([*base, "--rounds", "2"])
+    with pytest.raises(SystemExit, match=r"num-server-rounds was 2, now 3"):
+        tuning.main([*base, "--rounds", "3", "init-std=0.1"])
+    assert (out / "fedmf-synthetic-strict.json").read_bytes() == record  # no trial ran
+    tuning.main([*base, "--rounds", "2", "init-std=0.1", "--trials", "2"])  # the same: resumed
+    data = json.loads((out / "fedmf-synthetic-strict.json").read_text())
+    assert len(data["trials"]) + len(data["stopped_trials"]) == 2
