@@ -70,13 +70,19 @@ def cell_name(method: str, candidate: str, target: str) -> str:
 
 
 def cell_config(
-    method: str, candidate: str, target: str, args: argparse.Namespace, runs: Path
+    method: str,
+    candidate: str,
+    target: str,
+    args: argparse.Namespace,
+    runs: Path,
+    keys: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The run config of a cell (its method's reference defaults filled in)."""
+    """The run config of a cell (its method's reference defaults filled in); ``keys``: the
+    candidate's method keys where they come from elsewhere than its strict preset."""
     from fedrec_flwr.config import with_reference_defaults
 
     config = {
-        **candidate_keys(method, candidate),
+        **(candidate_keys(method, candidate) if keys is None else keys),
         **DATASETS[target]["keys"],
         "protocol": "strict",
         "seed": args.seed,
