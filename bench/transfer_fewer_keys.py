@@ -192,7 +192,8 @@ def markdown(report: dict[str, Any], command: str, args: argparse.Namespace) -> 
         + "; ".join(
             f"{m}: " + ", ".join(f"`{k} = {json.dumps(v)}`" for k, v in HELD[m].items())
             for m in report["methods"]
-        ),
+        )
+        + ".",
         "",
         "**The studies' best settings.**",
         "",
@@ -217,7 +218,6 @@ def markdown(report: dict[str, Any], command: str, args: argparse.Namespace) -> 
     ]
     for r in report["cells"]:
         own = " (own)" if r["source"] == r["target"] else ""
-
         lines.append(
             f"| {r['method']} | {label[r['source']]} | {label[r['target']]}{own} "
             f"| {scored(r['presets'])} | {scored(r['all'])} | {scored(r['fewer'])} "

@@ -121,9 +121,10 @@ class Setup:
 
     def shared(self) -> dict[str, Any]:
         """What every trial of the study shares: the start less the tuned keys, the fixed
-        keys less the data folder, and the space. A resumed study must share it too."""
+        keys less the data folder and the device (a study may go on on a GPU), and the
+        space. A resumed study must share it too."""
         start = {k: v for k, v in self.config.items() if k not in self.space}
-        fixed = {k: v for k, v in self.fixed.items() if k != "data-dir"}
+        fixed = {k: v for k, v in self.fixed.items() if k not in ("data-dir", "device")}
         space = {k: d.describe() for k, d in self.space.items()}
         return json.loads(json.dumps({"start": start, "fixed": fixed, "space": space}))
 

@@ -195,3 +195,10 @@ def test_a_study_resumed_with_other_settings_is_refused(tmp_path, private_cache,
     tuning.main([*base, "--rounds", "2", "init-std=0.1", "--trials", "2"])  # the same: resumed
     data = json.loads((out / "fedmf-synthetic-strict.json").read_text())
     assert len(data["trials"]) + len(data["stopped_trials"]) == 2
+
+
+def test_a_study_may_go_on_on_another_device_or_data_folder(tmp_path):
+    base = ["--method", "fedmf", "--dataset", "synthetic", "init-std=0.1"]
+    here = tuning.parse([*base, "--data-dir", str(tmp_path)]).shared()
+    there = tuning.parse([*base, "--device", "cuda", "--data-dir", str(tmp_path / "x")]).shared()
+    assert here == there and "init-std" in here["start"] and "init-std" not in here["space"]
