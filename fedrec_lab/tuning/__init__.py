@@ -32,7 +32,7 @@ from fedrec_flwr.schema import Dim
 from fedrec_lab.tuning.report import report, write_preset, write_tuned_preset
 from fedrec_lab.tuning.setup import Setup, parse
 from fedrec_lab.tuning.space import by_key_name, preset_point, space_for, suggest
-from fedrec_lab.tuning.trial import finished_rounds, run_trial, running_best
+from fedrec_lab.tuning.trial import finished_rounds, partial_summary, run_trial, running_best
 
 __all__ = [
     "by_key_name",
@@ -50,38 +50,55 @@ __all__ = [
 
 class Watcher:
     """What a running trial's rounds tell the study: each round's best validation HR@10 so
-    far goes to the pruner; the trial stops when it prunes, or when the deadline passes."""
+    far goes to the pruner, which is asked after every round in turn, so that its decision
+    does not depend on how many rounds one look at ``rounds.csv`` finds (nor on the
+    machine's speed); the trial stops when it prunes, or when the deadline passes."""
 
     def __init__(self, trial, deadline: float | None, prune: bool, tick=None) -> None:
         self.trial, self.deadline, self.prune, self.tick = trial, deadline, prune, tick
         self.reported, self.best = 0, None
+        self.pruned_at: int | None = None  # the round the pruner stopped the trial at
 
     def report(self, rows: list[dict[str, str]]) -> bool:
-        """Report the rounds not reported yet; whether there were some."""
-        new = [(step, value) for step, value in running_best(rows) if step > self.reported]
-        for step, value in new:
+        """Report the rounds not reported yet, in order, asking the pruner after each;
+        whether it pruned the trial (at ``pruned_at``: later rounds are not reported)."""
+        for step, value in running_best(rows):
+            if step <= self.reported:
+                continue
             self.trial.report(value, step)
             self.reported, self.best = step, value
-        return bool(new)
+            if self.prune and self.trial.should_prune():
+                self.pruned_at = step
+                return True
+        return False
 
-    def finish(self, rows: list[dict[str, str]], rounds: int) -> None:
-        """A complete trial: its last rounds reported, then its best held up to ``rounds``.
-        Early stopping ended it, and later rounds would not have raised its best so far: so
-        the pruner compares a later trial at round r with every complete trial, not only
-        with those that ran r rounds (the best ones, which would make it prune too much)."""
-        self.report(rows)
+    def finish(self, rows: list[dict[str, str]], rounds: int) -> bool:
+        """A trial whose process ended: its last rounds reported as if seen one by one
+        (True: the pruner stops it at one of them, as it would have on a slower machine),
+        then its best held up to ``rounds``. Early stopping ended it, and later rounds would
+        not have raised its best so far: so the pruner compares a later trial at round r
+        with every complete trial, not only with those that ran r rounds (the best ones,
+        which would make it prune too much)."""
+        if self.report(rows):
+            return True
         if self.prune and self.best is not None:
             for step in range(self.reported + 1, rounds + 1):
                 self.trial.report(self.best, step)
+        return False
+
+    def until_pruned(self, rows: list[dict[str, str]]) -> list[dict[str, str]]:
+        """The rows up to the round the trial was pruned at (the rounds its process ran
+        past it, before it was stopped, are not the trial's)."""
+        if self.pruned_at is None:
+            return rows
+        return [row for row in rows if int(row["round"]) <= self.pruned_at]
 
     def __call__(self, rows: list[dict[str, str]]) -> str | None:
         if self.tick is not None:
             self.tick()
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return "budget"
-        if self.report(rows) and self.prune and self.trial.should_prune():
-            return "pruned"
-        return None
+        return "pruned" if self.report(rows) else None
 
 
 def objective_for(
@@ -110,9 +127,12 @@ def objective_for(
         summary = run_trial(config, watcher)
         if "error" in summary:
             raise RuntimeError(f"trial {trial.number} failed: {summary['error']}")
-        if "stopped" not in summary:
-            rounds = int(fixed.get("num-server-rounds", 0))
-            watcher.finish(finished_rounds(scratch / config["run-name"]), rounds)
+        rows = finished_rounds(scratch / config["run-name"])
+        rounds = int(fixed.get("num-server-rounds", 0))
+        if "stopped" not in summary and watcher.finish(rows, rounds):
+            summary = {"stopped": "pruned"}
+        if summary.get("stopped") == "pruned":
+            summary = {**partial_summary(watcher.until_pruned(rows)), "stopped": "pruned"}
         trial.set_user_attr("best_round", summary["best_round"])
         trial.set_user_attr("rounds", summary.get("rounds"))
         trial.set_user_attr("test", summary["test"])

@@ -178,6 +178,9 @@ class Reported:
         assert step not in self.values, f"round {step} reported twice"
         self.values[step] = value
 
+    def should_prune(self) -> bool:
+        return False
+
 
 def test_a_trial_stopped_early_holds_its_best_to_the_last_round_for_the_pruner():
     """So that a later trial at round r is compared with every complete trial, not only with
@@ -208,3 +211,32 @@ def test_an_interrupted_trial_takes_its_process_with_it(tmp_path, private_cache)
     time.sleep(3)  # a process still running would add rounds
     assert len((tmp_path / "r" / "rounds.csv").read_text().splitlines()) == rows
     assert seen and not (tmp_path / "r" / "summary.json").exists()
+
+
+class Median(Reported):
+    """A stand-in trial whose pruner stops it at the first round whose value is below 0.2
+    from round 3 on (as a median pruner after its warm-up)."""
+
+    def should_prune(self) -> bool:
+        step = max(self.values)
+        return step >= 3 and self.values[step] < 0.2
+
+
+ROWS = [{"round": str(r), "val-hr@10": str(v)}
+        for r, v in enumerate((0.1, 0.15, 0.18, 0.19, 0.3, 0.4), start=1)]  # fmt: skip
+
+
+@pytest.mark.parametrize("looks", [[6], [2, 6], [1, 2, 3, 4, 5, 6], [4, 5, 6]])
+def test_pruning_does_not_depend_on_how_many_rounds_each_look_finds(looks):
+    """Rounds seen one by one or many at once (a fast or a slow machine), or only when the
+    process ended: the trial is pruned at the same round, and its rounds past it are cut."""
+    trial = Median()
+    watch = tuning.Watcher(trial, deadline=None, prune=True)
+    pruned = False
+    for seen in looks[:-1]:  # the looks while the process runs, until one prunes it
+        if pruned := watch(ROWS[:seen]) == "pruned":
+            break
+    pruned = pruned or watch.finish(ROWS[: looks[-1]], rounds=6)  # or when it has ended
+    assert pruned and watch.pruned_at == 3
+    assert sorted(trial.values) == [1, 2, 3]
+    assert [row["round"] for row in watch.until_pruned(ROWS)] == ["1", "2", "3"]
