@@ -83,15 +83,15 @@ def test_a_pruned_trial_is_killed_after_the_rounds_it_ran(tmp_path, private_cach
     config = {"method": "fedmf", "dataset": "synthetic", "data-dir": str(tmp_path)}
     config |= {key: int(value) for key, value in (item.split("=") for item in TINY)}
     space = tuning.space_for(config)
-    fixed = {"seed": 0, "num-server-rounds": 400, "checkpoint-every": 0}
+    fixed = {"seed": 0, "num-server-rounds": 5000, "checkpoint-every": 0}
     study = optuna.create_study(direction="maximize", pruner=PruneAtRound(0, 2))
     objective = tuning.objective_for(config, space, fixed, tmp_path / "runs", prune=True)
     study.optimize(objective, n_trials=1)
     trial = study.trials[0]
     assert trial.state == optuna.trial.TrialState.PRUNED
     assert trial.user_attrs["stopped"] == "pruned"
-    assert 2 <= trial.user_attrs["rounds"] < 400  # killed, not run to its end
-    assert max(trial.intermediate_values) >= 2
+    assert trial.user_attrs["rounds"] == 2  # its rounds up to the pruning round
+    assert max(trial.intermediate_values) == 2
     run = tmp_path / "runs" / "trial0"
     assert not (run / "summary.json").exists()  # the process ended before finishing
 
