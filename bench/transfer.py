@@ -553,19 +553,25 @@ def write_default_presets(summary: dict[str, Any], command: str, patience: int) 
     return written
 
 
-def command_line(argv: list[str]) -> str:
+def command_line(
+    argv: list[str],
+    script: str = "transfer.py",
+    hidden: tuple[str, ...] = ("--data-dir", "--cache"),
+) -> str:
+    """The command as a report shows it: the folders of ``hidden`` options by name (DIR for
+    the data folder, CACHE for ``--cache``, ...), never this machine's paths."""
     shown = []
     skip = False
     for i, item in enumerate(argv):
         if skip:
             skip = False
             continue
-        if item in ("--data-dir", "--cache"):
-            shown += [item, "DIR" if item == "--data-dir" else "CACHE"]
+        if item in hidden:
+            shown += [item, "DIR" if item == "--data-dir" else item[2:].upper()]
             skip = i + 1 < len(argv)
             continue
         shown.append(item)
-    return "python bench/transfer.py " + shlex.join(shown)
+    return f"python bench/{script} " + shlex.join(shown)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import shutil
 import subprocess
 import sys
@@ -263,17 +262,8 @@ def counted(rows: list[dict]) -> str:
 
 
 def command_line(argv: list[str]) -> str:
-    shown_argv, skip = [], False
-    for i, item in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if item in ("--data-dir", "--cache", "--studies"):
-            shown_argv += [item, {"--data-dir": "DIR"}.get(item, item[2:].upper())]
-            skip = i + 1 < len(argv)
-            continue
-        shown_argv.append(item)
-    return "python bench/transfer_fewer_keys.py " + shlex.join(shown_argv)
+    hidden = ("--data-dir", "--cache", "--studies")
+    return transfer.command_line(argv, "transfer_fewer_keys.py", hidden)
 
 
 def main(argv: list[str] | None = None) -> int:
