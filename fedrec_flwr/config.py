@@ -6,7 +6,7 @@ it into a :class:`RunConfig`, rejecting unknown keys, wrong types and impossible
 message that says what to do.
 
 Each key is declared once, by the module that owns it (:mod:`fedrec_flwr.schema`): the run's
-own keys in :mod:`fedrec_flwr.run_keys`, a method's in its module (``config_keys``), a
+own keys in :mod:`fedrec_flwr.run_keys`, a method's in its module (its card's ``keys``), a
 plug-in's beside it (DualPer, PLGC, SAM in :mod:`fedrec_flwr.node.optim`, the local
 schedule in :mod:`fedrec_flwr.node.schedule`, LDP, decoys and
 secure aggregation in :mod:`fedrec_flwr.privacy`), a dataset's in
@@ -24,7 +24,7 @@ from typing import Any
 
 from fedrec_flwr.aggregation import DEFENCE_KEYS
 from fedrec_flwr.data.registry import DATA_KEYS, dataset_key_groups
-from fedrec_flwr.methods import METHODS, Method, build_method
+from fedrec_flwr.methods import Method, build_method, methods
 from fedrec_flwr.methods.plgc import PLGC_KEYS
 from fedrec_flwr.methods.plugins import DUAL_KEYS
 from fedrec_flwr.node.malicious import MALICIOUS_KEYS
@@ -61,8 +61,8 @@ DATA_DIR_ENV = "FEDREC_DATA_DIR"
 
 
 def method_names() -> tuple[str, ...]:
-    """The registered methods (``fedrec_flwr.methods.register_method``)."""
-    return tuple(METHODS)
+    """The registered methods (:func:`fedrec_flwr.methods.methods`)."""
+    return tuple(methods())
 
 
 METHOD_KEYS = KeyGroup(
@@ -80,11 +80,11 @@ METHOD_KEYS = KeyGroup(
 
 
 def method_key_groups() -> tuple[KeyGroup, ...]:
-    """The keys of the registered methods, each group once (FedRecGEL shares FedNCF's)."""
+    """The keys of the registered methods (their cards' ``keys``), each group once."""
     groups: list[KeyGroup] = []
-    for cls in METHODS.values():
-        if cls.config_keys is not None and cls.config_keys not in groups:
-            groups.append(cls.config_keys)
+    for card in methods().values():
+        if card.keys is not None and card.keys not in groups:
+            groups.append(card.keys)
     return tuple(groups)
 
 
@@ -118,12 +118,12 @@ def key_groups() -> tuple[KeyGroup, ...]:
 
 
 def reference_defaults(mapping: Mapping[str, Any]) -> dict[str, Any]:
-    """The paper values the mapping's method declares (``Method.reference_defaults``) for the
-    keys the mapping leaves unset: each declared set of keys is filled when the mapping sets
-    none of its keys, so keys set explicitly always win (FedRecGEL's two SAM radii)."""
-    method = METHODS.get(str(mapping.get("method", METHOD_KEYS.keys[0].default)))
+    """The paper values the mapping's method declares (its card's ``reference_defaults``) for
+    the keys the mapping leaves unset: each declared set of keys is filled when the mapping
+    sets none of its keys, so keys set explicitly always win (FedRecGEL's two SAM radii)."""
+    card = methods().get(str(mapping.get("method", METHOD_KEYS.keys[0].default)))
     filled: dict[str, Any] = {}
-    for values in method.reference_defaults if method is not None else ():
+    for values in card.reference_defaults if card is not None else ():
         if not any(key in mapping for key in values):
             filled.update(values)
     return filled

@@ -15,10 +15,14 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedrec_flwr.schema import Key, KeyGroup, Scalar
+
+if TYPE_CHECKING:
+    from fedrec_flwr.methods.card import MethodCard
 
 REFERENCE = Path("docs") / "reference" / "configuration.md"
 PYPROJECT = Path("pyproject.toml")
@@ -88,13 +92,13 @@ def _space(dims: dict) -> str:
     return "; ".join(f"`{name}` {dim.describe()}" for name, dim in dims.items())
 
 
-def space_rows(groups: Sequence[KeyGroup], methods: dict[str, type]) -> list[str]:
+def space_rows(groups: Sequence[KeyGroup], methods: Mapping[str, MethodCard]) -> list[str]:
     """The search spaces: each method's own, then the groups' that join them."""
     rows = ["| tuned for | search space |", "|---|---|"]
     rows += [
-        f"| method `{name}` | {_cell(_space(dict(cls.search_space)))} |"
-        for name, cls in methods.items()
-        if cls.search_space
+        f"| method `{name}` | {_cell(_space(dict(card.search_space)))} |"
+        for name, card in methods.items()
+        if card.search_space
     ]
     for group in groups:
         if group.search_space:
@@ -107,7 +111,7 @@ def space_rows(groups: Sequence[KeyGroup], methods: dict[str, type]) -> list[str
     return rows
 
 
-def reference(groups: Sequence[KeyGroup], methods: dict[str, type]) -> str:
+def reference(groups: Sequence[KeyGroup], methods: Mapping[str, MethodCard]) -> str:
     """``docs/reference/configuration.md``."""
     lines = [
         "# Run configuration reference",
@@ -147,12 +151,12 @@ def reference(groups: Sequence[KeyGroup], methods: dict[str, type]) -> str:
 def generated(project: Path) -> dict[Path, str]:
     """Each generated file of ``project`` and the text it should have."""
     from fedrec_flwr.config import key_groups
-    from fedrec_flwr.methods import METHODS
+    from fedrec_flwr.methods import methods
 
     groups = key_groups()
     pyproject = (project / PYPROJECT).read_text()
     return {
-        project / REFERENCE: reference(groups, METHODS),
+        project / REFERENCE: reference(groups, dict(methods())),
         project / PYPROJECT: with_flower_table(pyproject, flower_table(groups)),
     }
 

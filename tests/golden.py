@@ -31,24 +31,23 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).with_name("golden.json")
 REGENERATE = "python tests/golden.py --update"
-#: The recorded families, in the order of golden.json: one per registered method (a test
-#: of tests/core/test_config.py holds every method to one) and the plug-in combinations.
-FAMILIES = (
-    "pfedrec",
-    "fedmf",
-    "fedncf",
-    "fedrecon",
-    "fedmf-dual",
-    "pfedrec-sam",
-    "fedrecgel",
-    "fedrap",
-    "pfedrec-plgc",
-    "fedrap-plgc",
-    "pfedrec-paper",
-    "pfedrec-counter",
-    "fedmf-counter",
-    "pfedrec-paper-counter",
-)
+
+
+def shipped_families() -> tuple[str, ...]:
+    """The recorded families, in the order of golden.json: those each shipped method's card
+    names (``MethodCard.golden_families``: its own preset, then its plug-in and protocol
+    variants), the methods in registry order."""
+    from fedrec_flwr.methods import methods
+
+    return tuple(
+        family
+        for card in methods().values()
+        if card.method.__module__.startswith("fedrec_flwr.")
+        for family in card.golden_families
+    )
+
+
+FAMILIES = shipped_families()
 #: A family whose name ends so runs its base family with ``negative-sampler = "counter"``
 #: (the round's draws, shuffles and batch plan from the keyed Philox stream).
 COUNTER = "-counter"

@@ -1,12 +1,14 @@
 """Methods and plug-ins, and their registry.
 
-Registers the built-in methods and plug-ins; a method or plug-in defined elsewhere joins with
-:func:`register_method` / :func:`register_plugin` (``docs/adding-a-method.md``).
+Registers the built-in methods (every :class:`MethodCard` declared in a module of this
+package) and plug-ins; a method from another package joins through an entry point of the
+group ``fedrec_flwr.methods``, or :func:`register_method` (``docs/adding-a-method.md``).
 """
 
 from __future__ import annotations
 
 from fedrec_flwr.methods.base import ROWS, Method, Phase, Role, Stage, Step
+from fedrec_flwr.methods.card import AuditImitation, MethodCard
 from fedrec_flwr.methods.fedmf import FedMF
 from fedrec_flwr.methods.fedncf import FedNCF, FedRecGEL
 from fedrec_flwr.methods.fedrap import FedRAP
@@ -17,33 +19,37 @@ from fedrec_flwr.methods.plgc import PLUGIN as PLGC_PLUGIN
 from fedrec_flwr.methods.plugin import Attachment, MethodPlugin, Plugin
 from fedrec_flwr.methods.plugins import DECOYS, DUALPER, LDP, SAM
 from fedrec_flwr.methods.registry import (
-    METHODS,
+    METHOD_ENTRY_POINTS,
     PLUGINS,
     build_method,
     enabled_plugins,
+    method_card,
+    methods,
+    register_builtin_methods,
     register_method,
     register_plugin,
     unregister_method,
     unregister_plugin,
 )
 
-for _method in (PFedRec, FedMF, FedNCF, FedRecon, FedRecGEL, FedRAP):
-    register_method(_method)
+register_builtin_methods()
 for _plugin in (DUALPER, SAM, PLGC_PLUGIN, LDP, DECOYS):
     register_plugin(_plugin)
 
 __all__ = [
-    "METHODS",
+    "METHOD_ENTRY_POINTS",
     "PLGC",
     "PLUGINS",
     "ROWS",
     "Attachment",
+    "AuditImitation",
     "FedMF",
     "FedNCF",
     "FedRAP",
     "FedRecGEL",
     "FedRecon",
     "Method",
+    "MethodCard",
     "MethodPlugin",
     "PFedRec",
     "Phase",
@@ -53,6 +59,8 @@ __all__ = [
     "Step",
     "build_method",
     "enabled_plugins",
+    "method_card",
+    "methods",
     "register_method",
     "register_plugin",
     "unregister_method",

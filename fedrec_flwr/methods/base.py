@@ -18,13 +18,12 @@ phase's update: proximal steps, regularisers over rows outside the batch).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
 import torch
 
-from fedrec_flwr.methods.declarations import AuditImitation
 from fedrec_flwr.methods.heads import (
     linear_head_init,
     linear_logits,
@@ -42,7 +41,7 @@ from fedrec_flwr.methods.parts import (
     bce_grad,
     bce_losses,
 )
-from fedrec_flwr.schema import Dim, KeyGroup, Scalar, Settings
+from fedrec_flwr.schema import Settings
 
 __all__ = [
     "ROWS",
@@ -66,30 +65,19 @@ class Method(ABC):
     """A federated recommendation method, as plain batched PyTorch.
 
     A subclass declares its parameters and their roles, its score function (``logits``) and
-    its phases; adding a method is one module and one ``register_method`` call
+    its phases; what is known about it besides its maths (paper, keys, search space, audit)
+    is its :class:`~fedrec_flwr.methods.card.MethodCard`, declared beside it
     (``docs/adding-a-method.md``).
     """
 
+    #: The ``method`` run-config key.
     name: ClassVar[str]
-    #: Paper the method comes from (README method table).
-    paper: ClassVar[str] = ""
-    #: May ``personalization = "dual"`` be applied to it?
-    supports_dual: ClassVar[bool] = False
-    #: Its own run-config keys (``fedrec_flwr.schema``), composed into the run config.
-    config_keys: ClassVar[KeyGroup | None] = None
-    #: Its tuning search space: run-config key -> range, in the order they are tried.
-    search_space: ClassVar[Mapping[str, Dim]] = {}
-    #: How the privacy audit imitates its local update (None: the audit does not).
-    audit: ClassVar[AuditImitation | None] = None
-    #: Its paper's values for keys a run leaves unset, in sets of keys that go together: a
-    #: set fills the keys when the run sets none of them (``RunConfig.from_mapping``).
-    reference_defaults: ClassVar[tuple[Mapping[str, Scalar], ...]] = ()
 
     def __init__(self, config: Settings, num_items: int) -> None:
         self.config = config
         self.num_items = num_items
         self.dim = config.embedding_dim
-        #: DualPer (``personalization = "dual"``, the plug-in that checks ``supports_dual``).
+        #: DualPer (``personalization = "dual"``, for a method whose card ``supports_dual``).
         self.dual = config.personalization == "dual"
 
     # ----------------------------------------------------------------- roles
@@ -297,5 +285,5 @@ class Method(ABC):
     rowwise_logits: ClassVar[bool] = False
 
     def describe(self) -> dict[str, str]:
-        """Name, paper and roles, for logs and the README's method table."""
+        """Name and roles, for logs."""
         return {"method": self.name, **{k: v.value for k, v in self.roles().items()}}

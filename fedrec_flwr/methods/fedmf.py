@@ -9,9 +9,6 @@ it steps first, then the user post-tunes personal item rows that it evaluates wi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import ClassVar
-
 import numpy as np
 import torch
 
@@ -24,8 +21,7 @@ from fedrec_flwr.methods.base import (
     linear_logits_all,
     user_normal,
 )
-from fedrec_flwr.methods.declarations import INIT_STD, ITEM_LR, LR, NEGATIVES, AuditImitation
-from fedrec_flwr.schema import Dim
+from fedrec_flwr.methods.card import INIT_STD, ITEM_LR, LR, NEGATIVES, AuditImitation, MethodCard
 
 USER = "user-embedding"
 
@@ -33,16 +29,6 @@ USER = "user-embedding"
 class FedMF(Method):
     name = "fedmf"
     rowwise_logits = True  # linear_logits: a product and a sum over each row
-    paper = "Chai et al., IEEE Intelligent Systems 2020"
-    supports_dual = True
-    search_space: ClassVar[Mapping[str, Dim]] = {
-        "lr": LR,
-        "item-lr": ITEM_LR,
-        "init-std": INIT_STD,
-        "num-negatives": NEGATIVES,
-    }
-    # The server cannot know the private user vector: its shadow draws one.
-    audit = AuditImitation(update="joint", head="random", train_bias=False, ldp_clip=3.0)
 
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
         """User vectors ~ N(0, init-std^2), keyed by (seed, user)."""
@@ -64,3 +50,16 @@ class FedMF(Method):
         if ROWS in wrt:
             grads[ROWS] = grad_logits.unsqueeze(-1) * user.unsqueeze(1)
         return grads, logits
+
+
+CARD = MethodCard(
+    FedMF,
+    title="FedMF",
+    paper="Chai et al., IEEE Intelligent Systems 2020",
+    search_space={"lr": LR, "item-lr": ITEM_LR, "init-std": INIT_STD, "num-negatives": NEGATIVES},
+    # The server cannot know the private user vector: its shadow draws one.
+    audit=AuditImitation(update="joint", head="random", train_bias=False, ldp_clip=3.0),
+    supports_dual=True,
+    golden=("dual", "counter"),
+    order=2,
+)

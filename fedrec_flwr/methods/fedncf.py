@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
 from enum import StrEnum
-from typing import ClassVar
 
 import numpy as np
 import torch
 
 from fedrec_flwr.methods.adam_state import adam_state, is_adam_state
 from fedrec_flwr.methods.base import Method, Phase, Step, bce_losses, user_normal
-from fedrec_flwr.methods.declarations import INIT_STD, ITEM_LR, LR
+from fedrec_flwr.methods.card import INIT_STD, ITEM_LR, LR, MethodCard
 from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Dim, Key, KeyGroup
 from fedrec_flwr.seeding import keyed_rng
 
@@ -79,16 +77,7 @@ NCF_KEYS = KeyGroup(
 
 class FedNCF(Method):
     name = "fedncf"
-    paper = "NeuMF (He et al., WWW 2017), federated as in Perifanis & Efraimidis 2022"
-    supports_dual = True
     eval_chunk = 16  # full ranking builds [users, items, hidden] activations
-    config_keys = NCF_KEYS
-    search_space: ClassVar[Mapping[str, Dim]] = {
-        "lr": LR,
-        "item-lr": ITEM_LR,
-        "dense-lr": Dim(0.01, 1.0),
-        "init-std": INIT_STD,
-    }
 
     def __init__(self, config, num_items: int) -> None:
         super().__init__(config, num_items)
@@ -226,19 +215,6 @@ class FedRecGEL(FedNCF):
     """FedNCF with sharpness-aware local steps: requires a positive SAM radius."""
 
     name = "fedrecgel"
-    paper = "FedRecGEL (2026; seeds 000/001): sharpness-aware generalised item embeddings"
-    config_keys = FEDRECGEL_KEYS
-    #: The paper's SAM radii (Last.fm-2K, those of the paper presets), for a run that sets
-    #: neither radius; a run that sets one keeps the other's default.
-    reference_defaults: ClassVar[tuple[Mapping[str, float], ...]] = (
-        {"sam-rho-private": 0.01, "sam-rho-shared": 0.01},
-    )
-    # Its uploads are minus the gradient (item-lr 1): the server's Adam sets the step.
-    search_space: ClassVar[Mapping[str, Dim]] = {
-        "lr": LR,
-        "server-lr": Dim(0.0001, 0.03),
-        "init-std": INIT_STD,
-    }
 
     def __init__(self, config, num_items: int) -> None:
         super().__init__(config, num_items)
@@ -276,6 +252,29 @@ class FedRecGEL(FedNCF):
         if not self.loss_chunk:
             return super().loss(step, params, rows, logits)
         return (bce_losses(logits, step) * chunk_weights(step.weights, self.loss_chunk)).sum()
+
+
+FEDNCF_CARD = MethodCard(
+    FedNCF,
+    title="FedNCF",
+    paper="NeuMF (He et al., WWW 2017), federated as in Perifanis & Efraimidis 2022",
+    keys=NCF_KEYS,
+    search_space={"lr": LR, "item-lr": ITEM_LR, "dense-lr": Dim(0.01, 1.0), "init-std": INIT_STD},
+    supports_dual=True,
+    order=3,
+)
+FEDRECGEL_CARD = MethodCard(
+    FedRecGEL,
+    title="FedRecGEL",
+    paper="FedRecGEL (2026; seeds 000/001): sharpness-aware generalised item embeddings",
+    keys=FEDRECGEL_KEYS,
+    # Its uploads are minus the gradient (item-lr 1): the server's Adam sets the step.
+    search_space={"lr": LR, "server-lr": Dim(0.0001, 0.03), "init-std": INIT_STD},
+    # The paper's SAM radii (Last.fm-2K, those of the paper presets), for a run that sets
+    # neither radius; a run that sets one keeps the other's default.
+    reference_defaults=({"sam-rho-private": 0.01, "sam-rho-shared": 0.01},),
+    order=5,
+)
 
 
 def _linear(seed: int, name: str, fan_in: int, fan_out: int, index: int) -> dict:

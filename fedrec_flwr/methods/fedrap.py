@@ -47,9 +47,7 @@ they travel as ids only, both ways, and the server snaps them to exact zeros.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from enum import StrEnum
-from typing import ClassVar
 
 import numpy as np
 import torch
@@ -66,7 +64,7 @@ from fedrec_flwr.methods.base import (
     linear_logits,
     linear_logits_all,
 )
-from fedrec_flwr.methods.declarations import LR
+from fedrec_flwr.methods.card import LR, MethodCard
 from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, Dim, Key, KeyGroup
 
 LOCAL = "local-rows"  # D_u
@@ -172,15 +170,6 @@ def fedrap_weights(config, server_round: int) -> tuple[float, float]:
 class FedRAP(Method):
     name = "fedrap"
     rowwise_logits = True  # linear_logits: a product and a sum over each row
-    paper = "Li, Long and Zhou, ICLR 2024"
-    config_keys = FEDRAP_KEYS
-    search_space: ClassVar[Mapping[str, Dim]] = {
-        "lr": LR,
-        "item-lr": Dim(0.05, 4.0),
-        "fedrap-v1": Dim(0.001, 1.0),
-        "fedrap-v2": Dim(0.0001, 0.1),
-        "fedrap-local-lr-ratio": Dim(0.0001, 1.0),
-    }
 
     def __init__(self, config, num_items: int) -> None:
         super().__init__(config, num_items)
@@ -321,3 +310,20 @@ class FedRAP(Method):
             return torch.ones_like(squared)
         kappa = self.config.fedrap_distance_bound
         return 1.0 - torch.tanh(squared / kappa).pow(2)
+
+
+CARD = MethodCard(
+    FedRAP,
+    title="FedRAP",
+    paper="Li, Long and Zhou, ICLR 2024",
+    keys=FEDRAP_KEYS,
+    search_space={
+        "lr": LR,
+        "item-lr": Dim(0.05, 4.0),
+        "fedrap-v1": Dim(0.001, 1.0),
+        "fedrap-v2": Dim(0.0001, 0.1),
+        "fedrap-local-lr-ratio": Dim(0.0001, 1.0),
+    },
+    golden=("plgc",),
+    order=6,
+)

@@ -10,16 +10,13 @@ user also keeps the item rows it post-tuned and evaluates with them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import ClassVar
-
 import numpy as np
 import torch
 
 from fedrec_flwr.methods.base import ROWS, Phase, Stage
-from fedrec_flwr.methods.declarations import INIT_STD, ITEM_LR, LR, NEGATIVES
+from fedrec_flwr.methods.card import INIT_STD, ITEM_LR, LR, NEGATIVES, MethodCard
 from fedrec_flwr.methods.fedmf import USER, FedMF
-from fedrec_flwr.schema import POSITIVE, Dim, Key, KeyGroup
+from fedrec_flwr.schema import POSITIVE, Key, KeyGroup
 from fedrec_flwr.seeding import keyed_rng
 
 FEDRECON_KEYS = KeyGroup(
@@ -38,16 +35,6 @@ FEDRECON_KEYS = KeyGroup(
 
 class FedRecon(FedMF):
     name = "fedrecon"
-    paper = "Singhal et al., NeurIPS 2021"
-    supports_dual = True
-    config_keys = FEDRECON_KEYS
-    search_space: ClassVar[Mapping[str, Dim]] = {
-        "lr": LR,
-        "item-lr": ITEM_LR,
-        "init-std": INIT_STD,
-        "num-negatives": NEGATIVES,
-    }
-    audit = None  # the audit imitates FedMF's joint step, not the reconstruction
 
     def stages(self) -> tuple[Stage, ...]:
         return (
@@ -72,3 +59,15 @@ class FedRecon(FedMF):
         ]
         if fresh:
             params[USER].copy_(torch.from_numpy(np.stack(fresh).astype(np.float32)))
+
+
+CARD = MethodCard(
+    FedRecon,
+    title="FedRecon",
+    paper="Singhal et al., NeurIPS 2021",
+    keys=FEDRECON_KEYS,
+    search_space={"lr": LR, "item-lr": ITEM_LR, "init-std": INIT_STD, "num-negatives": NEGATIVES},
+    audit=None,  # the audit imitates FedMF's joint step, not the reconstruction
+    supports_dual=True,
+    order=4,
+)

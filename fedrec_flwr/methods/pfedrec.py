@@ -10,9 +10,6 @@ uploaded; ``S_u`` never leaves the device. Evaluation uses the user's own tuned 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import ClassVar
-
 import numpy as np
 import torch
 
@@ -26,8 +23,7 @@ from fedrec_flwr.methods.base import (
     linear_logits,
     linear_logits_all,
 )
-from fedrec_flwr.methods.declarations import ITEM_LR, LR, NEGATIVES, AuditImitation
-from fedrec_flwr.schema import Dim
+from fedrec_flwr.methods.card import ITEM_LR, LR, NEGATIVES, AuditImitation, MethodCard
 
 SCORE = ("score-weight", "score-bias")
 
@@ -35,15 +31,7 @@ SCORE = ("score-weight", "score-bias")
 class PFedRec(Method):
     name = "pfedrec"
     rowwise_logits = True  # linear_logits: a product and a sum over each row
-    paper = "Zhang et al., IJCAI 2023"
     native_personal_rows = True
-    search_space: ClassVar[Mapping[str, Dim]] = {
-        "lr": LR,
-        "item-lr": ITEM_LR,
-        "num-negatives": NEGATIVES,
-    }
-    # Every user's score function starts from the same public initialisation.
-    audit = AuditImitation(update="alternate", head="shared", train_bias=True, ldp_clip=15.0)
 
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
         """One shared initialisation for every user: PyTorch's nn.Linear(d, 1) default."""
@@ -70,3 +58,15 @@ class PFedRec(Method):
         if ROWS in wrt:
             grads[ROWS] = grad_logits.unsqueeze(-1) * weight.unsqueeze(1)
         return grads, logits
+
+
+CARD = MethodCard(
+    PFedRec,
+    title="PFedRec",
+    paper="Zhang et al., IJCAI 2023",
+    search_space={"lr": LR, "item-lr": ITEM_LR, "num-negatives": NEGATIVES},
+    # Every user's score function starts from the same public initialisation.
+    audit=AuditImitation(update="alternate", head="shared", train_bias=True, ldp_clip=15.0),
+    golden=("sam", "plgc", "paper", "counter", "paper-counter"),
+    order=1,
+)

@@ -141,10 +141,6 @@ class PLGC(MethodPlugin):
         super().__init__(config, num_items, base)
         self.alpha = fixed_alpha(config)
 
-    @property
-    def paper(self) -> str:
-        return f"{self.base.paper}; PLGC (Zhao et al. 2025, our interpretation)"
-
     # ----------------------------------------------------------------- roles
     @property
     def train_from_personal(self) -> bool:

@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from fedrec_flwr.methods.base import Method
 from fedrec_flwr.methods.plugin import Attachment, Plugin
+from fedrec_flwr.methods.registry import method_card
 from fedrec_flwr.schema import ConfigError, Key, KeyGroup, Settings
 
 
@@ -44,8 +45,8 @@ def dual_enabled(config: Settings) -> bool:
 
 
 def dual_applies(config: Settings, method: Method) -> None:
-    """DualPer applies to a method that declares ``supports_dual``."""
-    if not method.supports_dual:
+    """DualPer applies to a method whose card ``supports_dual``."""
+    if not method_card(method.name).supports_dual:
         raise ConfigError(
             f"personalization='dual' does not apply to method '{method.name}'"
             + (" (it keeps personal item rows already)" if method.native_personal_rows else "")

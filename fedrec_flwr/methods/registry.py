@@ -1,34 +1,74 @@
-"""The registry: methods by name and plug-ins in the order they attach.
+"""The registry: methods by name (their cards) and plug-ins in the order they attach.
 
-The built-in methods and plug-ins are registered by :mod:`fedrec_flwr.methods`; a method or
-plug-in defined anywhere else joins with :func:`register_method` / :func:`register_plugin`
-before the run config is built (``docs/adding-a-method.md``). Config validation, the node,
-the server, tuning and the audit all read these two dictionaries.
+Built-in methods are the :class:`~fedrec_flwr.methods.card.MethodCard` objects declared in
+the modules of :mod:`fedrec_flwr.methods` (:func:`register_builtin_methods`, listed by their
+``order``); they need no installed package metadata, so a FAB extracted on a SuperNode knows
+them. A method from another installed package joins through an entry point of the group
+``fedrec_flwr.methods`` naming its card (``toy = "fedrec_toy:CARD"``), loaded the first time
+the registry is read, so ``flwr run``, ``fedrec tune`` and ``fedrec audit`` run it like a
+built-in one; a session or a test may also call :func:`register_method`
+(``docs/adding-a-method.md``). Config validation, the node, the server, tuning and the audit
+all read :func:`methods`.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
+from collections.abc import Mapping
+from importlib.metadata import entry_points
+from types import MappingProxyType
 from typing import TypeVar
 
 from fedrec_flwr.methods.base import Method
+from fedrec_flwr.methods.card import MethodCard
 from fedrec_flwr.methods.plugin import MethodPlugin, Plugin
 from fedrec_flwr.schema import ConfigError, Settings
 
-#: Method classes by name (``method`` run-config key), in registration order.
-METHODS: dict[str, type[Method]] = {}
+#: The entry-point group of methods defined outside this package.
+METHOD_ENTRY_POINTS = "fedrec_flwr.methods"
+
+#: Method cards by name (``method`` run-config key), in registration order.
+_METHODS: dict[str, MethodCard] = {}
 #: Plug-in declarations by name, in the order ``build_method`` attaches them.
 PLUGINS: dict[str, Plugin] = {}
 
-MethodClass = TypeVar("MethodClass", bound=type[Method])
+_entry_points = {"loaded": False, "loading": False}
+
+Entry = TypeVar("Entry")
 
 
-def register_method(cls: MethodClass) -> MethodClass:
-    """Register ``cls`` under its ``name`` (usable as a class decorator); raises if the name
-    is taken by another class."""
+def methods() -> Mapping[str, MethodCard]:
+    """Every registered method's card by name, in registration order (the entry points of
+    installed packages loaded on the first call)."""
+    _load_entry_points()
+    return MappingProxyType(_METHODS)
+
+
+def method_card(name: str) -> MethodCard:
+    """The card of method ``name``, or ConfigError naming the registered ones."""
+    cards = methods()
+    if name not in cards:
+        raise ConfigError(
+            f"method='{name}' is not registered. Choose one of: {', '.join(cards)}; a method "
+            f"of another package joins through an entry point of the group "
+            f"'{METHOD_ENTRY_POINTS}' (docs/adding-a-method.md)."
+        )
+    return cards[name]
+
+
+def register_method(card: MethodCard) -> MethodCard:
+    """Register a method by its card; raises if its name is taken by another card."""
+    if not isinstance(card, MethodCard):
+        raise TypeError(
+            f"register_method takes a MethodCard (fedrec_flwr.methods.card), got {card!r}; "
+            "declare one beside the method: CARD = MethodCard(MyMethod, title=..., paper=...)."
+        )
+    cls = card.method
     if not (isinstance(cls, type) and issubclass(cls, Method)) or issubclass(cls, MethodPlugin):
         raise TypeError(
-            f"register_method takes a Method subclass, got {cls!r}; a plug-in that wraps a "
+            f"a MethodCard describes a Method subclass, got {cls!r}; a plug-in that wraps a "
             "method is declared with register_plugin(Plugin(..., wrapper=...))."
         )
     name = getattr(cls, "name", None)
@@ -37,9 +77,52 @@ def register_method(cls: MethodClass) -> MethodClass:
     if inspect.isabstract(cls):
         missing = ", ".join(sorted(cls.__abstractmethods__))
         raise TypeError(f"method '{name}' ({cls.__name__}) does not define: {missing}.")
-    _claim(METHODS, "method", name, cls)
-    METHODS[name] = cls
-    return cls
+    _claim(_METHODS, "method", name, card)
+    _METHODS[name] = card
+    return card
+
+
+def register_builtin_methods() -> None:
+    """Register the cards declared in the modules of this package, by their ``order``."""
+    package = importlib.import_module(__package__)
+    cards: list[MethodCard] = []
+    for module in pkgutil.iter_modules(package.__path__, f"{__package__}."):
+        for value in vars(importlib.import_module(module.name)).values():
+            if isinstance(value, MethodCard) and value.method.__module__ == module.name:
+                cards.append(value)
+    for card in sorted(cards, key=lambda card: (card.order, card.name)):
+        register_method(card)
+
+
+def _load_entry_points() -> None:
+    """Register the cards named by the entry points of installed packages, once."""
+    state = _entry_points
+    if state["loaded"] or state["loading"]:
+        return
+    state["loading"] = True
+    try:
+        for point in entry_points(group=METHOD_ENTRY_POINTS):
+            register_method(_entry_point_card(point))
+        state["loaded"] = True
+    finally:
+        state["loading"] = False
+
+
+def _entry_point_card(point) -> MethodCard:
+    where = f"entry point '{point.name} = {point.value}' of the group '{METHOD_ENTRY_POINTS}'"
+    if point.dist is not None:
+        where += f" (package {point.dist.name})"
+    try:
+        card = point.load()
+    except Exception as error:
+        raise ImportError(
+            f"{where} failed to load: {error!r}. Fix that package or uninstall it."
+        ) from error
+    if not isinstance(card, MethodCard) or card.name != point.name:
+        raise TypeError(
+            f"{where} must name a MethodCard whose method's name is '{point.name}', got {card!r}."
+        )
+    return card
 
 
 def register_plugin(plugin: Plugin) -> Plugin:
@@ -53,7 +136,7 @@ def register_plugin(plugin: Plugin) -> Plugin:
 
 def unregister_method(name: str) -> None:
     """Remove method ``name`` (a method registered for a test or a session)."""
-    METHODS.pop(name)
+    _METHODS.pop(name)
 
 
 def unregister_plugin(name: str) -> None:
@@ -61,7 +144,7 @@ def unregister_plugin(name: str) -> None:
     PLUGINS.pop(name)
 
 
-def _claim(registry: dict, kind: str, name: str, entry: object) -> None:
+def _claim(registry: dict[str, Entry], kind: str, name: str, entry: Entry) -> None:
     if name in registry and registry[name] is not entry:
         raise ValueError(
             f"{kind} name '{name}' is already registered ({registry[name]!r}); choose another "
@@ -77,12 +160,7 @@ def enabled_plugins(config: Settings) -> tuple[Plugin, ...]:
 def build_method(config: Settings, num_items: int) -> Method:
     """The configured method with every enabled plug-in attached (raises ConfigError for
     impossible combinations)."""
-    if config.method not in METHODS:
-        raise ConfigError(
-            f"method='{config.method}' is not registered. Choose one of: "
-            f"{', '.join(METHODS)}, or register_method() it before building the config."
-        )
-    method: Method = METHODS[config.method](config, num_items)
+    method: Method = method_card(config.method).method(config, num_items)
     for plugin in enabled_plugins(config):
         method = plugin.attach(config, num_items, method)
     return method

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.methods import METHODS
+from fedrec_flwr.methods import methods
 from fedrec_flwr.methods.base import linear_head_init
-from fedrec_flwr.methods.declarations import AuditImitation
+from fedrec_flwr.methods.card import AuditImitation
 from fedrec_flwr.partition import participants
 from fedrec_flwr.privacy import secagg, uploads
 from fedrec_flwr.privacy.accounting import RowCounter
@@ -65,19 +65,20 @@ class MaskedCapture(Capture):
 
 
 def auditable_methods() -> list[str]:
-    """The registered methods whose local update the audit can imitate (``audit``)."""
-    return [name for name, cls in METHODS.items() if cls.audit is not None]
+    """The registered methods whose local update the audit can imitate (their cards'
+    ``audit``)."""
+    return [name for name, card in methods().items() if card.audit is not None]
 
 
 def imitation_of(method: str) -> AuditImitation:
-    """How the audit imitates ``method`` (its class's ``audit`` declaration)."""
-    cls = METHODS.get(method)
-    if cls is None or cls.audit is None:
+    """How the audit imitates ``method`` (its card's ``audit``)."""
+    card = methods().get(method)
+    if card is None or card.audit is None:
         raise ValueError(
             f"the audit imitates {', '.join(auditable_methods())}, not '{method}' (a method "
-            "joins by declaring audit = AuditImitation(...) on its class)"
+            "joins by declaring audit=AuditImitation(...) on its card)"
         )
-    return cls.audit
+    return card.audit
 
 
 def shadow_of(config: RunConfig, num_items: int, rng: np.random.Generator) -> attacks.Shadow:

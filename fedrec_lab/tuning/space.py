@@ -20,13 +20,13 @@ def suggest(dim: Dim, trial: Any, key: str) -> Any:
 
 def space_for(preset: dict[str, Any], plugin_only: bool = False) -> dict[str, Dim]:
     """The search space of a preset, from the declarations: its method's own
-    (``search_space`` of the method class, in its order), then, by key name, those of the
+    (``search_space`` of the method's card, in its order), then, by key name, those of the
     enabled plug-ins (PLGC, SAM) and of the other key groups tuned for this method
     (``keep-personal-rows`` where the method keeps personal rows it only evaluates with, the
     rule :class:`~fedrec_flwr.config.RunConfig` enforces). ``plugin_only``: the plug-ins'
     alone, the method's keys held at the preset's (a plug-in preset's base, tuned)."""
     from fedrec_flwr.config import RunConfig, key_groups
-    from fedrec_flwr.methods import METHODS, build_method, enabled_plugins
+    from fedrec_flwr.methods import build_method, enabled_plugins, method_card
 
     config = RunConfig.from_mapping(preset)
     method = build_method(config, num_items=1)
@@ -48,10 +48,10 @@ def space_for(preset: dict[str, Any], plugin_only: bool = False) -> dict[str, Di
                 "base's with personalization = 'dual'). Tune the base preset instead."
             )
         return plugins
-    space = {**METHODS[config.method].search_space, **by_key_name(groups)}
+    space = {**method_card(config.method).search_space, **by_key_name(groups)}
     if not space:
         raise ValueError(
-            f"method '{config.method}' has no search space: give its class a search_space "
+            f"method '{config.method}' has no search space: give its card a search_space "
             "(run-config key -> fedrec_flwr.schema.Dim)."
         )
     return space

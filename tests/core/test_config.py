@@ -11,7 +11,7 @@ import pytest
 from golden import FAMILIES
 
 from fedrec_flwr.config import ConfigError, RunConfig, key_groups
-from fedrec_flwr.methods import METHODS, FedMF, register_method, unregister_method
+from fedrec_flwr.methods import FedMF, MethodCard, methods, register_method, unregister_method
 from fedrec_flwr.schema import POSITIVE, Key, KeyGroup
 from fedrec_lab import configref
 from fedrec_lab.presets import resolve
@@ -47,7 +47,7 @@ def test_each_key_is_declared_once_by_its_owner():
 
 
 def test_every_method_has_a_golden_family():
-    assert set(METHODS) <= {family.split("-")[0] for family in FAMILIES}
+    assert set(methods()) <= set(FAMILIES)
 
 
 @pytest.mark.parametrize("preset", sorted((PROJECT / "conf").glob("*.toml")), ids=lambda p: p.name)
@@ -128,16 +128,23 @@ class ScaledMF(FedMF):
     """A method declared after the config was composed, with a key of its own."""
 
     name = "scaled-mf"
-    config_keys = KeyGroup(
+
+
+SCALED_MF = MethodCard(
+    ScaledMF,
+    title="Scaled MF",
+    paper="",
+    keys=KeyGroup(
         title="Scaled MF",
         owner=__name__,
         keys=(Key("scaled-mf-scale", 2.0, "a scale of the scores", range=POSITIVE),),
-    )
+    ),
+)
 
 
 def test_a_method_registered_later_brings_its_keys():
     before = RunConfig()
-    register_method(ScaledMF)
+    register_method(SCALED_MF)
     try:
         config = RunConfig.from_mapping({"method": "scaled-mf", "scaled-mf-scale": 3})
         assert config.scaled_mf_scale == 3.0 and before.scaled_mf_scale == 2.0
@@ -185,8 +192,8 @@ def test_reference_defaults_fill_nothing_for_other_methods():
 
 def test_every_declared_reference_default_is_a_valid_key_value():
     keys = {key.name: key for key in RunConfig.declared_keys()}
-    for name, cls in METHODS.items():
-        for values in cls.reference_defaults:
+    for name, card in methods().items():
+        for values in card.reference_defaults:
             assert values and set(values) <= set(keys), (name, values)
             for key, value in values.items():
                 keys[key].validate(keys[key].coerce(value))

@@ -1,4 +1,4 @@
-"""The privacy audit lists and imitates the methods that declare how (``Method.audit``)."""
+"""The privacy audit lists and imitates the methods that declare how (their cards' ``audit``)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,15 @@ import numpy as np
 import pytest
 
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.methods import METHODS, FedMF, register_method, unregister_method
+from fedrec_flwr.methods import (
+    AuditImitation,
+    FedMF,
+    MethodCard,
+    methods,
+    register_method,
+    unregister_method,
+)
 from fedrec_flwr.methods.base import linear_head_init
-from fedrec_flwr.methods.declarations import AuditImitation
 from fedrec_lab.audit.command import config_keys
 from fedrec_lab.audit.report import markdown, user_epsilon
 from fedrec_lab.audit.run import (
@@ -22,10 +28,13 @@ from fedrec_lab.audit.run import (
 
 
 def test_the_audited_methods_are_those_that_declare_an_imitation():
-    assert auditable_methods() == ["pfedrec", "fedmf"]
-    assert all(METHODS[name].audit is None for name in METHODS if name not in ("pfedrec", "fedmf"))
-    with pytest.raises(ValueError, match="the audit imitates pfedrec, fedmf, not 'fedrecon'"):
-        imitation_of("fedrecon")
+    declared = [name for name, card in methods().items() if card.audit is not None]
+    assert auditable_methods() == declared and declared
+    assert [imitation_of(name) for name in declared] == [methods()[n].audit for n in declared]
+    silent = next(name for name, card in methods().items() if card.audit is None)
+    listed = ", ".join(declared)
+    with pytest.raises(ValueError, match=f"the audit imitates {listed}, not '{silent}'"):
+        imitation_of(silent)
 
 
 def test_the_ldp_clip_is_the_methods():
@@ -35,7 +44,7 @@ def test_the_ldp_clip_is_the_methods():
     assert config_keys("ldp", "fedmf", {}, {})["ldp-clip"] == 3.0
 
 
-@pytest.mark.parametrize("method", ["pfedrec", "fedmf"])
+@pytest.mark.parametrize("method", auditable_methods())
 def test_secure_aggregation_with_ldp_takes_both_and_ldps_settings(method):
     keys = config_keys("secagg-ldp", method, {}, {})
     assert keys == {**config_keys("secagg", method, {}, {}), **config_keys("ldp", method, {}, {})}
@@ -84,11 +93,18 @@ def test_a_shadow_starts_from_what_the_server_knows():
 
 class AuditedMF(FedMF):
     name = "audited-mf"
-    audit = AuditImitation(update="joint", head="random", train_bias=False, ldp_clip=2.0)
+
+
+AUDITED_MF = MethodCard(
+    AuditedMF,
+    title="Audited MF",
+    paper="",
+    audit=AuditImitation(update="joint", head="random", train_bias=False, ldp_clip=2.0),
+)
 
 
 def test_a_registered_method_with_an_imitation_joins_the_listing():
-    register_method(AuditedMF)
+    register_method(AUDITED_MF)
     try:
         assert auditable_methods()[-1] == "audited-mf"
         assert config_keys("ldp", "audited-mf", {}, {})["ldp-clip"] == 2.0

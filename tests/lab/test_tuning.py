@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fedrec_flwr.config import ConfigError, RunConfig
-from fedrec_flwr.methods import METHODS
+from fedrec_flwr.methods import method_card
 from fedrec_flwr.methods.plgc import PLGC_KEYS
 from fedrec_flwr.node.optim import SAM_KEYS
 from fedrec_lab import tuning
@@ -44,7 +44,7 @@ def test_the_space_is_the_methods_then_the_other_tuned_keys_by_name():
     """The order Optuna draws them in (a study continued later draws the same)."""
     conf = Path(__file__).resolve().parents[2] / "conf"
     space = tuning.space_for(resolve(conf / "pfedrec-sam-plgc-ml100k-strict.toml"))
-    own = list(METHODS["pfedrec"].search_space)
+    own = list(method_card("pfedrec").search_space)
     assert list(space)[: len(own)] == own == ["lr", "item-lr", "num-negatives"]
     others = list(space)[len(own) :]
     assert others == sorted(others)
@@ -79,7 +79,7 @@ def test_a_study_reports_every_trial_and_resumes(tmp_path, private_cache):
     tuning.main([*args, "--trials", "2"])
     first = json.loads((out / "syn.json").read_text())
     assert len(first["trials"]) == 2
-    assert set(first["trials"][0]["params"]) == set(METHODS["fedmf"].search_space)
+    assert set(first["trials"][0]["params"]) == set(method_card("fedmf").search_space)
     assert first["best"]["val_hr@10"] == max(t["val_hr@10"] for t in first["trials"])
     preset_trial = next(t for t in first["trials"] if t["number"] == 0)  # the preset first
     assert preset_trial["preset"] is True

@@ -13,16 +13,18 @@ from conformance import user_params
 
 from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.methods import (
-    METHODS,
     PLGC,
     PLUGINS,
     Attachment,
     FedMF,
     Method,
+    MethodCard,
     MethodPlugin,
     Plugin,
     build_method,
     enabled_plugins,
+    method_card,
+    methods,
     register_method,
     register_plugin,
     unregister_method,
@@ -38,10 +40,10 @@ class DoesNothing(MethodPlugin):
 def configs() -> list[RunConfig]:
     """Every registered method, and its dual variant where it has one."""
     out = []
-    for name, cls in METHODS.items():
+    for name, card in methods().items():
         extra = {"sam-rho-private": 0.01} if name == "fedrecgel" else {}
         out.append(RunConfig.from_mapping({"method": name, "embedding-dim": 4, **extra}))
-        if cls.supports_dual:
+        if card.supports_dual:
             out.append(out[-1].replace(personalization="dual"))
     return out
 
@@ -147,14 +149,20 @@ def test_register_method_rejects_what_is_not_a_complete_named_method():
     class Imposter(FedMF):
         name = "fedmf"
 
-    with pytest.raises(TypeError, match="takes a Method subclass"):
-        register_method(PLGC)
+    def card(cls: type) -> MethodCard:
+        return MethodCard(cls, title=cls.__name__, paper="")
+
+    with pytest.raises(TypeError, match="takes a MethodCard"):
+        register_method(FedMF)
+    with pytest.raises(TypeError, match="describes a Method subclass"):
+        register_method(card(PLGC))
     with pytest.raises(ValueError, match="needs a class attribute name"):
-        register_method(Nameless)
+        register_method(card(Nameless))
     with pytest.raises(TypeError, match="does not define: init_private, logits"):
-        register_method(Unfinished)
+        register_method(card(Unfinished))
     with pytest.raises(ValueError, match="'fedmf' is already registered"):
-        register_method(Imposter)
-    assert register_method(FedMF) is FedMF  # registering the same class again is harmless
+        register_method(card(Imposter))
+    fedmf = method_card("fedmf")
+    assert register_method(fedmf) is fedmf  # registering the same card again is harmless
     with pytest.raises(KeyError):
         unregister_method("unfinished")

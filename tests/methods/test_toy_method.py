@@ -4,7 +4,6 @@ to the whole conformance suite (``docs/adding-a-method.md`` walks through this f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
@@ -15,15 +14,15 @@ from conformance import TINY, MethodConformance
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.methods import (
-    METHODS,
     ROWS,
     Method,
     Step,
+    method_card,
     register_method,
     unregister_method,
 )
 from fedrec_flwr.methods.base import bce_grad, linear_logits, linear_logits_all, user_normal
-from fedrec_flwr.methods.declarations import ITEM_LR, LR, AuditImitation
+from fedrec_flwr.methods.card import ITEM_LR, LR, AuditImitation, MethodCard
 from fedrec_flwr.schema import POSITIVE, Dim, Key, KeyGroup
 from fedrec_flwr.server_app import run_federation
 from fedrec_lab.audit.command import config_keys
@@ -53,16 +52,7 @@ class ToyMF(Method):
     temperature (``toy-temperature``)."""
 
     name = "toy"
-    paper = "a toy method, defined in tests/methods/test_toy_method.py"
     rowwise_logits = True  # linear_logits: a product and a sum over each row
-    config_keys = TOY_KEYS
-    search_space: ClassVar[Mapping[str, Dim]] = {
-        "lr": LR,
-        "item-lr": ITEM_LR,
-        "toy-temperature": Dim(0.25, 4.0),
-    }
-    # At temperature 1, FedMF with a bias: the audit's shadow steps user and rows jointly.
-    audit = AuditImitation(update="joint", head="random", train_bias=True, ldp_clip=3.0)
 
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
         """User vectors ~ N(0, init-std^2), keyed by (seed, user); biases 0."""
@@ -93,18 +83,29 @@ class ToyMF(Method):
         return grads, logits
 
 
+CARD = MethodCard(
+    ToyMF,
+    title="Toy",
+    paper="a toy method, defined in tests/methods/test_toy_method.py",
+    keys=TOY_KEYS,
+    search_space={"lr": LR, "item-lr": ITEM_LR, "toy-temperature": Dim(0.25, 4.0)},
+    # At temperature 1, FedMF with a bias: the audit's shadow steps user and rows jointly.
+    audit=AuditImitation(update="joint", head="random", train_bias=True, ldp_clip=3.0),
+)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def toy_registered():
     """The toy method is registered for this module's tests only."""
-    register_method(ToyMF)
+    register_method(CARD)
     yield
-    unregister_method(ToyMF.name)
+    unregister_method(CARD.name)
 
 
 def test_config_validation_accepts_it_and_its_keys():
     config = RunConfig.from_mapping({"method": "toy", "toy-temperature": 2, "toy-bias": False})
     assert (config.method, config.toy_temperature, config.toy_bias) == ("toy", 2.0, False)
-    assert METHODS["toy"] is ToyMF
+    assert method_card("toy") is CARD and CARD.method is ToyMF
     assert RunConfig().toy_temperature == 1.0  # a registered key has its default everywhere
 
 
