@@ -30,6 +30,7 @@ from fedrec_flwr.privacy import secagg
 app = ClientApp(mods=node_timing.mods(lambda context: node_runtime(context)))
 STATE_KEY = context_state.STATE_KEY
 SECAGG_KEY = "secagg-key"  # the node's X25519 private key (secure-aggregation)
+SECAGG_ROUND = "secagg-round"  # the run and round this node last masked for
 _RUNTIMES: dict[tuple, NodeRuntime] = {}
 _DEVICES: dict[str, DeviceData] = {}
 
@@ -179,6 +180,8 @@ def train(msg: Message, context: Context) -> Message:
     runtime = node_runtime(context)
     inject_fault(runtime.config, int(msg.content[CONFIG]["server-round"]), runtime.partition_id)
     server_round, item_ids, item_rows, dense, received = _received(msg)
+    if runtime.config.secure_aggregation:
+        _claim_round(msg, context, server_round)
     users = received["train-users"]
     result, state = runtime.train(
         load_state(context, runtime, msg, server_round - 1),
@@ -192,7 +195,7 @@ def train(msg: Message, context: Context) -> Message:
     state_store.persist_latest(context, runtime, msg, state, server_round)
     if result.secure is not None:  # one masked vector, nothing else
         return _reply(
-            msg, {"secure": _masked(context, runtime, received, result, server_round)}, {}
+            msg, {"secure": _masked(msg, context, runtime, received, result, server_round)}, {}
         )
     arrays = {
         "item_ids": result.item_ids,
@@ -210,8 +213,28 @@ def train(msg: Message, context: Context) -> Message:
     return _reply(msg, arrays, metrics, result.dense_sums)
 
 
+def _claim_round(msg: Message, context: Context, server_round: int) -> None:
+    """Remember that this node answers ``server_round`` of this run; refuse a round it
+    answered already, or an earlier one (two answers of the same masks would show the
+    difference of two uploads), before any training."""
+    run_id = int(msg.metadata.run_id)
+    last = context.state.get(SECAGG_ROUND)
+    if last is not None and int(last["run"]) == run_id and server_round <= int(last["round"]):
+        raise secagg.SecureAggregationError(
+            f"secure aggregation: the server asks for round {server_round} after round "
+            f"{int(last['round'])} of the same run; a repeated round would let it subtract "
+            "two answers under the same masks: refused"
+        )
+    context.state[SECAGG_ROUND] = ConfigRecord({"run": run_id, "round": server_round})
+
+
 def _masked(
-    context: Context, runtime: NodeRuntime, received: dict, result, server_round: int
+    msg: Message,
+    context: Context,
+    runtime: NodeRuntime,
+    received: dict,
+    result,
+    server_round: int,
 ) -> np.ndarray:
     """The node's secure-aggregation vector masked towards the round's other participants
     (``secagg-peers``, ``secagg-keys`` of the train message)."""
@@ -220,6 +243,7 @@ def _masked(
             "secure aggregation: this node lost the key pair it made at the handshake (its "
             "state was reset), so its masks cannot cancel: restart the run"
         )
+    run_id = int(msg.metadata.run_id)
     own = secagg.load_private(record_arrays(context.state[SECAGG_KEY])["private"])
     return secagg.masked(
         result.secure,
@@ -228,6 +252,7 @@ def _masked(
         received["secagg-peers"],
         received["secagg-keys"],
         server_round,
+        run_id,
     )
 
 

@@ -160,6 +160,17 @@ class RunRecorder:
             raise ValueError(f"per-user metrics must be [{len(users)}, {len(names)}]")
         write_per_user_csv(self.run_dir, users, names, values)
 
+    def void_rounds(self) -> list[int]:
+        """The rounds whose training changed nothing shared (no valid update arrived, or
+        the round's update was refused), the round a diverged run stopped at aside: a
+        run with any is not a plain completed one (:mod:`fedrec_lab.launch.run_folder`)."""
+        diverged = self.diverged_round()
+        return [
+            int(row["round"])
+            for row in self.rows
+            if row["train-users"] in ("", None) and int(row["round"]) != diverged
+        ]
+
     def diverged_round(self) -> int | None:
         """The round the run stopped at because every update held NaN or inf, or the first
         round whose training loss is not finite; None if the run did not diverge."""
@@ -190,6 +201,7 @@ class RunRecorder:
             "bytes_up": sum(int(r["bytes-up"]) for r in self.rows),
             "final_val": {m: last[f"val-{m}"] for m in self.metrics} if last else {},
             "diverged_round": self.diverged_round(),
+            "void_rounds": self.void_rounds(),
             **self.extra,
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -24,9 +24,10 @@ so the unmasked total does not depend on the masks, nor on how users are packed 
 aggregation does (:func:`~fedrec_flwr.aggregation.row_changes`): the table it computes
 differs from the plain one by at most the fixed point's resolution per coordinate.
 
-Range: a user's value of one coordinate must stay within ``2^31 / num_users`` (the decoded
-total then fits a signed 64-bit integer); a node whose value does not (or is NaN) fails
-its round with an error that says so.
+Range: a user's value of one coordinate must stay strictly within ``2^30 / num_users`` (the
+decoded total then stays within half the signed 64-bit range, so a vector shifted by 2^63
+never decodes); a node whose value does not (or is NaN) fails its round with an error that
+says so. The server refuses a sum that is not a round's (:func:`decode`).
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ from fedrec_flwr.seeding import keyed_rng
 FRACTION_BITS = 32
 #: Fixed point of the loss sum (a sum over many samples: a wider range, a coarser step).
 LOSS_FRACTION_BITS = 16
-#: The decoded total of one coordinate must lie within +-2^(63 - FRACTION_BITS).
-TOTAL_LIMIT = 2.0 ** (63 - FRACTION_BITS)
+#: The decoded total of one coordinate lies strictly within +-2^(62 - FRACTION_BITS): half the
+#: signed range, so that a vector shifted by 2^63 (a wrap-around) never decodes.
+TOTAL_LIMIT = 2.0 ** (62 - FRACTION_BITS)
 KEY_BYTES = 32
 
 
@@ -114,15 +116,22 @@ SECAGG_KEYS = KeyGroup(
 
 
 # --------------------------------------------------------------------- fixed point
+def value_limit(total_users: int) -> float:
+    """The largest magnitude a user's value of one coordinate may have, exclusive: the
+    round's total of ``total_users`` such values then stays strictly within
+    +-2^(63 - FRACTION_BITS), so it decodes without wrapping around."""
+    return TOTAL_LIMIT / max(total_users, 1)
+
+
 def fixed(values: np.ndarray, bits: int, limit: float, what: str) -> np.ndarray:
-    """``round(values * 2^bits)`` in the ring (uint64), refused beyond ``+-limit``."""
+    """``round(values * 2^bits)`` in the ring (uint64), refused at ``+-limit`` and beyond."""
     values = np.asarray(values, dtype=np.float64)
-    if values.size and not np.abs(values).max() <= limit:  # NaN fails too
+    if values.size and not np.abs(values).max() < limit:  # NaN fails too
         worst = np.abs(values).max()
         raise SecureAggregationError(
-            f"secure aggregation encodes a user's {what} within +-{limit:.4g} per coordinate "
-            f"(2^31 over the number of users), this one is {worst:.4g}: training has "
-            "diverged; lower lr, item-lr or dense-lr."
+            f"secure aggregation encodes a user's {what} strictly within +-{limit:.4g} per "
+            f"coordinate (2^30 over the number of users), this one is {worst:.4g}: training "
+            "has diverged; lower lr, item-lr or dense-lr."
         )
     return np.rint(values * 2.0**bits).astype(np.int64).view(np.uint64)
 
@@ -179,7 +188,7 @@ def encode(
     shared-dense parameter. Each user's values are rounded on their own, so the vector of
     several users is the exact sum of theirs. ``total_users`` (the federation's) bounds a
     user's value (:data:`TOTAL_LIMIT` over it)."""
-    limit = TOTAL_LIMIT / max(total_users, 1)
+    limit = value_limit(total_users)
     out = np.zeros(layout.length, dtype=np.uint64)
     out_rows = out[: layout.rows_end].reshape(layout.num_items, layout.row_dim)
     items = np.asarray(items, dtype=np.int64)
@@ -203,29 +212,59 @@ class Aggregate:
     loss_sum: float
 
 
-def decode(layout: Layout, total: np.ndarray) -> Aggregate:
+def decode(layout: Layout, total: np.ndarray, num_users: int, total_users: int) -> Aggregate:
     """The round's sum as one :class:`~fedrec_flwr.aggregation.RowUpload` (the touched rows'
     sums and counts, the shared-dense sums), whose
     :func:`~fedrec_flwr.aggregation.row_changes` is the plain aggregation's up to the fixed
-    point's resolution."""
+    point's resolution. Refused (:class:`SecureAggregationError`) unless it is the sum of
+    ``num_users`` users (the round's participants, by the public schedule) of a federation
+    of ``total_users``: that many users, every count within 0..num_users, every row no user
+    trained exactly zero, and every value within its users' share of the encoding's range
+    (:func:`value_limit`)."""
     values = signed(total)
     if len(values) != layout.length:
         raise SecureAggregationError(f"the sum has {len(values)} entries, not {layout.length}")
-    num_users, num_samples = int(values[-3]), int(values[-2])
+    decoded_users, num_samples = int(values[-3]), int(values[-2])
     counts = values[layout.rows_end : layout.rows_end + layout.num_items]
-    if num_users < 1 or counts.min(initial=0) < 0 or counts.max(initial=0) > num_users:
+    wrong = decoded_users != num_users or num_samples < 0 or values[-1] < 0
+    if wrong or not 0 <= counts.min(initial=0) <= counts.max(initial=0):
         raise SecureAggregationError(
-            f"the unmasked sum is not a round's ({num_users} users, counts "
-            f"{counts.min(initial=0)}..{counts.max(initial=0)}): a node's masks do not cancel"
+            f"the unmasked sum is not the round's ({decoded_users} users where "
+            f"{num_users} trained, counts {counts.min(initial=0)}..{counts.max(initial=0)}): "
+            "a participant's masks do not cancel, or its vector was tampered with"
+        )
+    if counts.max(initial=0) > num_users:
+        raise SecureAggregationError(
+            f"the unmasked sum counts {counts.max()} users of one row, more than the "
+            f"{num_users} that trained: a participant's vector was tampered with"
+        )
+    rows = values[: layout.rows_end].reshape(layout.num_items, layout.row_dim)
+    bound = value_limit(total_users) * 2.0**FRACTION_BITS  # per user, in the ring's units
+    beyond = np.abs(rows.astype(np.float64)) >= counts[:, None] * bound
+    beyond &= (rows != 0) | (counts[:, None] > 0)
+    shapes = dict(layout.dense)
+    dense_raw = {name: values[where] for name, where in layout.dense_slices().items()}
+    dense_beyond = [
+        name
+        for name, raw in dense_raw.items()
+        if not (np.abs(raw.astype(np.float64)) < max(num_users, 1) * bound).all()
+    ]
+    if beyond.any() or dense_beyond:
+        where = (
+            f"row {int(np.flatnonzero(beyond.any(axis=1))[0])}"
+            if beyond.any()
+            else f"'{dense_beyond[0]}'"
+        )
+        raise SecureAggregationError(
+            f"the unmasked sum holds a value of {where} beyond what its users can encode "
+            "(a row no user trained must be zero): a participant's vector was tampered with"
         )
     scale = 2.0**-FRACTION_BITS
     touched = np.flatnonzero(counts)
-    rows = values[: layout.rows_end].reshape(layout.num_items, layout.row_dim)[touched]
-    sums = rows.astype(np.float64) * scale
-    shapes = dict(layout.dense)
+    sums = rows[touched].astype(np.float64) * scale
     dense_sums = {
-        name: values[where].astype(np.float64).reshape(shapes[name]) * scale
-        for name, where in layout.dense_slices().items()
+        name: raw.astype(np.float64).reshape(shapes[name]) * scale
+        for name, raw in dense_raw.items()
     }
     upload = RowUpload(touched, sums, counts[touched].astype(np.int64), num_users, dense_sums)
     return Aggregate(upload, num_samples, float(values[-1]) * 2.0**-LOSS_FRACTION_BITS)
@@ -266,9 +305,10 @@ def shared_secret(own: X25519PrivateKey, peer_public: np.ndarray) -> bytes:
     return own.exchange(X25519PublicKey.from_public_bytes(peer.tobytes()))
 
 
-def mask_stream(secret: bytes, server_round: int, length: int) -> np.ndarray:
-    """``length`` ring elements of the ChaCha20 keystream keyed by HKDF(secret, round)."""
-    info = b"fedrec secure aggregation round %d" % server_round
+def mask_stream(secret: bytes, server_round: int, length: int, run_id: int = 0) -> np.ndarray:
+    """``length`` ring elements of the ChaCha20 keystream keyed by HKDF(secret, run, round):
+    a mask serves one round of one run."""
+    info = b"fedrec secure aggregation run %d round %d" % (run_id, server_round)
     key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
     stream = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
     return np.frombuffer(stream.update(bytes(8 * length)), dtype=np.uint64)
@@ -281,6 +321,7 @@ def masked(
     peers: np.ndarray,
     keys: np.ndarray,
     server_round: int,
+    run_id: int = 0,
 ) -> np.ndarray:
     """``vector`` plus one mask per other peer (``peers``: partition ids, ``keys`` their
     public keys ``[p, 32]``): added towards a higher partition id, subtracted towards a
@@ -297,7 +338,7 @@ def masked(
     for peer, key in zip(peers, keys, strict=True):
         if peer == partition:
             continue
-        mask = mask_stream(shared_secret(own, key), server_round, len(out))
+        mask = mask_stream(shared_secret(own, key), server_round, len(out), run_id)
         if partition < peer:
             out += mask
         else:

@@ -40,11 +40,13 @@ from typing import Any
 import numpy as np
 
 from fedrec_flwr.aggregation import (
+    UPDATE_LIMIT,
     RobustRule,
     RowUpload,
     defended_row_changes,
     dense_changes,
     row_changes,
+    upload_violation,
 )
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import Method
@@ -53,12 +55,22 @@ from fedrec_flwr.schema import ConfigError
 from fedrec_flwr.seeding import keyed_rng
 from fedrec_flwr.server.optimizer import ServerOptimizer
 
-__all__ = ["Denoiser", "ServerModel", "initial_item_table"]
+__all__ = ["Denoiser", "ServerModel", "UpdateRefusedError", "initial_item_table"]
 
 #: (touched rows, their float64 change, the round's uploads) -> the change to apply.
 Denoiser = Callable[[np.ndarray, np.ndarray, Sequence[RowUpload]], np.ndarray]
 
 TABLE, TOUCHED = "item-table", "touched-ever"
+#: The largest value the table may hold without ``value_limit``: float32's.
+FLOAT32_LIMIT = float(np.finfo(np.float32).max)
+
+
+class UpdateRefusedError(ValueError):
+    """A round's update is refused whole (the model stays as it was): every upload lies
+    beyond ``update-limit``, or the update would leave the table or a shared-dense
+    parameter non-finite or beyond the values it may hold."""
+
+
 DENSE, OPTIMIZER = "dense/", "optim/"
 
 
@@ -88,6 +100,8 @@ class ServerModel:
         denoise: Denoiser | None = None,
         row_update_bound: float = 0.0,
         robust_aggregation: str = RobustRule.NONE,
+        update_limit: float = UPDATE_LIMIT,
+        value_limit: float = FLOAT32_LIMIT,
     ) -> None:
         self.table = table
         self.round_start_table = table
@@ -99,6 +113,8 @@ class ServerModel:
         self.denoise = denoise
         self.row_update_bound = row_update_bound
         self.robust_aggregation = RobustRule(robust_aggregation)
+        self.update_limit = update_limit
+        self.value_limit = value_limit  # the largest |value| of the table and dense parameters
         self.touched_ever = np.zeros(len(table), dtype=bool)
 
     @classmethod
@@ -123,6 +139,7 @@ class ServerModel:
             denoise=denoiser(config, num_items),
             row_update_bound=config.row_update_bound,
             robust_aggregation=config.robust_aggregation,
+            update_limit=config.update_limit,
         )
 
     @property
@@ -171,12 +188,24 @@ class ServerModel:
         evaluation reads). No copy: :meth:`apply` replaces the table, never writes into it."""
         self.round_start_table = self.table
 
+    def refusals(self, uploads: Sequence[RowUpload]) -> list[str | None]:
+        """For each upload, why it lies beyond ``update-limit`` (None: it does not)."""
+        return [
+            upload_violation(self.table, self.dense, upload, self.update_limit)
+            for upload in uploads
+        ]
+
     def apply(self, uploads: Sequence[RowUpload]) -> np.ndarray:
         """Update the table and shared-dense parameters with a round's valid uploads (see
-        the module's doc); return the rows it touched."""
+        the module's doc); return the rows it touched. Uploads beyond ``update-limit`` are
+        left out; :class:`UpdateRefusedError` (the model unchanged) when none is left, or when
+        the update would write a value that is not finite or beyond ``value_limit``."""
         if not uploads:
             raise ValueError("no uploads to apply: a round without any leaves the model as it is")
-        uploads = list(uploads)
+        refusals = self.refusals(uploads)
+        uploads = [upload for upload, why in zip(uploads, refusals, strict=True) if why is None]
+        if not uploads:
+            raise UpdateRefusedError(f"every upload of the round is refused: {refusals[0]}")
         if self.defended:
             touched, delta = defended_row_changes(
                 self.table,
@@ -189,15 +218,33 @@ class ServerModel:
             touched, delta = row_changes(self.table, uploads, self.aggregation)
         if self.denoise is not None:  # post-processing of the LDP noise
             delta = self.denoise(touched, delta, uploads)
-        self.table = self.optimizer.update_rows(self.table, touched, delta)
-        if self.zero_threshold is not None:  # rows at or below it are zero (and not sent)
-            self.table[np.abs(self.table).max(axis=1, initial=0.0) <= self.zero_threshold] = 0.0
-        self.dense = {
-            name: self.optimizer.update_dense(name, self.dense[name], change)
-            for name, change in dense_changes(self.dense, uploads).items()
-        }
+        saved = {k: np.array(v) for k, v in self.optimizer.state_arrays().items()}
+        with np.errstate(all="ignore"):
+            table = self.optimizer.update_rows(self.table, touched, delta)
+            if self.zero_threshold is not None:  # rows at or below it are zero (and not sent)
+                table[np.abs(table).max(axis=1, initial=0.0) <= self.zero_threshold] = 0.0
+            dense = {
+                name: self.optimizer.update_dense(name, self.dense[name], change)
+                for name, change in dense_changes(self.dense, uploads).items()
+            }
+        why = self._out_of_range({"item-table": table, **dense})
+        if why:
+            self.optimizer.load_state_arrays(saved)
+            raise UpdateRefusedError(f"the round's update would {why}; the model is left as it was")
+        self.table, self.dense = table, dense
         self.touched_ever[touched] = True
         return touched
+
+    def _out_of_range(self, values: Mapping[str, np.ndarray]) -> str | None:
+        """Why one of ``values`` may not be written (non-finite, beyond ``value_limit``)."""
+        for name, value in values.items():
+            with np.errstate(all="ignore"):
+                worst = float(np.abs(value).max(initial=0.0))
+            if not np.isfinite(value).all():
+                return f"make '{name}' non-finite"
+            if worst > self.value_limit:
+                return f"move '{name}' to {worst:.4g}, beyond {self.value_limit:.4g}"
+        return None
 
     def evaluation_table(self) -> np.ndarray:
         """The global table evaluation reads (the round's start, or its latest)."""

@@ -108,6 +108,28 @@ class ReplyReader:
         self.round_log.train_failures += self._missing("train", orders)
         return sorted(uploads, key=lambda entry: entry.partition_id)
 
+    def admissible(
+        self, uploads: Sequence[NodeUpload], refusals: Sequence[str | None]
+    ) -> list[NodeUpload]:
+        """The uploads without a refusal (``refusals``: why each lies beyond
+        ``update-limit``, None if it does not); the others are refused whole, logged and
+        counted as rejected replies holding values a diverging run makes."""
+        kept = []
+        for entry, why in zip(uploads, refusals, strict=True):
+            if why is None:
+                kept.append(entry)
+                continue
+            self.round_log.rejected_replies += 1
+            self.round_log.nonfinite_replies += 1
+            log(
+                WARNING,
+                "round %d: train reply of partition %d rejected, nothing of it is used: %s",
+                self.server_round,
+                entry.partition_id,
+                why,
+            )
+        return kept
+
     def evaluations(
         self,
         replies: Iterable[Message],

@@ -42,6 +42,7 @@ class SecureRounds:
     def __init__(self, federation: Any) -> None:
         self.nodes: Mapping[int, NodeInfo] = federation.nodes
         self.keys: Mapping[int, np.ndarray] = federation.public_keys
+        self.num_users: int = federation.num_users
 
     def peers(self, node_ids: Iterable[int]) -> dict[str, np.ndarray]:
         """The round's participants: ``secagg_peers`` (their partition ids, sorted) and
@@ -52,12 +53,20 @@ class SecureRounds:
         public = np.stack(stacked) if stacked else np.empty((0, secagg.KEY_BYTES), np.uint8)
         return {"secagg_peers": peers, "secagg_keys": public.astype(np.uint8)}
 
+    def value_limit(self) -> float:
+        """The largest magnitude a value of the table may have: what a user can encode."""
+        return secagg.value_limit(self.num_users)
+
     def __call__(self, server_round: int, nodes, sent, round_log) -> SecureReader:
-        return SecureReader(server_round, nodes, sent, round_log)
+        reader = SecureReader(server_round, nodes, sent, round_log)
+        reader.total_users = self.num_users
+        return reader
 
 
 class SecureReader(ReplyReader):
     """Reads a round's masked train replies into one upload: their unmasked sum."""
+
+    total_users = 0  # the federation's users (the encoding's range)
 
     def train_uploads(
         self, replies: Iterable[Message], orders: dict[int, TrainOrder], schema: ReplySchema
@@ -65,16 +74,32 @@ class SecureReader(ReplyReader):
         """The round's sum as one upload (partition -1) with its loss and sample sums, or
         none when a participant's vector is missing (the round is void)."""
         layout = secagg.Layout.of(schema.num_items, schema.row_dim, schema.dense_shapes)
+        num_users = sum(len(order.users) for order in orders.values())
         total = masked_total(self, replies, orders, layout.length)
         if total is None:
             return []
         try:
-            aggregate = secagg.decode(layout, total)
+            aggregate = secagg.decode(layout, total, num_users, self.total_users)
         except secagg.SecureAggregationError as error:
             log(WARNING, "round %d: secure aggregation void: %s", self.server_round, error)
             return []
         metrics = {"loss-sum": aggregate.loss_sum, "num-samples": aggregate.num_samples}
         return [NodeUpload(-1, aggregate.upload, metrics)]
+
+    def admissible(self, uploads, refusals) -> list[NodeUpload]:
+        """The round's sum unless it lies beyond what its users may upload (then the round
+        is void: which participant's vector made it so cannot be told)."""
+        for why in refusals:
+            if why is not None:
+                log(
+                    WARNING,
+                    "round %d: secure aggregation void: the round's sum lies beyond what its "
+                    "users may upload (%s); which participant sent it cannot be told",
+                    self.server_round,
+                    why,
+                )
+                return []
+        return list(uploads)
 
 
 def masked_total(

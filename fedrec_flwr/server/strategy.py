@@ -59,7 +59,7 @@ from fedrec_flwr.methods import Method
 from fedrec_flwr.server.checkpoint import Checkpoints
 from fedrec_flwr.server.evaluation_rounds import EvaluationRounds
 from fedrec_flwr.server.handshake import Federation, FederationError, NodeInfo
-from fedrec_flwr.server.model import ServerModel
+from fedrec_flwr.server.model import ServerModel, UpdateRefusedError
 from fedrec_flwr.server.payloads import PayloadPlanner, TrainOrder
 from fedrec_flwr.server.recording import RoundLog, RoundReporter
 from fedrec_flwr.server.replies import ReplyReader
@@ -91,6 +91,18 @@ def rows_record(
     return array_record(dense_arrays(model.dense), **arrays)
 
 
+def applied(model: ServerModel, uploads: list, server_round: int) -> np.ndarray | None:
+    """The rows the round's uploads touched, once applied to ``model``; None (logged, the
+    model unchanged) when none arrived or the update is refused."""
+    try:
+        if uploads:
+            return model.apply(uploads)
+    except UpdateRefusedError as error:
+        log(WARNING, "round %d: %s", server_round, error)
+    log(WARNING, "round %d: no training update arrived; the table is unchanged", server_round)
+    return None
+
+
 class FedRecStrategy(Strategy):
     """Sparse, row-wise federated averaging of a global item table, plus the mean of
     shared-dense parameters, through an optional server optimiser.
@@ -120,6 +132,8 @@ class FedRecStrategy(Strategy):
         self.num_users = federation.num_users
         self.nodes: dict[int, NodeInfo] = federation.nodes  # by node id, the planner's too
         self.secure = SecureRounds(federation) if config.secure_aggregation else None
+        if self.secure is not None:  # the table holds only what a user can encode
+            model.value_limit = self.secure.value_limit()
         self.planner = PayloadPlanner(config, federation.nodes, federation.num_users)
         self.evaluation = EvaluationRounds(config)
         self.stopping = RunStopping(config.early_stopping_patience)
@@ -202,18 +216,14 @@ class FedRecStrategy(Strategy):
         orders, self.orders = self.orders, {}
         reader = (self.secure or ReplyReader)(server_round, self.nodes, self.sent, self.round_log)
         uploads = reader.train_uploads(replies, orders, self.schema())  # secure: their sum
-        if not uploads:
-            log(
-                WARNING,
-                "round %d: no training update arrived; the table is unchanged",
-                server_round,
-            )
+        uploads = reader.admissible(uploads, self.model.refusals([u.upload for u in uploads]))
+        touched = applied(self.model, [entry.upload for entry in uploads], server_round)
+        if touched is None:
             return None, None
         loss_sum, num_samples = 0.0, 0
         for entry in uploads:  # partition order, not arrival order
             loss_sum += float(entry.metrics["loss-sum"])
             num_samples += int(entry.metrics["num-samples"])
-        touched = self.model.apply([entry.upload for entry in uploads])
         self.round_log.touched_items = len(touched)
         self.round_log.train_users = sum(entry.upload.num_users for entry in uploads)
         metrics = {

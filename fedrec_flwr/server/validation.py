@@ -69,7 +69,7 @@ def check_train_reply(
     """The upload of a valid train reply; raise :class:`ReplyError` otherwise."""
     _keys(arrays, schema.train_keys(), {"item-ids", "row-sums", "row-counts"}, "train")
     num_users = _number(metrics, "num-users", integral=True)
-    if num_users > len(order.users):
+    if num_users != len(order.users):
         raise ReplyError(
             f"num-users={num_users:g} but the server selected {len(order.users)} users on "
             "this node this round"

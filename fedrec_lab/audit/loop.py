@@ -27,6 +27,8 @@ def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
     runtime = NodeRuntime(config, prepared, 0, 1)
     state = runtime.initial_state()
     model = ServerModel.initial(config, runtime.method, prepared.num_items)
+    if config.secure_aggregation:  # the table holds what a user can encode
+        model.value_limit = secagg.value_limit(prepared.num_users)
     history = []
     for server_round in range(1, config.num_server_rounds + 1):
         users = participants(config.seed, server_round, prepared.num_users, config.fraction_train)
@@ -45,7 +47,9 @@ def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
         if result.secure is not None:  # one node: its vector is the round's sum, unmasked
             shapes = {name: value.shape for name, value in model.dense.items()}
             layout = secagg.Layout.of(model.num_items, model.row_dim, shapes)
-            upload = secagg.decode(layout, result.secure).upload
+            upload = secagg.decode(
+                layout, result.secure, result.num_users, prepared.num_users
+            ).upload
         model.apply([upload])
         last = server_round == config.num_server_rounds
         if server_round % config.eval_every and not last:

@@ -59,6 +59,7 @@ class Verdict:
     folder: Path | None
     rounds: int = 0
     planned: int | None = None  # num-server-rounds of its config.json
+    void_rounds: tuple[int, ...] = ()  # a completed run's rounds that changed nothing shared
 
     @property
     def resumable(self) -> bool:
@@ -71,6 +72,14 @@ class Verdict:
         if self.folder is None:
             return "no run folder was written"
         of = f" of {self.planned}" if self.planned else ""
+        if self.state == COMPLETED and self.void_rounds:
+            void = ", ".join(map(str, self.void_rounds[:10]))
+            more = f" and {len(self.void_rounds) - 10} more" if len(self.void_rounds) > 10 else ""
+            return (
+                f"{self.rounds} rounds in rounds.csv, summary.json written ({self.folder}); "
+                f"{len(self.void_rounds)} of them void, no shared update applied (rounds "
+                f"{void}{more}: see the warnings of the log)"
+            )
         if self.state == COMPLETED:
             return f"{self.rounds} rounds in rounds.csv, summary.json written ({self.folder})"
         return f"{self.rounds}{of} rounds in rounds.csv, no summary.json ({self.folder})"
@@ -84,4 +93,10 @@ def judge(folder: Path | None) -> Verdict:
     with contextlib.suppress(OSError, ValueError, AttributeError):
         planned = json.loads((folder / "config.json").read_text()).get("num-server-rounds")
     done = (folder / "summary.json").is_file() and not (folder / incomplete_marker()).exists()
-    return Verdict(COMPLETED if done else UNFINISHED, folder, rounds_written(folder), planned)
+    void: tuple[int, ...] = ()
+    if done:
+        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+            summary = json.loads((folder / "summary.json").read_text())
+            void = tuple(int(r) for r in summary.get("void_rounds") or ())
+    state = COMPLETED if done else UNFINISHED
+    return Verdict(state, folder, rounds_written(folder), planned, void)

@@ -29,6 +29,8 @@ from fedrec_lab.launch.tools import Say, quiet
 from fedrec_lab.project import project_root
 
 COMPLETED = "finished:completed"
+#: A run that ran its rounds but some changed nothing shared (summary.json's void_rounds).
+COMPLETED_VOID = "finished:completed-with-void-rounds"
 #: The status when the SuperLink died and the run folder shows no completed run.
 SUPERLINK_DIED = "unknown:superlink-died"
 #: Without a SuperLink, the run's process is stopped once its rounds.csv stood still this long.
@@ -233,6 +235,9 @@ def conclude(
         if status != COMPLETED:
             flower = f"Flower reported {status}" if status else "Flower could not tell"
             say(f"warning: {flower}, but the run completed: {verdict.describe()}")
+        if verdict.void_rounds:
+            say(f"warning: the run is not a plain completed one: {verdict.describe()}")
+            return Outcome(COMPLETED_VOID, output, verdict.folder)
         return Outcome(COMPLETED, output, verdict.folder)
     if verdict.state == run_folder.UNFINISHED:
         say(f"the run did not finish: {verdict.describe()}")

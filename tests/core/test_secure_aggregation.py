@@ -16,7 +16,7 @@ from fedrec_flwr.aggregation import RowUpload, row_changes
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
-from fedrec_flwr.messages import record_arrays
+from fedrec_flwr.messages import array_record, record_arrays
 from fedrec_flwr.methods import build_method
 from fedrec_flwr.privacy import secagg
 from fedrec_flwr.schema import ConfigError
@@ -91,7 +91,7 @@ def test_a_missing_participant_leaves_masks_in_the_sum():
     partial = secagg.ring_sum(masked[:2])
     assert not np.array_equal(partial, secagg.ring_sum(plain[:2]))
     with pytest.raises(secagg.SecureAggregationError, match="masks do not cancel"):
-        secagg.decode(layout, partial)
+        secagg.decode(layout, partial, 4, 100)
 
 
 def test_an_upload_alone_is_indistinguishable_from_uniform():
@@ -151,7 +151,7 @@ def test_the_unmasked_sum_is_the_plain_aggregation(nodes, users, scale, rule, se
         np.add.at(sums, inverse, tuned.astype(np.float64))
         counts = np.bincount(inverse)
         plain.append(RowUpload(ids, sums, counts, users, {"w": dense_tuned.sum(0, dtype=float)}))
-    aggregate = secagg.decode(layout, secagg.ring_sum(vectors))
+    aggregate = secagg.decode(layout, secagg.ring_sum(vectors), nodes * users, nodes * users)
     touched, change = row_changes(table, plain, rule)
     secure_touched, secure_change = row_changes(table, [aggregate.upload], rule)
     resolution = nodes * users * 2.0**-secagg.FRACTION_BITS
@@ -196,6 +196,63 @@ def test_a_change_out_of_range_fails_with_a_message():
                 loss_sum=0.0,
                 total_users=943,
             )
+
+
+def test_the_encoding_limit_is_exclusive():
+    """At exactly 2^30 / users the total of every user could reach 2^30: refused; the next
+    float below it encodes."""
+    layout = secagg.Layout.of(4, 2, {})
+    limit = secagg.value_limit(943)
+    kw = {"num_users": 1, "num_samples": 1, "loss_sum": 0.0, "total_users": 943}
+    with pytest.raises(secagg.SecureAggregationError, match="strictly within"):
+        secagg.encode(layout, np.array([1]), np.array([[limit, 0.0]]), {}, **kw)
+    secagg.encode(layout, np.array([1]), np.array([[np.nextafter(limit, 0), 0.0]]), {}, **kw)
+
+
+def a_round(layout, nodes=3, users=2):
+    """The masked vectors of a round of ``nodes`` nodes of ``users`` users each."""
+    rng = np.random.default_rng(5)
+    partitions = np.arange(nodes)
+    private, public = keys(partitions)
+    return [
+        secagg.masked(node_vector(layout, rng, users)[0], private[p], p, partitions, public, ROUND)
+        for p in partitions
+    ]
+
+
+RING = 2**64
+
+
+@pytest.mark.parametrize(
+    ("where", "shift", "match"),
+    [
+        ("row", 2**63, "beyond what its users can encode"),  # 2^31 in value: a wrap-around
+        ("row", -(2**63), "beyond what its users can encode"),
+        ("untouched", 1, "a row no user trained must be zero"),
+        ("count", 2**40, "more than the 6 that trained"),
+        ("count", -(2**40), "a participant's masks do not cancel"),
+        ("users", 1, "7 users where 6 trained"),
+        ("users", -1, "5 users where 6 trained"),
+    ],
+)
+def test_a_tampered_sum_is_refused(where, shift, match):
+    """Whatever one participant adds to its masked vector, the sum does not decode unless
+    it is a round's: the users the schedule says, counts within them, untouched rows zero,
+    values within their users' range."""
+    layout = secagg.Layout.of(20, 4, {})
+    vectors = a_round(layout)
+    plain = secagg.decode(layout, secagg.ring_sum(vectors), 6, 100).upload
+    untouched = int(np.setdiff1d(np.arange(20), plain.item_ids)[0])
+    index = {
+        "row": int(plain.item_ids[0]) * 4,
+        "untouched": untouched * 4 + 1,
+        "count": layout.rows_end + int(plain.item_ids[0]),
+        "users": layout.length - 3,
+    }[where]
+    vectors[1] = vectors[1].copy()
+    vectors[1][index : index + 1] += np.array([shift % RING], dtype=np.uint64)  # wraps
+    with pytest.raises(secagg.SecureAggregationError, match=match):
+        secagg.decode(layout, secagg.ring_sum(vectors), 6, 100)
 
 
 def test_a_wrong_participant_list_is_refused():
@@ -289,6 +346,34 @@ def test_a_missing_participant_voids_the_round(tmp_path, caplog):
     assert strategy.round_log.train_failures == 1
     assert "round's shared update is void" in caplog.text
     assert "not implemented" in caplog.text
+
+
+@pytest.mark.usefixtures("private_cache")
+def test_a_repeated_round_is_refused_before_training(tmp_path):
+    """The same round's train message again (or an earlier round's): every node refuses,
+    so no two answers under the same masks exist."""
+    strategy, grid = connected(tmp_path, 2, **{"secure-aggregation": True})
+    _, replies = train_round(strategy, grid, server_round=2)
+    assert not any(reply.has_error() for reply in replies)
+    for server_round in (2, 1):
+        again = list(strategy.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid))
+        for reply in grid.send_and_receive(again, timeout=600):
+            assert reply.has_error() and "a repeated round" in reply.error.reason
+
+
+@pytest.mark.usefixtures("private_cache")
+def test_a_tampered_vector_voids_the_round_and_blames_no_node(tmp_path, caplog):
+    """2^31 added to one row of one node's masked vector (its counts left alone): the sum
+    does not decode, the table stays as it was, no node is told it diverged."""
+    strategy, grid = connected(tmp_path, 3, **{"secure-aggregation": True})
+    table = strategy.model.table
+    _, replies = train_round(strategy, grid)
+    arrays = record_arrays(replies[1].content["arrays"])
+    arrays["secure"][7:8] += np.array([2**63], dtype=np.uint64)
+    replies[1].content["arrays"] = array_record(arrays)
+    assert strategy.aggregate_train(1, replies) == (None, None)
+    assert strategy.model.table is table
+    assert "beyond what its users can encode" in caplog.text and "diverged" not in caplog.text
 
 
 @pytest.mark.usefixtures("private_cache")

@@ -191,3 +191,51 @@ def test_an_unavailable_node_counts_once_for_the_node_it_answers_for(tmp_path, c
     assert strategy.round_log.train_failures == 1
     assert f"node {lost.metadata.dst_node_id} failed to train" in caplog.text
     assert "no train reply within the round timeout" not in caplog.text
+
+
+@pytest.mark.parametrize("value", [1e300, 1e6])
+def test_a_finite_value_beyond_the_update_limit_is_refused_not_clipped(tmp_path, value, caplog):
+    """One finite 1e300 or 1e6 in a node's row-sums: that reply is left out whole, the table
+    is the other replies' alone, and stays finite."""
+    strategy, grid = connected(tmp_path, 3)
+    replies = train_round(strategy, grid)
+    without = copy.deepcopy(strategy)
+    bad = next(r for r in replies if r.metadata.src_node_id == 1001)
+    tamper(bad, "row-sums", lambda rows: rows.__setitem__((0, 0), value))
+    strategy.aggregate_train(1, replies)
+    without.aggregate_train(1, [r for r in replies if r is not bad])
+    assert state_bytes(strategy) == state_bytes(without)
+    assert np.isfinite(strategy.model.table).all() and np.abs(strategy.model.table).max() < 10
+    assert strategy.round_log.rejected_replies == 1
+    assert "train reply of partition 1 rejected" in caplog.text
+    assert "beyond update-limit=10000" in caplog.text
+
+
+def test_a_node_reporting_other_user_counts_is_refused(tmp_path, caplog):
+    strategy, grid = connected(tmp_path, 3)
+    replies = train_round(strategy, grid)
+    replies[0].content["metrics"]["num-users"] = 1  # the node trained 10
+    strategy.aggregate_train(1, replies)
+    assert strategy.round_log.rejected_replies == 1
+    assert "num-users=1 but the server selected 10 users" in caplog.text
+
+
+def test_a_run_with_void_rounds_is_not_a_plain_completed_one(tmp_path):
+    """Every node fails round 2: the round changes nothing shared, summary.json lists it and
+    the run folder's verdict says so."""
+    from fedrec_lab.launch import run_folder
+
+    def failing(message, context):
+        server_round = int(message.content["config"]["server-round"])
+        if message.metadata.message_type == "train" and server_round == 2:
+            raise RuntimeError("this node fails round 2")
+        return client_app(message, context)
+
+    run_config = {**SMALL, "results-dir": str(tmp_path / "results")}
+    grid = LocalGrid(failing, run_config, num_nodes=2)
+    summary = run_federation(grid, RunConfig.from_mapping(run_config))
+    assert summary["diverged_round"] is None and summary["void_rounds"] == [2]
+    (folder,) = (tmp_path / "results").iterdir()
+    verdict = run_folder.judge(folder)
+    assert verdict.state == run_folder.COMPLETED and verdict.void_rounds == (2,)
+    assert "1 of them void, no shared update applied (rounds 2" in verdict.describe()

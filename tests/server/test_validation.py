@@ -68,7 +68,7 @@ def train_cases(draw) -> TrainCase:
     dense = draw(st.sampled_from(DENSE_CHOICES))
     schema = ReplySchema(num_items, row_dim, dense)
     users = _ids(draw(st.sets(st.integers(0, 999), min_size=1, max_size=8)))
-    num_users = draw(st.integers(1, len(users)))
+    num_users = len(users)  # a node trains every user it is sent
     uploaded = draw(st.lists(st.integers(0, num_items - 2), min_size=1, unique=True))
     uploaded = draw(st.permutations(uploaded))
     split = draw(st.integers(1, len(uploaded)))  # item-ids: uploaded[:split]; zero: the rest
@@ -286,8 +286,11 @@ def count_above_users(case, data):
     return f"'row-counts' holds counts above num-users={case.metrics['num-users']}"
 
 
-def too_many_users(case, data):
-    case.metrics["num-users"] = len(case.order.users) + data.draw(st.integers(1, 3))
+def other_user_count(case, data):
+    shift = data.draw(st.sampled_from([-1, 1, 2, 3]))
+    if len(case.order.users) + shift < 0:
+        shift = 1
+    case.metrics["num-users"] = len(case.order.users) + shift
     return (
         f"num-users={case.metrics['num-users']} but the server selected "
         f"{len(case.order.users)} users on this node"
@@ -349,7 +352,7 @@ TRAIN_CORRUPTIONS = [
     unsent_row,
     count_below_one,
     count_above_users,
-    too_many_users,
+    other_user_count,
     negative_users,
     fractional_users,
     metric_not_finite,
