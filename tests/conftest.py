@@ -7,6 +7,13 @@ from pathlib import Path
 
 import pytest
 
+# The conformance mixins' asserts explain themselves as a test's do.
+pytest.register_assert_rewrite("fedrec_lab.testing")
+
+#: The toy method's package runs its own tests where it is installed
+#: (tests/apps/test_out_of_tree_method.py), not in this suite.
+collect_ignore = ["toy_method"]
+
 
 @pytest.fixture(scope="session")
 def real_data_dir() -> Path:

@@ -6,7 +6,7 @@ the modules of :mod:`fedrec_flwr.methods` (:func:`register_builtin_methods`, lis
 them. A method from another installed package joins through an entry point of the group
 ``fedrec_flwr.methods`` naming its card (``toy = "fedrec_toy:CARD"``), loaded the first time
 the registry is read, so ``flwr run``, ``fedrec tune`` and ``fedrec audit`` run it like a
-built-in one; a session or a test may also call :func:`register_method`
+built-in one; a script or a test may also call :func:`register_method`
 (``docs/adding-a-method.md``). Config validation, the node, the server, tuning and the audit
 all read :func:`methods`.
 """
@@ -135,7 +135,7 @@ def register_plugin(plugin: Plugin) -> Plugin:
 
 
 def unregister_method(name: str) -> None:
-    """Remove method ``name`` (a method registered for a test or a session)."""
+    """Remove method ``name`` (a method registered for a test or a script)."""
     _METHODS.pop(name)
 
 

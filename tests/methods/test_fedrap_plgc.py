@@ -8,12 +8,6 @@ from typing import ClassVar
 import numpy as np
 import pytest
 import torch
-from conformance import (
-    TINY,
-    MethodConformance,
-    random_samples,
-    user_params,
-)
 
 from fedrec_flwr.aggregation import RowUpload, row_changes
 from fedrec_flwr.config import ConfigError, RunConfig
@@ -24,6 +18,12 @@ from fedrec_flwr.methods.fedrap import LOCAL, fedrap_weights
 from fedrec_flwr.methods.plgc import ALPHA, GLOBAL, decorrelation_loss, ntk_alpha
 from fedrec_flwr.node.training import epoch_steps, round_context
 from fedrec_flwr.spectrum import effective_rank
+from fedrec_lab.testing import (
+    TINY,
+    MethodConformance,
+    random_samples,
+    user_params,
+)
 
 FEDRAP = {"method": "fedrap", "fedrap-distance": "bounded", "fedrap-v1": 0.5, "fedrap-v2": 0.1}
 

@@ -6,13 +6,6 @@ from typing import ClassVar
 import numpy as np
 import pytest
 import torch
-from conformance import (
-    FederationConformance,
-    StateConformance,
-    StepConformance,
-    random_samples,
-    user_params,
-)
 from torch.nn.functional import binary_cross_entropy_with_logits as bce
 
 from fedrec_flwr.config import ConfigError, RunConfig
@@ -21,6 +14,13 @@ from fedrec_flwr.methods.adam_state import ADAM_STEPS, adam_moment_names, adam_s
 from fedrec_flwr.methods.fedncf import USER_GMF, USER_MLP, chunk_weights
 from fedrec_flwr.node.optim import SGD, PrivateAdam, build_optimizer
 from fedrec_flwr.node.training import _gradient_fn, epoch_steps
+from fedrec_lab.testing import (
+    FederationConformance,
+    StateConformance,
+    StepConformance,
+    random_samples,
+    user_params,
+)
 
 
 def fedrecgel(**changes):

@@ -5,7 +5,6 @@ logits; and a method that declares them really has them."""
 import numpy as np
 import pytest
 import torch
-from conformance import TINY, user_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +12,7 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import build_method
 from fedrec_flwr.node.personal import PersonalRows
 from fedrec_flwr.node.protocols import held_items, lookup_rows, score_held_padded, score_held_pairs
+from fedrec_lab.testing import TINY, user_params
 
 ITEMS = 60
 ROWWISE = {

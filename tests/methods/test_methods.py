@@ -6,11 +6,11 @@ from typing import ClassVar
 import numpy as np
 import pytest
 import torch
-from conformance import MethodConformance
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import ROWS, build_method
 from fedrec_flwr.node.training import RoundSamples, local_update
+from fedrec_lab.testing import MethodConformance
 
 
 def sigmoid(x):

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 import torch
-from conformance import random_samples, user_params
 
 from fedrec_flwr.aggregation import RowUpload, aggregate_rows, row_changes
 from fedrec_flwr.config import ConfigError, RunConfig
@@ -11,6 +10,7 @@ from fedrec_flwr.methods import ROWS, Step, build_method
 from fedrec_flwr.node.optim import NORM_EPS, SAM, SGD, build_optimizer
 from fedrec_flwr.node.training import _gradient_fn, epoch_steps
 from fedrec_flwr.server.optimizer import BETA2, EPS, ServerOptimizer
+from fedrec_lab.testing import random_samples, user_params
 
 
 # ------------------------------------------------------------------- local SAM

@@ -9,7 +9,6 @@ import inspect
 import numpy as np
 import pytest
 import torch
-from conformance import user_params
 
 from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.methods import (
@@ -31,6 +30,7 @@ from fedrec_flwr.methods import (
     unregister_plugin,
 )
 from fedrec_flwr.methods.plugin import DERIVED, Delegated, method_members
+from fedrec_lab.testing import user_params
 
 
 class DoesNothing(MethodPlugin):

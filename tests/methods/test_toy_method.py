@@ -1,97 +1,26 @@
-"""Adding a method is one module: a toy method defined in this file alone, registered at run
-time, then validated, federated, tuned and listed by the audit like a built-in one, and held
-to the whole conformance suite (``docs/adding-a-method.md`` walks through this file)."""
+"""Adding a method is one module: the toy method of its own package (``tests/toy_method``),
+registered at run time, then validated, federated, tuned and listed by the audit like a
+built-in one, and held to the whole conformance suite (``docs/adding-a-method.md`` walks
+through it). Installed, the package is found through its entry point instead
+(``tests/apps/test_out_of_tree_method.py``)."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-import numpy as np
 import pytest
-import torch
-from conformance import TINY, MethodConformance
+from fedrec_toy import CARD, ToyMF
 
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import ConfigError, RunConfig
-from fedrec_flwr.methods import (
-    ROWS,
-    Method,
-    Step,
-    method_card,
-    register_method,
-    unregister_method,
-)
-from fedrec_flwr.methods.base import bce_grad, linear_logits, linear_logits_all, user_normal
-from fedrec_flwr.methods.card import ITEM_LR, LR, AuditImitation, MethodCard
-from fedrec_flwr.schema import POSITIVE, Dim, Key, KeyGroup
+from fedrec_flwr.methods import method_card, register_method, unregister_method
+from fedrec_flwr.schema import Dim
 from fedrec_flwr.server_app import run_federation
 from fedrec_lab.audit.command import config_keys
 from fedrec_lab.audit.run import auditable_methods
 from fedrec_lab.local_grid import LocalGrid
+from fedrec_lab.testing import TINY, MethodConformance
 from fedrec_lab.tuning import space_for
-
-USER, BIAS = "toy-user", "toy-bias"
-
-TOY_KEYS = KeyGroup(
-    title="Toy",
-    owner=__name__,
-    keys=(
-        Key(
-            "toy-temperature",
-            1.0,
-            "the toy method's scores are divided by it",
-            range=POSITIVE,
-        ),
-        Key("toy-bias", True, "`true`: each user trains a private bias; `false`: none"),
-    ),
-)
-
-
-class ToyMF(Method):
-    """Matrix factorisation with an optional private user bias, its scores divided by a
-    temperature (``toy-temperature``)."""
-
-    name = "toy"
-    rowwise_logits = True  # linear_logits: a product and a sum over each row
-
-    def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
-        """User vectors ~ N(0, init-std^2), keyed by (seed, user); biases 0."""
-        params = {USER: torch.from_numpy(user_normal(self.config, users, self.dim, key=9))}
-        if self.config.toy_bias:
-            params[BIAS] = torch.zeros(len(users))
-        return params
-
-    def logits(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
-        scores = linear_logits(rows, params[USER], params.get(BIAS))
-        return scores / self.config.toy_temperature
-
-    def logits_all(self, params: dict[str, torch.Tensor], table: torch.Tensor) -> torch.Tensor:
-        scores = linear_logits_all(table, params[USER], params.get(BIAS))
-        return scores / self.config.toy_temperature
-
-    def closed_form_grads(self, step: Step, params, rows, wrt):
-        """The BCE's gradients by hand (autograd's, which the conformance suite checks)."""
-        logits = self.logits(params, rows)
-        grad_logits = bce_grad(logits, step) / self.config.toy_temperature
-        grads = {}
-        if USER in wrt:
-            grads[USER] = (grad_logits.unsqueeze(-1) * rows).sum(1)
-        if BIAS in wrt:
-            grads[BIAS] = grad_logits.sum(-1)
-        if ROWS in wrt:
-            grads[ROWS] = grad_logits.unsqueeze(-1) * params[USER].unsqueeze(1)
-        return grads, logits
-
-
-CARD = MethodCard(
-    ToyMF,
-    title="Toy",
-    paper="a toy method, defined in tests/methods/test_toy_method.py",
-    keys=TOY_KEYS,
-    search_space={"lr": LR, "item-lr": ITEM_LR, "toy-temperature": Dim(0.25, 4.0)},
-    # At temperature 1, FedMF with a bias: the audit's shadow steps user and rows jointly.
-    audit=AuditImitation(update="joint", head="random", train_bias=True, ldp_clip=3.0),
-)
 
 
 @pytest.fixture(autouse=True, scope="module")

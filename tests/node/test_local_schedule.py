@@ -8,8 +8,6 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from conformance import random_samples, user_params
-from conformance_data import STEPS, TINY, cloned, only_user, row_tables
 
 from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.methods import ROWS, build_method
@@ -24,6 +22,15 @@ from fedrec_flwr.node.training import (
     epoch_steps,
     local_update,
     round_context,
+)
+from fedrec_lab.testing import (
+    STEPS,
+    TINY,
+    cloned,
+    only_user,
+    random_samples,
+    row_tables,
+    user_params,
 )
 
 CPU = torch.device("cpu")

@@ -11,12 +11,12 @@ copy of the shared-dense ones) and loss ``L``; the base gradient ``g = grad L(p,
 import numpy as np
 import pytest
 import torch
-from conformance import random_samples, user_params
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import ROWS, Role, build_method
 from fedrec_flwr.node.optim import SAM, SGD, SamMode, build_optimizer
 from fedrec_flwr.node.training import _gradient_fn, epoch_steps
+from fedrec_lab.testing import random_samples, user_params
 
 RHO_PRIVATE, RHO_SHARED = 0.3, 0.2
 

@@ -1,5 +1,6 @@
-"""The data of the method conformance suite (:mod:`conformance`): the tiny federation's
-settings, synthetic round samples and parameters, and what a federation run leaves."""
+"""The data of the method conformance suite (:mod:`fedrec_lab.testing`): the tiny
+federation's settings, synthetic round samples and parameters, and what a federation run
+leaves."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ wants, and sets ``config`` (run-config overrides naming the method and its setti
   (7) the train loss falls over a few rounds, and below that of the same run without
   learning; (8) a failing node does not stop aggregation.
 
-Everything runs on tiny synthetic data (:mod:`conformance_data`) so that the whole suite stays
-within seconds.
+Everything runs on tiny synthetic data (:mod:`fedrec_lab.testing._data`) so that the whole
+suite stays within seconds.
 """
 
 from __future__ import annotations
@@ -25,17 +25,6 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 import torch
-from conformance_data import (
-    STEPS,
-    TINY,
-    Run,
-    Uploads,
-    cloned,
-    only_user,
-    random_samples,
-    row_tables,
-    user_params,
-)
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, RecordDict
 
 from fedrec_flwr.client_app import STATE_KEY, load_state, save_state
@@ -49,18 +38,17 @@ from fedrec_flwr.node.training import autograd_grads, epoch_steps, local_update
 from fedrec_flwr.results import TIMING_COLUMNS, RunRecorder
 from fedrec_flwr.server_app import initial_item_table, run_federation
 from fedrec_lab.local_grid import LocalGrid
-
-__all__ = [
-    "STEPS",
-    "TINY",
-    "ConformanceBase",
-    "FederationConformance",
-    "MethodConformance",
-    "StateConformance",
-    "StepConformance",
-    "random_samples",
-    "user_params",
-]
+from fedrec_lab.testing._data import (
+    STEPS,
+    TINY,
+    Run,
+    Uploads,
+    cloned,
+    only_user,
+    random_samples,
+    row_tables,
+    user_params,
+)
 
 _RUNS: dict[tuple, Run] = {}  # federation runs shared between tests of one class
 
