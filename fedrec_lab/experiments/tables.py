@@ -11,9 +11,9 @@ from fedrec_lab.experiments.cells import PRESET_FALLBACK, SHORT, RowSpec
 from fedrec_lab.experiments.sampled import MODELS as SAMPLED_MODELS
 from fedrec_lab.project import conf_dir
 
-#: PFedRec paper (Zhang et al., IJCAI 2023), HR@10 / NDCG@10 in %, mean of 5 runs.
-PAPER: dict[tuple[str, str], tuple[float, float]] = {
-    # Table 2
+#: PFedRec paper (Zhang et al., IJCAI 2023), HR@10 / NDCG@10 in %, mean of 5 runs: Table 2,
+#: the federated methods (its rows, in its order).
+TABLE2: dict[tuple[str, str], tuple[float, float]] = {
     ("fedmf", "ml-100k"): (65.15, 39.38),
     ("fedmf", "ml-1m"): (67.72, 40.90),
     ("fedmf", "lastfm-2k"): (81.64, 69.36),
@@ -30,7 +30,10 @@ PAPER: dict[tuple[str, str], tuple[float, float]] = {
     ("pfedrec", "ml-1m"): (73.26, 44.36),
     ("pfedrec", "lastfm-2k"): (82.38, 73.19),
     ("pfedrec", "amazon-video"): (60.08, 39.12),
-    # Table 3, "w/ DualPer" (FedMF w/ DualPer is PFedRec: the paper prints the same numbers)
+}
+#: Its Table 3, "w/ DualPer": each row beside its base method's of Table 2 (FedMF w/ DualPer
+#: is PFedRec: the paper prints the same numbers).
+TABLE3: dict[tuple[str, str], tuple[float, float]] = {
     ("fedmf-dual", "ml-100k"): (71.62, 43.44),
     ("fedmf-dual", "ml-1m"): (73.26, 44.36),
     ("fedmf-dual", "lastfm-2k"): (82.38, 73.19),
@@ -43,8 +46,13 @@ PAPER: dict[tuple[str, str], tuple[float, float]] = {
     ("fedrecon-dual", "ml-1m"): (68.89, 40.04),
     ("fedrecon-dual", "lastfm-2k"): (83.51, 74.83),
     ("fedrecon-dual", "amazon-video"): (60.23, 39.20),
-    # FedRecGEL: its reference code on our Last.fm-2K file (docs/methods/fedrecgel.md),
-    # round on test
+}
+#: The published values beside the paper protocol's rows: PFedRec's Tables 2-4 and
+#: FedRecGEL's reference code on our Last.fm-2K file (docs/methods/fedrecgel.md), round on
+#: test.
+PAPER: dict[tuple[str, str], tuple[float, float]] = {
+    **TABLE2,
+    **TABLE3,
     ("fedrecgel", "lastfm-2k"): (66.4, 45.0),
 }
 #: PFedRec paper Table 4: Laplace(0, lambda) on the uploaded item rows (lambda 0: PFedRec).
@@ -73,7 +81,18 @@ for _dataset, _values in _TABLE4.items():
 
 MAIN = ("ml-100k", "lastfm-2k")  # the datasets with presets of their own
 PAPER_DATASETS = ("ml-100k", "lastfm-2k", "ml-1m", "amazon-video")
-LEAKAGE_METHODS = ("pfedrec", "fedmf", "fedncf", "fedrecon")
+
+
+def rows_of(paper_table: dict[tuple[str, str], tuple[float, float]]) -> list[str]:
+    """The rows (presets) of a published table, in its order."""
+    return list(dict.fromkeys(preset for preset, _ in paper_table))
+
+
+def registered_methods() -> list[str]:
+    """The registered methods, in registry order (imports the runtime: only when asked)."""
+    from fedrec_flwr.methods import methods
+
+    return list(methods())
 
 
 @dataclass(frozen=True)
@@ -102,17 +121,16 @@ def strict_presets(dataset: str) -> list[str]:
     short = SHORT[dataset] if dataset in MAIN else SHORT[PRESET_FALLBACK]
     suffix = f"-{short}-strict.toml"
     families = sorted(p.name.removesuffix(suffix) for p in conf_dir().glob(f"*{suffix}"))
-    first = [m for m in ("pfedrec", "fedmf", "fedncf", "fedrecon", "fedrecgel", "fedrap")]
+    first = registered_methods()  # each method's own preset first, in registry order
     return [m for m in first if m in families] + [m for m in families if m not in first]
 
 
 def _table2(datasets):
-    methods = ("fedmf", "fedncf", "fedrecon", "pfedrec")
-    return [federated(m, d, "paper") for d in datasets for m in methods]
+    return [federated(m, d, "paper") for d in datasets for m in rows_of(TABLE2)]
 
 
 def _table3(datasets):
-    methods = ("fedmf", "fedmf-dual", "fedncf", "fedncf-dual", "fedrecon", "fedrecon-dual")
+    methods = [m for dual in rows_of(TABLE3) for m in (dual.removesuffix("-dual"), dual)]
     return [federated(m, d, "paper") for d in datasets for m in methods]
 
 
@@ -153,11 +171,16 @@ def _strict(datasets):
     return rows
 
 
+def leakage_methods() -> list[str]:
+    """The methods of PFedRec's Table 2, in registry order: the leakage table's rows."""
+    return [m for m in registered_methods() if m in rows_of(TABLE2)]
+
+
 def _leakage(datasets):
     rows = []
     for d in datasets:
         for protocol in ("paper", "strict"):
-            rows += [federated(m, d, protocol) for m in LEAKAGE_METHODS]
+            rows += [federated(m, d, protocol) for m in leakage_methods()]
             rows += [reference(name, d, protocol) for name in LOCAL]
             rows += [reference(name, d, protocol) for name in SAMPLED_MODELS]
     return rows
