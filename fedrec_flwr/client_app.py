@@ -25,12 +25,16 @@ from fedrec_flwr.node import context_state, state_store
 from fedrec_flwr.node import timing as node_timing
 from fedrec_flwr.node.faults import inject_fault
 from fedrec_flwr.node.runtime import NodeRuntime, NodeState
-from fedrec_flwr.privacy import secagg
+from fedrec_flwr.privacy import secagg, secagg_trust
 
 app = ClientApp(mods=node_timing.mods(lambda context: node_runtime(context)))
 STATE_KEY = context_state.STATE_KEY
 SECAGG_KEY = "secagg-key"  # the node's X25519 private key (secure-aggregation)
 SECAGG_ROUND = "secagg-round"  # the run and round this node last masked for
+#: Node config: the identity key file (a SuperNode's authentication key serves) and the
+#: roster folder of every partition's identity public key (``<partition>.pub``).
+IDENTITY_KEY, ROSTER = "secagg-identity-key", "secagg-roster"
+PINNED = "secagg-pinned"  # the identity keys first shown for each partition (no roster)
 _RUNTIMES: dict[tuple, NodeRuntime] = {}
 _DEVICES: dict[str, DeviceData] = {}
 
@@ -142,11 +146,30 @@ def hello(msg: Message, context: Context) -> Message:
         "num-items": runtime.prepared.num_items,
     }
     _with_request(runtime, 0, arrays, metrics)
-    if run.secure_aggregation:  # a fresh key pair; the public key goes to the server
-        key = secagg.private_key(run.seed, runtime.partition_id, run.secure_aggregation_keys)
-        context.state[SECAGG_KEY] = array_record(private=secagg.private_bytes(key))
-        arrays["secagg_public"] = secagg.public_bytes(key)
+    if run.secure_aggregation:
+        arrays.update(_key_pair(msg, context, runtime))
     return _reply(msg, arrays, metrics, records=known)
+
+
+def _key_pair(msg: Message, context: Context, runtime: NodeRuntime) -> dict[str, np.ndarray]:
+    """A fresh X25519 key pair (kept in the node's state); the public key goes to the
+    server signed by the node's identity key, with the identity's public key."""
+    run, partition = runtime.config, runtime.partition_id
+    key = secagg.private_key(run.seed, partition, run.secure_aggregation_keys)
+    context.state[SECAGG_KEY] = array_record(private=secagg.private_bytes(key))
+    public = secagg.public_bytes(key)
+    identity = secagg_trust.identity_key(
+        run.seed,
+        partition,
+        run.secure_aggregation_keys,
+        str(context.node_config.get(IDENTITY_KEY, "") or ""),
+    )
+    told = secagg_trust.statement(int(msg.metadata.run_id), partition, public)
+    return {
+        "secagg_public": public,
+        "secagg_signature": secagg_trust.sign(identity, told),
+        "secagg_identity": np.frombuffer(secagg_trust.public_identity(identity), np.uint8),
+    }
 
 
 def _received(msg: Message) -> tuple[int, np.ndarray | None, np.ndarray, dict, dict]:
@@ -180,9 +203,10 @@ def train(msg: Message, context: Context) -> Message:
     runtime = node_runtime(context)
     inject_fault(runtime.config, int(msg.content[CONFIG]["server-round"]), runtime.partition_id)
     server_round, item_ids, item_rows, dense, received = _received(msg)
-    if runtime.config.secure_aggregation:
-        _claim_round(msg, context, server_round)
     users = received["train-users"]
+    if runtime.config.secure_aggregation:  # refused before any training
+        _claim_round(msg, context, server_round)
+        _check_round(msg, context, runtime, received, server_round)
     result, state = runtime.train(
         load_state(context, runtime, msg, server_round - 1),
         server_round,
@@ -194,9 +218,9 @@ def train(msg: Message, context: Context) -> Message:
     save_state(context, state)
     state_store.persist_latest(context, runtime, msg, state, server_round)
     if result.secure is not None:  # one masked vector, nothing else
-        return _reply(
-            msg, {"secure": _masked(msg, context, runtime, received, result, server_round)}, {}
-        )
+        model = (item_rows, dense)
+        vector = _masked(msg, context, runtime, received, result, server_round, model)
+        return _reply(msg, {"secure": vector}, {})
     arrays = {
         "item_ids": result.item_ids,
         "row_sums": result.row_sums,
@@ -228,6 +252,39 @@ def _claim_round(msg: Message, context: Context, server_round: int) -> None:
     context.state[SECAGG_ROUND] = ConfigRecord({"run": run_id, "round": server_round})
 
 
+def _check_round(
+    msg: Message, context: Context, runtime: NodeRuntime, received: dict, server_round: int
+) -> None:
+    """The node's checks of the server's round (:func:`secagg_trust.check_round`)."""
+    if SECAGG_KEY not in context.state:
+        raise RuntimeError(
+            "secure aggregation: this node lost the key pair it made at the handshake (its "
+            "state was reset), so its masks cannot cancel: restart the run"
+        )
+    own = secagg.load_private(record_arrays(context.state[SECAGG_KEY])["private"])
+    run_id, config = int(msg.metadata.run_id), runtime.config
+    folder = str(context.node_config.get(ROSTER, "") or "")
+    pinned = context.state.get(PINNED, ConfigRecord())
+    roster = secagg_trust.Roster(config.seed, config.secure_aggregation_keys, folder, pinned)
+    secagg_trust.check_round(
+        config=config,
+        server_round=server_round,
+        run_id=run_id,
+        partition=runtime.partition_id,
+        num_partitions=runtime.num_partitions,
+        num_users=runtime.prepared.num_users,
+        own_users=runtime.users,
+        own_public=secagg.public_bytes(own),
+        train_users=received["train-users"],
+        peers=received["secagg-peers"],
+        keys=received["secagg-keys"],
+        signatures=received["secagg-signatures"],
+        identities=received.get("secagg-identities"),
+        roster=roster,
+    )
+    context.state[PINNED] = ConfigRecord(roster.pinned)
+
+
 def _masked(
     msg: Message,
     context: Context,
@@ -235,24 +292,22 @@ def _masked(
     received: dict,
     result,
     server_round: int,
+    model: tuple[np.ndarray, dict],
 ) -> np.ndarray:
     """The node's secure-aggregation vector masked towards the round's other participants
-    (``secagg-peers``, ``secagg-keys`` of the train message)."""
-    if SECAGG_KEY not in context.state:
-        raise RuntimeError(
-            "secure aggregation: this node lost the key pair it made at the handshake (its "
-            "state was reset), so its masks cannot cancel: restart the run"
-        )
-    run_id = int(msg.metadata.run_id)
+    (``secagg-peers``, ``secagg-keys`` of the train message), under the round's digest
+    (``model``: the table and shared-dense parameters received)."""
+    peers = received["secagg-peers"]
+    digest = secagg_trust.round_digest(int(msg.metadata.run_id), server_round, peers, *model)
     own = secagg.load_private(record_arrays(context.state[SECAGG_KEY])["private"])
     return secagg.masked(
         result.secure,
         own,
         runtime.partition_id,
-        received["secagg-peers"],
+        peers,
         received["secagg-keys"],
         server_round,
-        run_id,
+        digest,
     )
 
 

@@ -27,6 +27,7 @@ STREAMS = {
     "audit": 14,
     "malicious": 15,
     "secagg-key": 16,
+    "secagg-identity": 17,
 }
 
 

@@ -137,6 +137,12 @@ class LocalDeployment:
                 self.flwr("supernode", "register", str(key.public), FEDERATION)
             auth = ["--root-certificates", str(self.certificates.ca_cert)]
             auth += ["--auth-supernode-private-key", str(key.private)]
+            # The same key signs its secure-aggregation keys; every node reads the roster
+            # of every partition's public key (fedrec_flwr.privacy.secagg_trust).
+            roster = self.folder / "roster"
+            roster.mkdir(exist_ok=True)
+            (roster / f"{manifest['partition-id']}.pub").write_bytes(key.public.read_bytes())
+            node_config += f" secagg-identity-key='{key.private}' secagg-roster='{roster}'"
         command = [tools.tool("flower-supernode"), *auth, "--superlink", f"{HOST}:{self.port}"]
         command += ["--port", str(free_port()), "--node-config", node_config]
         env = {

@@ -45,7 +45,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedrec_flwr.aggregation import RowUpload
-from fedrec_flwr.schema import ConfigError, Key, KeyGroup
+from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Key, KeyGroup
 from fedrec_flwr.seeding import keyed_rng
 
 #: Fixed point of the row and dense changes: ``x`` travels as ``round(x * 2^32)``.
@@ -102,6 +102,13 @@ SECAGG_KEYS = KeyGroup(
             "every node gets the full table and uploads a masked dense vector (fixed-point "
             "row changes and counts, pairwise X25519 masks): the server learns only the "
             "round's sum; a missing participant voids the round's shared update",
+        ),
+        Key(
+            "secure-aggregation-min-peers",
+            2,
+            "the fewest other participants a node masks towards: with fewer, it refuses the "
+            "round (the sum of too few uploads says too much about each)",
+            range=NON_NEGATIVE,
         ),
         Key(
             "secure-aggregation-keys",
@@ -305,10 +312,12 @@ def shared_secret(own: X25519PrivateKey, peer_public: np.ndarray) -> bytes:
     return own.exchange(X25519PublicKey.from_public_bytes(peer.tobytes()))
 
 
-def mask_stream(secret: bytes, server_round: int, length: int, run_id: int = 0) -> np.ndarray:
-    """``length`` ring elements of the ChaCha20 keystream keyed by HKDF(secret, run, round):
-    a mask serves one round of one run."""
-    info = b"fedrec secure aggregation run %d round %d" % (run_id, server_round)
+def mask_stream(secret: bytes, server_round: int, length: int, context: bytes = b"") -> np.ndarray:
+    """``length`` ring elements of the ChaCha20 keystream keyed by HKDF(secret, round,
+    context): ``context`` is the round's digest (the run id, the round, the cohort and the
+    model sent: :func:`~fedrec_flwr.privacy.secagg_trust.round_digest`), so a mask serves
+    one round of one run, and only peers sent the same model share it."""
+    info = b"fedrec secure aggregation round %d|" % server_round + context
     key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
     stream = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
     return np.frombuffer(stream.update(bytes(8 * length)), dtype=np.uint64)
@@ -321,7 +330,7 @@ def masked(
     peers: np.ndarray,
     keys: np.ndarray,
     server_round: int,
-    run_id: int = 0,
+    context: bytes = b"",
 ) -> np.ndarray:
     """``vector`` plus one mask per other peer (``peers``: partition ids, ``keys`` their
     public keys ``[p, 32]``): added towards a higher partition id, subtracted towards a
@@ -338,7 +347,7 @@ def masked(
     for peer, key in zip(peers, keys, strict=True):
         if peer == partition:
             continue
-        mask = mask_stream(shared_secret(own, key), server_round, len(out), run_id)
+        mask = mask_stream(shared_secret(own, key), server_round, len(out), context)
         if partition < peer:
             out += mask
         else:

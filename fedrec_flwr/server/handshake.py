@@ -28,9 +28,14 @@ from flwr.serverapp import Grid
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.device import DataIdentity, conflict, run_conflict
 from fedrec_flwr.messages import ARRAYS, CONFIG, METRICS, record_arrays
+from fedrec_flwr.privacy.secagg_trust import SIGNATURE_BYTES
 from fedrec_flwr.server.nodes import NodeInfo
 
 __all__ = ["Federation", "FederationError", "NodeInfo", "connect"]
+
+
+#: Bytes an identity public key may take as OpenSSH text (EC P-384: about 200).
+IDENTITY_BYTES = 256
 
 
 class FederationError(RuntimeError):
@@ -43,8 +48,9 @@ class Federation:
 
     nodes: dict[int, NodeInfo]
     data: DataIdentity
-    #: node id -> its X25519 public key (``secure-aggregation``; else empty).
-    public_keys: dict[int, np.ndarray] = field(default_factory=dict)
+    #: node id -> its X25519 public key, the key's signature and the node's identity key
+    #: (``secure-aggregation``; else empty: :mod:`fedrec_flwr.privacy.secagg_trust`).
+    public_keys: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
 
     @property
     def num_users(self) -> int:
@@ -67,7 +73,7 @@ def connect(grid: Grid, config: RunConfig, wait: float, timeout: float) -> Feder
     deadline = time.monotonic() + wait
     expected: int | None = None
     failed: dict[int, str] = {}  # node id -> why its handshake failed
-    keys: dict[int, np.ndarray] = {}  # node id -> its public key (secure-aggregation)
+    keys: dict[int, dict[str, np.ndarray]] = {}  # node id -> its signed key (secure-aggregation)
     while True:
         new = [n for n in grid.get_node_ids() if n not in nodes and n not in failed]
         if new:
@@ -109,16 +115,29 @@ def connect(grid: Grid, config: RunConfig, wait: float, timeout: float) -> Feder
     return Federation(nodes, data, keys)
 
 
-def _public_key(reply: Message, nodes: dict[int, NodeInfo]) -> np.ndarray:
-    """The X25519 public key of a handshake reply under secure aggregation."""
-    key = record_arrays(reply.content[ARRAYS]).get("secagg-public")
-    if key is None or key.dtype != np.uint8 or key.shape != (32,):
+def _public_key(reply: Message, nodes: dict[int, NodeInfo]) -> dict[str, np.ndarray]:
+    """The X25519 public key of a handshake reply under secure aggregation, its signature
+    and the node's identity key (checked by the other nodes, not by the server)."""
+    arrays = record_arrays(reply.content[ARRAYS])
+    key = arrays.get("secagg-public")
+    signature, identity = arrays.get("secagg-signature"), arrays.get("secagg-identity")
+    if (
+        key is None
+        or key.dtype != np.uint8
+        or key.shape != (32,)
+        or signature is None
+        or signature.shape != (SIGNATURE_BYTES,)
+        or identity is None
+        or not 0 < len(identity) <= IDENTITY_BYTES
+    ):
         partition = nodes[reply.metadata.src_node_id].partition_id
         raise FederationError(
-            f"partition {partition} sent no X25519 public key (32 bytes) although the run "
-            "has secure-aggregation = true: does it run this version of fedrec_flwr?"
+            f"partition {partition} sent no signed X25519 public key although the run has "
+            "secure-aggregation = true: does it run this version of fedrec_flwr?"
         )
-    return np.array(key)
+    padded = np.zeros(IDENTITY_BYTES, dtype=np.uint8)
+    padded[: len(identity)] = identity
+    return {"key": np.array(key), "signature": np.array(signature), "identity": padded}
 
 
 def _identity(reply: Message, config: RunConfig) -> DataIdentity:

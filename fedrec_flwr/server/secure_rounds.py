@@ -26,6 +26,7 @@ from flwr.common.logger import log
 
 from fedrec_flwr.messages import ARRAYS, record_arrays
 from fedrec_flwr.privacy import secagg
+from fedrec_flwr.schema import ConfigError
 from fedrec_flwr.server.nodes import NodeInfo
 from fedrec_flwr.server.payloads import TrainOrder
 from fedrec_flwr.server.replies import NodeUpload, ReplyReader
@@ -41,17 +42,30 @@ class SecureRounds:
 
     def __init__(self, federation: Any) -> None:
         self.nodes: Mapping[int, NodeInfo] = federation.nodes
-        self.keys: Mapping[int, np.ndarray] = federation.public_keys
+        self.keys: Mapping[int, dict[str, np.ndarray]] = federation.public_keys
         self.num_users: int = federation.num_users
 
+    @staticmethod
+    def check_size(config: Any, num_partitions: int) -> None:
+        """Refuse a federation too small for ``secure-aggregation-min-peers``."""
+        if num_partitions - 1 < config.secure_aggregation_min_peers:
+            raise ConfigError(
+                f"secure aggregation with {num_partitions} nodes leaves each "
+                f"{num_partitions - 1} other participants, fewer than "
+                f"secure-aggregation-min-peers={config.secure_aggregation_min_peers} "
+                "(every node would refuse every round): run more nodes, or lower it"
+            )
+
     def peers(self, node_ids: Iterable[int]) -> dict[str, np.ndarray]:
-        """The round's participants: ``secagg_peers`` (their partition ids, sorted) and
-        ``secagg_keys`` (their public keys, ``[p, 32]`` uint8)."""
+        """The round's participants: ``secagg_peers`` (their partition ids, sorted),
+        ``secagg_keys`` (their public keys, ``[p, 32]`` uint8), the keys' signatures and the
+        nodes' identity keys, as the handshake gave them."""
         order = sorted((self.nodes[node_id].partition_id, node_id) for node_id in node_ids)
-        peers = np.array([partition for partition, _ in order], dtype=np.int64)
-        stacked = [self.keys[node_id] for _, node_id in order]
-        public = np.stack(stacked) if stacked else np.empty((0, secagg.KEY_BYTES), np.uint8)
-        return {"secagg_peers": peers, "secagg_keys": public.astype(np.uint8)}
+        out = {"secagg_peers": np.array([partition for partition, _ in order], dtype=np.int64)}
+        parts = (("key", "keys"), ("signature", "signatures"), ("identity", "identities"))
+        for part, name in parts:
+            out[f"secagg_{name}"] = np.stack([self.keys[node_id][part] for _, node_id in order])
+        return out
 
     def value_limit(self) -> float:
         """The largest magnitude a value of the table may have: what a user can encode."""

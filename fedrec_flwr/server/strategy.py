@@ -133,6 +133,7 @@ class FedRecStrategy(Strategy):
         self.nodes: dict[int, NodeInfo] = federation.nodes  # by node id, the planner's too
         self.secure = SecureRounds(federation) if config.secure_aggregation else None
         if self.secure is not None:  # the table holds only what a user can encode
+            self.secure.check_size(config, len(federation.nodes))
             model.value_limit = self.secure.value_limit()
         self.planner = PayloadPlanner(config, federation.nodes, federation.num_users)
         self.evaluation = EvaluationRounds(config)

@@ -352,7 +352,7 @@ def test_a_missing_participant_voids_the_round(tmp_path, caplog):
 def test_a_repeated_round_is_refused_before_training(tmp_path):
     """The same round's train message again (or an earlier round's): every node refuses,
     so no two answers under the same masks exist."""
-    strategy, grid = connected(tmp_path, 2, **{"secure-aggregation": True})
+    strategy, grid = connected(tmp_path, 3, **{"secure-aggregation": True})
     _, replies = train_round(strategy, grid, server_round=2)
     assert not any(reply.has_error() for reply in replies)
     for server_round in (2, 1):
