@@ -164,7 +164,7 @@ def secure_upload(
             alone,
         )
         for observer in observers:
-            observer(user, secure.server_round, view, secure.table)
+            observer(user, secure.server_round, view, secure.table, alone)
     empty = np.empty(0, dtype=np.int64)
     return TrainResult(
         item_ids=empty,

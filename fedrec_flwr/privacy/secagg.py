@@ -364,10 +364,11 @@ def ring_sum(vectors: Sequence[np.ndarray]) -> np.ndarray:
 
 
 # ------------------------------------------------------- the audit's faithful view
-#: Called with (user, round, the user's masked vector, the full table it was sent) in the
-#: faithful mode's view (each user its own node, every other participant a peer); an
-#: observer with ``wants(user, round)`` is asked first (the masks are costly).
-Observer = Callable[[int, int, np.ndarray, np.ndarray], None]
+#: Called with (user, round, the user's masked vector, the full table it was sent, the
+#: vector unmasked) in the faithful mode's view (each user its own node, every other
+#: participant a peer); an observer with ``wants(user, round)`` is asked first (the masks
+#: are costly).
+Observer = Callable[[int, int, np.ndarray, np.ndarray, np.ndarray], None]
 OBSERVERS: list[Observer] = []
 
 

@@ -18,13 +18,15 @@ from fedrec_flwr.privacy import secagg, uploads
 from fedrec_flwr.privacy.accounting import RowCounter
 from fedrec_flwr.privacy.decoys import DecoyUpdates, user_decoys
 from fedrec_flwr.seeding import keyed_rng
-from fedrec_lab.audit import adaptive, attacks
+from fedrec_lab.audit import adaptive, attacks, malicious_server
 from fedrec_lab.presets import resolve
 from fedrec_lab.project import conf_dir, lazy_paths
 
 __getattr__ = lazy_paths(__name__, "PROJECT")  # the project folder, found when read
 BASIC_ATTACKS = ("norm", "direction", "imia", "request")
-ATTACKS = BASIC_ATTACKS + adaptive.ADAPTIVE_ATTACKS
+#: Under secure aggregation also the malicious server (:mod:`.malicious_server`).
+MALICIOUS_SERVER = "malicious-server"
+ATTACKS = BASIC_ATTACKS + adaptive.ADAPTIVE_ATTACKS + (MALICIOUS_SERVER,)
 #: Rounds the multi-round attacker accumulates (ending at the attacked one) and the
 #: consistency attacker compares (on either side of it).
 WINDOW = 3
@@ -51,17 +53,34 @@ class Capture:
 class MaskedCapture(Capture):
     """Under secure aggregation: what the server sees of a user (its own node), every item
     as uploaded, the rows of its masked vector read as plain fixed point, the full table
-    sent (:data:`fedrec_flwr.privacy.secagg.OBSERVERS`)."""
+    sent (:data:`fedrec_flwr.privacy.secagg.OBSERVERS`); and what the malicious server
+    recovers (:mod:`.malicious_server`): its deviations' refusals, and the plaintext rows
+    when one passed."""
+
+    def __init__(self, users: np.ndarray, rounds: set[int], config, num_users: int) -> None:
+        super().__init__(users, rounds)
+        self.config, self.num_users = config, num_users
+        self.refused: dict[tuple[int, int], dict[str, str | None]] = {}
+        self.plain: dict[tuple[int, int], np.ndarray] = {}
 
     def wants(self, user: int, server_round: int) -> bool:
         return user in self.users and server_round in self.rounds
 
-    def __call__(self, user, server_round, vector, table) -> None:
+    def __call__(self, user, server_round, vector, table, plain) -> None:
         if self.wants(user, server_round):
-            rows = secagg.signed(vector)[: table.size].reshape(table.shape)
-            as_rows = rows.astype(np.float64) * 2.0**-secagg.FRACTION_BITS
             everything = np.arange(len(table), dtype=np.int64)
-            self.uploads[(user, server_round)] = (everything, as_rows, table.astype(np.float64))
+            sent = table.astype(np.float64)
+            self.uploads[(user, server_round)] = (everything, _rows(vector, table), sent)
+            refused = malicious_server.refusals(self.config, self.num_users, user, server_round)
+            self.refused[(user, server_round)] = refused
+            if any(why is None for why in refused.values()):
+                self.plain[(user, server_round)] = _rows(plain, table)
+
+
+def _rows(vector: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """The item rows of a secure-aggregation vector read as plain fixed point."""
+    rows = secagg.signed(vector)[: table.size].reshape(table.shape)
+    return rows.astype(np.float64) * 2.0**-secagg.FRACTION_BITS
 
 
 def auditable_methods() -> list[str]:
@@ -196,13 +215,19 @@ def attack_all(
             "request": attacks.request_scores(items, request_of(prepared, config, user, other)),
         }
         scores.update(adaptive_scores(capture, prepared, config, user, server_round, popular))
+        if isinstance(capture, MaskedCapture):
+            key = (user, server_round)
+            scores[MALICIOUS_SERVER] = malicious_server.scores(
+                capture.refused[key], sent, capture.plain.get(key), rng
+            )
         for name, score in scores.items():
             results[name]["auc"].append(attacks.auc(score, positive))
             results[name]["f1"].append(attacks.top_f1(score, positive, count, rng))
         random_f1.append(attacks.random_f1(len(items), count, count))
-    out = {
+    out = {  # the malicious server attacks under secure aggregation only
         name: {k: float(np.nanmean(v)) for k, v in values.items()}
         for name, values in results.items()
+        if values["auc"] or name != MALICIOUS_SERVER
     }
     out["random-f1"] = float(np.mean(random_f1))
     out["uploads"] = len(audited)
@@ -236,8 +261,11 @@ def audited_run(
             )
         )
         secure = config.secure_aggregation  # the server sees masked vectors
-        capture = (MaskedCapture if secure else Capture)(
-            users, captured_rounds(audit_rounds, WINDOW)
+        rounds = captured_rounds(audit_rounds, WINDOW)
+        capture = (
+            MaskedCapture(users, rounds, config, prepared.num_users)
+            if secure
+            else Capture(users, rounds)
         )
         counter = RowCounter()  # every user's uploaded rows: its user-level epsilon
         seen = secagg.OBSERVERS if secure else uploads.OBSERVERS

@@ -222,6 +222,37 @@ def test_secure_mode_refuses_an_unregistered_supernode_and_trains(tmp_path: Path
     assert left_running(tmp_path / "work") == []
 
 
+@linux
+@pytest.mark.slow
+def test_secure_aggregation_signs_with_the_supernodes_authentication_keys(tmp_path: Path) -> None:
+    """Three authenticated SuperNodes: each signs its secure-aggregation key with its
+    authentication key, and checks the others' against the roster deploy-local writes."""
+    config = RunConfig.from_mapping(SYNTHETIC)
+    devices = export_devices(config, 3, tmp_path / "devices")
+    with LocalDeployment(tmp_path / "work", secure=True) as deployment:
+        for device in devices:
+            deployment.add_supernode(device)
+        deployment.wait_online(3)
+        assert sorted(p.name for p in (tmp_path / "work" / "roster").iterdir()) == [
+            "0.pub",
+            "1.pub",
+            "2.pub",
+        ]
+        run_config = {
+            **SYNTHETIC,
+            "num-server-rounds": 2,
+            "secure-aggregation": True,
+            "results-dir": str(tmp_path / "results"),
+            "run-name": "secagg",
+        }
+        run_id = deployment.submit(run_config, PROJECT)
+        status, _ = follow(deployment.link, run_id, False, 600)
+    assert status == COMPLETED
+    summary = json.loads((tmp_path / "results" / "secagg" / "summary.json").read_text())
+    assert summary["rounds"] == 2 and summary["void_rounds"] == []
+    assert left_running(tmp_path / "work") == []
+
+
 def _sent_evaluate_reply(log: Path) -> bool:
     """Whether the SuperNode's log shows an evaluate reply sent (round 1 is over for it)."""
     text = log.read_text(errors="replace") if log.exists() else ""

@@ -222,3 +222,21 @@ def test_a_supernode_authentication_key_signs_and_the_roster_verifies(tmp_path):
     )
     with pytest.raises(secagg_trust.SecureRoundRefused, match="has no key of partition 2"):
         known.key_of(2, None)
+
+
+def test_the_audits_malicious_server_recovers_nothing_from_nodes_that_refuse():
+    """Each deviation of the audit's malicious server, against a user's faithful-mode node,
+    is refused; a node that let one through would hand it the plaintext (scored as
+    ``direction``), a refused one leaves it a random guess."""
+    from fedrec_lab.audit import malicious_server
+
+    config = RunConfig.from_mapping({**SMALL, "secure-aggregation-keys": "seeded"})
+    refused = malicious_server.refusals(config, 40, 7, 2)
+    assert set(refused) == set(malicious_server.DEVIATIONS)
+    assert all(why for why in refused.values()), refused
+    rng = np.random.default_rng(0)
+    sent, plain = np.zeros((5, 2)), np.array([[1.0, 1], [1, 1], [-1, -1], [-1, -1], [-1, -1]])
+    assert not np.array_equal(malicious_server.scores(refused, sent, plain, rng)[:2], [2, 2])
+    opened = {**refused, "alone": None}
+    got = malicious_server.scores(opened, sent, plain, rng)
+    assert got[0] > got[2] and got[1] > got[4]  # the recovered positives rank first

@@ -404,3 +404,4 @@ def test_the_audits_attacks_are_at_chance_on_masked_uploads():
     assert plain["direction"]["auc"] > 0.9 and plain["pubpara"]["auc"] > 0.9
     for name in ATTACKS:
         assert abs(secure[name]["auc"] - 0.5) < 0.1, name
+    assert "malicious-server" not in plain  # it attacks the secure protocol
