@@ -8,7 +8,13 @@ fresh Python process per run, with ``PYTHONPATH`` set to that version's tree and
 working folder; the runs of the two versions alternate, ``--repeats`` times each, so that the
 machine's load hits both alike. A run's speed is the median of its per-round seconds (from
 ``rounds.csv``, round 1 left out); the table gives the median over the repeats and the ratio
-after/before, and whether both versions wrote the same ``rounds.csv`` apart from ``seconds``::
+after/before, and whether both versions wrote the same ``rounds.csv`` apart from ``seconds``.
+CPU seconds (``cpu-seconds``: the process's, server and node together) are given beside the
+wall seconds. A case may add run-config keys to its preset, comma-separated TOML values
+(``pfedrec-ml100k-strict,dataset='synthetic',synthetic-users=100000``); with ``--last-apart``
+a run's per-round figures leave its last round out, reported on its own (a run whose
+intermediate rounds evaluate a sample of ``eval-users`` evaluates every user in its last).
+``--json`` writes every figure::
 
     python bench/before_after.py --data-dir ../shared/datasets --rounds 20 --repeats 3
 """
@@ -63,6 +69,9 @@ class Version:
 @dataclass
 class Runs:
     per_round: list[float] = field(default_factory=list)  # one median per run
+    cpu_per_round: list[float] = field(default_factory=list)  # idem, CPU seconds
+    last: list[float] = field(default_factory=list)  # the last round's seconds (--last-apart)
+    cpu_last: list[float] = field(default_factory=list)
     total: list[float] = field(default_factory=list)  # wall seconds per process
     rows: list[dict[str, str]] | None = None  # rounds.csv of the first run, without seconds
     failed: int = 0
@@ -99,11 +108,13 @@ def worktree(commit: str, label: str) -> Path:
 
 def run_once(
     version: Version, case: str, args: argparse.Namespace, work: Path, runner: Path, name: str
-) -> tuple[float, float, list[dict[str, str]]]:
-    """One run of ``case`` with ``version``: (median s/round, total s, rounds.csv rows)."""
-    preset = version.tree / "conf" / f"{case}.toml"
+) -> tuple[dict[str, float], float, list[dict[str, str]]]:
+    """One run of ``case`` with ``version``: (its figures: median wall and CPU s/round, and
+    with ``--last-apart`` the last round's; total s; rounds.csv rows)."""
+    preset_name, *extra = case.split(",")
+    preset = version.tree / "conf" / f"{preset_name}.toml"
     if not preset.exists():  # a preset the earlier commit lacks: use the current one
-        preset = PROJECT / "conf" / f"{case}.toml"
+        preset = PROJECT / "conf" / f"{preset_name}.toml"
     config = merged_run_config(
         preset,
         [
@@ -113,6 +124,7 @@ def run_once(
             f"run-name='{name}'",
             f"num-server-rounds={args.rounds}",
             "torch-threads=1",
+            *extra,
         ],
     )
     env = {**os.environ, "PYTHONPATH": str(version.tree)}
@@ -130,14 +142,27 @@ def run_once(
         raise RuntimeError(f"imported {found}, not the package of {version.tree}")
     with open(work / name / "rounds.csv") as f:
         rows = list(csv.DictReader(f))
-    elapsed = [float(r["seconds"]) for r in rows]
-    per_round = [b - a for a, b in itertools.pairwise(elapsed)]  # rounds 2..R
+    figures = {}
+    for column, key in (("seconds", "wall"), ("cpu-seconds", "cpu")):
+        elapsed = [float(r[column]) for r in rows]
+        per_round = [b - a for a, b in itertools.pairwise(elapsed)]  # rounds 2..R
+        if args.last_apart:
+            figures[f"{key}_last"] = per_round[-1]
+            per_round = per_round[:-1] or per_round
+        figures[key] = statistics.median(per_round)
     results = [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rows]
-    return statistics.median(per_round), total, results
+    return figures, total, results
 
 
 def cell(values: list[float]) -> str:
     return f"{statistics.median(values):.3f}" if values else "failed"
+
+
+def ratio(before: list[float], after: list[float]) -> str:
+    """after/before of the medians."""
+    if not (before and after):
+        return "-"
+    return f"{statistics.median(after) / statistics.median(before):.2f}"
 
 
 def main() -> int:
@@ -153,9 +178,13 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(PROJECT / "bench" / "results" / "before-after.md"))
+    parser.add_argument("--json", default=None, help="also every figure as JSON")
+    parser.add_argument(
+        "--last-apart", action="store_true", help="the last round apart from the others"
+    )
     args = parser.parse_args()
-    if args.rounds < 2:
-        raise SystemExit("--rounds must be at least 2 (round 1 is not timed)")
+    if args.rounds < (4 if args.last_apart else 2):
+        raise SystemExit("--rounds must be at least 2 (4 with --last-apart): round 1 is not timed")
 
     versions = [Version("before", worktree(args.before, "before"), "")]
     if args.after:
@@ -177,32 +206,46 @@ def main() -> int:
                 name = f"{case}-{version.label}-{repeat}"
                 record = runs[(case, version.label)]
                 try:
-                    per_round, total, rows = run_once(version, case, args, work, runner, name)
+                    figures, total, rows = run_once(version, case, args, work, runner, name)
                 except RuntimeError as error:
                     record.failed += 1
                     print(f"{name}: FAILED {error}", flush=True)
                     continue
-                record.per_round.append(per_round)
+                record.per_round.append(figures["wall"])
+                record.cpu_per_round.append(figures["cpu"])
+                if args.last_apart:
+                    record.last.append(figures["wall_last"])
+                    record.cpu_last.append(figures["cpu_last"])
                 record.total.append(total)
                 record.rows = record.rows if record.rows is not None else rows
-                print(f"{name}: {per_round:.3f} s/round, {total:.1f} s in all", flush=True)
+                print(f"{name}: {figures}, {total:.1f} s in all", flush=True)
 
     lines = [
-        "| case | rounds | before s/round | after s/round | after/before "
-        "| before runs | after runs | before total s | after total s | same results |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| case | rounds | before s/round | after s/round | after/before | before CPU-s/round "
+        "| after CPU-s/round | after/before (CPU) "
+        + (
+            "| before last round s | after last round s | before last CPU-s | after last CPU-s "
+            if args.last_apart
+            else ""
+        )
+        + "| before runs | after runs | before total s | after total s | same results |",
+        "|---" * (15 if args.last_apart else 11) + "|",
     ]
     for case in args.cases:
         before, after = runs[(case, "before")], runs[(case, "after")]
-        ratio = (
-            f"{statistics.median(after.per_round) / statistics.median(before.per_round):.2f}"
-            if before.per_round and after.per_round
-            else "-"
-        )
+        last = ""
+        if args.last_apart:
+            last = (
+                f"| {cell(before.last)} | {cell(after.last)} | {cell(before.cpu_last)} "
+                f"| {cell(after.cpu_last)} "
+            )
         same = "-" if before.rows is None or after.rows is None else before.rows == after.rows
         lines.append(
             f"| {case} | {args.rounds} | {cell(before.per_round)} | {cell(after.per_round)} "
-            f"| {ratio} | {', '.join(f'{v:.3f}' for v in before.per_round) or '-'} "
+            f"| {ratio(before.per_round, after.per_round)} | {cell(before.cpu_per_round)} "
+            f"| {cell(after.cpu_per_round)} "
+            f"| {ratio(before.cpu_per_round, after.cpu_per_round)} {last}"
+            f"| {', '.join(f'{v:.3f}' for v in before.per_round) or '-'} "
             f"| {', '.join(f'{v:.3f}' for v in after.per_round) or '-'} "
             f"| {cell(before.total)} | {cell(after.total)} "
             f"| {'yes' if same is True else 'no' if same is False else '-'} |"
@@ -219,7 +262,10 @@ def main() -> int:
             f"{args.seed}, torch-threads=1, {args.repeats} repeat(s) per version, each run in a "
             "fresh process, before/after interleaved (alternating which goes first).",
             "- s/round: median over the repeats of each run's median per-round seconds "
-            "(differences of `rounds.csv` `seconds`, round 1 left out); runs: each repeat's "
+            "(differences of `rounds.csv` `seconds`, round 1 left out"
+            + (", the last round apart" if args.last_apart else "")
+            + "); CPU-s/round: the same of `cpu-seconds` (the process's CPU time); "
+            "runs: each repeat's "
             "value; total s: median wall seconds of the whole process (imports, data, rounds); "
             "same results: the first runs' `rounds.csv` equal in every column but `seconds`.",
             f"- machine: {platform.platform()}, {os.cpu_count()} CPUs, Python "
@@ -233,6 +279,22 @@ def main() -> int:
     )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(report)
+    if args.json:
+        figures = {
+            case: {
+                label: {
+                    "version": next(v.description for v in versions if v.label == label),
+                    **{k: v for k, v in vars(runs[(case, label)]).items() if k != "rows"},
+                }
+                for label in ("before", "after")
+            }
+            for case in args.cases
+        }
+        command = shlex.join(["bench/before_after.py", *sys.argv[1:]])
+        machine = f"{platform.platform()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}"
+        Path(args.json).write_text(
+            json.dumps({"command": command, "machine": machine, "cases": figures}, indent=1)
+        )
     print()
     print(report)
     return 1 if any(r.failed for r in runs.values()) else 0

@@ -1,46 +1,57 @@
 #!/usr/bin/env bash
-# GPU checks, as one script for a lent GPU machine (16 cores, one NVIDIA GPU, PyTorch with
-# CUDA, no internet, no Ray): the CUDA tests, then the scale harness with CPU and GPU cases
-# side by side in one run. Run from the repository root:
+# The GPU checks, as ONE prepared script for a lent GPU machine (16 cores, one NVIDIA GPU,
+# PyTorch with CUDA, no internet, no Ray), run from the repository root in one call of about
+# 8 minutes:
 #
-#   OUT=/tmp/gpu bash bench/gpu_checks.sh [quick | lean]
+#   OUT=/tmp/gpu bash bench/gpu_checks.sh [quick]
 #
-# Optional folders: .whl/ (wheels of flwr and what it needs that the machine lacks,
-# installed into /tmp/site) and .data/ (ml-100k/u.data, lastfm-2k/user_taggedartists.dat).
-# Writes pytest-cuda.log, scale-*.json and a tarball of bench/results/scale to $OUT.
+# 1. The CUDA tests (tests/apps/test_cuda.py: packed against one-by-one, CPU against CUDA,
+#    every method on CUDA, exact full ranks on CUDA equal to the CPU's) and the counter
+#    generator's and the fast full ranking's tests.
+# 2. The scale harness, 4 rounds a case (the last evaluates every user over the full
+#    catalogue), CPU and CUDA processes at the same time: 100,000 users x 20,000 items
+#    (degree 50, 10 % a round, 1,000 evaluated), the ML-1M shape (6,040 x 3,706, degree 165,
+#    every user a round), the ML-20M shape (138,493 x 26,744, degree 144, 10 % a round, CUDA
+#    only: its CPU case does not fit the call), all with the counter sampler; JSON per case
+#    under bench/results/scale-gpu/.
+# 3. The phase profile of one CUDA round of the 100k-user case with torch.profiler
+#    (operators, CUDA kernels): bench/results/scale-gpu/profile-cuda.json.
+# quick: the tests and the ML-1M shape on CUDA only, 3 rounds.
+# Needs only the wheels bench/gpu_env.sh installs (.whl/ or shared/tools/gpu-wheels) and the
+# synthetic data the harness makes. Copies the results and logs to $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-checks}
 mkdir -p "$OUT"
 source bench/gpu_env.sh
 
-timeout 300 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider -x 2>&1 | tee "$OUT/pytest-cuda.log" | tail -15
+timeout 200 python3 -m pytest tests/apps/test_cuda.py tests/node/test_counter_rng.py \
+    tests/node/test_full_ranking.py -q -p no:cacheprovider -rs 2>&1 \
+    | tee "$OUT/pytest-cuda.log" | tail -6
 
-RESULTS=bench/results/scale
-ML1M="dataset=synthetic,users=6040,items=3706,degree=165,mode=inprocess"
-BIG="dataset=synthetic,users=100000,items=20000,degree=50,mode=inprocess,fraction-train=0.1,eval-users=1000"
-ML100K="preset=pfedrec-ml100k-strict,mode=inprocess"
+RESULTS=bench/results/scale-gpu
+SAMPLER="negative-sampler=counter"
+ML1M="dataset=synthetic,users=6040,items=3706,degree=165,mode=inprocess,$SAMPLER"
+BIG="dataset=synthetic,users=100000,items=20000,degree=50,mode=inprocess,fraction-train=0.1,eval-users=1000,$SAMPLER"
+ML20M="dataset=synthetic,users=138493,items=26744,degree=144,mode=inprocess,fraction-train=0.1,eval-users=1000,$SAMPLER"
 if [ "${1:-}" = quick ]; then
-    python3 bench/scale.py --rounds 3 --no-floor --case "$ML1M,device=cuda" 2>&1 | tail -3
-elif [ "${1:-}" = lean ]; then  # the fewest cases that compare CPU and GPU
-    python3 bench/scale.py --rounds 4 --no-floor --data-dir .data \
-        --case "$ML1M" --case "$ML100K" > "$OUT/scale-cpu.log" 2>&1 &
-    cpu=$!
-    python3 bench/scale.py --rounds 4 --no-floor --data-dir .data --case "$ML1M,device=cuda" \
-        --case "$BIG,device=cuda" --case "$ML100K,device=cuda" > "$OUT/scale-gpu.log" 2>&1
-    wait $cpu
-    tail -4 "$OUT/scale-cpu.log" "$OUT/scale-gpu.log"
+    timeout 200 python3 bench/scale.py --rounds 3 --no-floor --out "$RESULTS" \
+        --case "$ML1M,device=cuda,name=ml1m-cuda" 2>&1 | tail -3
 else
-    # CPU and GPU cases run at the same time on different cores (the GPU case's process
-    # drives the GPU from one core); each case's process runs with torch-threads 1.
-    python3 bench/scale.py --rounds 4 --no-floor --data-dir .data \
-        --case "$ML100K" --case "$ML1M" --case "$BIG" > "$OUT/scale-cpu.log" 2>&1 &
-    cpu=$!
-    python3 bench/scale.py --rounds 4 --no-floor --data-dir .data \
-        --case "$ML100K,device=cuda" --case "$ML1M,device=cuda" \
-        --case "$ML1M,device=cuda,cuda-deterministic=false" --case "$BIG,device=cuda" \
-        > "$OUT/scale-gpu.log" 2>&1
-    wait $cpu
-    tail -4 "$OUT/scale-cpu.log" "$OUT/scale-gpu.log"
+    # Each case runs in a process of its own with torch-threads 1; the CPU cases go on the
+    # spare cores while the CUDA cases drive the GPU from one core.
+    timeout 420 python3 bench/scale.py --rounds 4 --no-floor --out "$RESULTS" \
+        --case "$BIG,name=big-cpu" > "$OUT/scale-cpu-big.log" 2>&1 &
+    big=$!
+    timeout 420 python3 bench/scale.py --rounds 4 --no-floor --out "$RESULTS" \
+        --case "$ML1M,name=ml1m-cpu" > "$OUT/scale-cpu-ml1m.log" 2>&1 &
+    ml1m=$!
+    timeout 330 python3 bench/scale.py --rounds 4 --no-floor --out "$RESULTS" \
+        --case "$ML1M,device=cuda,name=ml1m-cuda" --case "$BIG,device=cuda,name=big-cuda" \
+        --case "$ML20M,device=cuda,name=ml20m-cuda" > "$OUT/scale-cuda.log" 2>&1
+    timeout 90 python3 bench/profile_round.py --case big --rounds 3 --sampler counter \
+        --set device=cuda --ops --out "$RESULTS/profile-cuda.json" > "$OUT/profile-cuda.log" 2>&1
+    wait $big $ml1m
+    tail -3 "$OUT"/scale-*.log "$OUT/profile-cuda.log"
 fi
 cat "$RESULTS/table.md" 2>/dev/null
-tar czf "$OUT/scale-results.tgz" "$RESULTS" 2>/dev/null
+cp -r "$RESULTS" "$OUT/" 2>/dev/null

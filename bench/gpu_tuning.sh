@@ -22,7 +22,7 @@ mkdir -p "$OUT/tuning-strict"
 GPU_MODULES=optuna
 source bench/gpu_env.sh
 
-timeout 200 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider > "$OUT/pytest-cuda.log" 2>&1 &
+timeout 200 python3 -m pytest tests/apps/test_cuda.py -q -p no:cacheprovider > "$OUT/pytest-cuda.log" 2>&1 &
 
 study() {  # study <preset stem> <device> <jobs> <patience> [plugin]
     timeout "$HARD" python3 -m fedrec_lab.tuning "conf/$1.toml" --data-dir .data --trials 16 \

@@ -276,6 +276,14 @@ class Method(ABC):
         users = next(iter(params.values())).shape[0]
         return self.logits(params, table.unsqueeze(0).expand(users, -1, -1))
 
+    def linear_head(
+        self, params: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """(weight [a, r], bias [a] or None) when ``logits_all`` is ``linear_logits_all`` of
+        them (a linear score head on the global rows): full rankings then take the exact fast
+        path of :mod:`fedrec_flwr.node.full_ranking`. None (the default): they do not."""
+        return None
+
     #: Users scored at once by a full ranking (bounds the memory of [users, items, ...]).
     eval_chunk: ClassVar[int] = 256
     #: Is ``logits`` row-wise, with a result per row that does not depend on the shape of the

@@ -40,6 +40,9 @@ class FedMF(Method):
     def logits_all(self, params: dict[str, torch.Tensor], table: torch.Tensor) -> torch.Tensor:
         return linear_logits_all(table, params[USER], None)
 
+    def linear_head(self, params: dict[str, torch.Tensor]):
+        return params[USER], None
+
     def closed_form_grads(self, step: Step, params, rows, wrt):
         user = params[USER]
         logits = linear_logits(rows, user, None)

@@ -211,6 +211,9 @@ class FedRAP(Method):
         """Scores from ``C`` alone (``D_u`` = 0); evaluation rescores the rows a user holds."""
         return linear_logits_all(table, params["score-weight"], params["score-bias"])
 
+    def linear_head(self, params: dict[str, torch.Tensor]):
+        return params["score-weight"], params["score-bias"]
+
     def closed_form_grads(self, step: Step, params, rows, wrt):
         """Gradients of the BCE (the regularisers are separate steps, see ``after_step``)."""
         weight = params["score-weight"]

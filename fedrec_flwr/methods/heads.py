@@ -24,14 +24,47 @@ def linear_logits(
     return out if bias is None else out + bias.unsqueeze(-1)
 
 
+def fixed_order_dots(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``sum_k rows[..., k] * weight[..., k]`` (shapes broadcast to [..., r]) in one fixed
+    order of float32 operations, whatever the shape, the device or the library: the products
+    rounded, the first four summed in turn, then four running sums of every fourth product
+    from the fifth on (the first of them seeded with the four), combined as
+    ``(s0 + s2) + (s1 + s3)``. No FMA, no blocking chosen by shape: each value is the same
+    on CPU and CUDA, alone or in any batch. (It is also the order of MKL's float32
+    matrix-vector kernel on 16-byte-aligned rows where MKL takes its AVX2 path, e.g. on AMD
+    CPUs.) Widths that are not a multiple of four, or below eight, are padded with zero
+    products."""
+    products = rows * weight
+    width = products.shape[-1]
+    padded = max(8, -(-width // 4) * 4)
+    if padded != width:
+        products = torch.nn.functional.pad(products, (0, padded - width))
+    head = products[..., 0] + products[..., 1]
+    head = head + products[..., 2]
+    head = head + products[..., 3]
+    lanes = products[..., 4:].unflatten(-1, (-1, 4))
+    sums = lanes[..., 0, :].clone()
+    sums[..., 0] = head + sums[..., 0]
+    for j in range(1, lanes.shape[-2]):
+        sums = sums + lanes[..., j, :]
+    return (sums[..., 0] + sums[..., 2]) + (sums[..., 1] + sums[..., 3])
+
+
+#: Products one block of :func:`linear_logits_all` materialises (users x items x dim).
+LOGITS_ALL_BLOCK = 1 << 24
+
+
 def linear_logits_all(
     table: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
-    """<table[i], weight_u> (+ bias_u) for every item: [a, I]. One matrix-vector product per
-    user, so a user's scores do not depend on how many users are scored with it."""
-    out = (
-        torch.stack([table @ w for w in weight]) if len(weight) else table.new_zeros(0, len(table))
-    )
+    """<table[i], weight_u> (+ bias_u) for every item: [a, I], each score in the fixed order
+    of :func:`fixed_order_dots`, so a user's scores do not depend on how many users are
+    scored with it, nor on the device. (Full rankings of linear heads take the faster exact
+    path of :mod:`fedrec_flwr.node.full_ranking`, which gives the same ranks.)"""
+    out = table.new_empty(len(weight), len(table))
+    step = max(1, LOGITS_ALL_BLOCK // max(1, table.numel()))
+    for lo in range(0, len(weight), step):
+        out[lo : lo + step] = fixed_order_dots(table.unsqueeze(0), weight[lo : lo + step, None])
     return out if bias is None else out + bias.unsqueeze(-1)
 
 

@@ -46,6 +46,9 @@ class PFedRec(Method):
     def logits_all(self, params: dict[str, torch.Tensor], table: torch.Tensor) -> torch.Tensor:
         return linear_logits_all(table, params["score-weight"], params["score-bias"])
 
+    def linear_head(self, params: dict[str, torch.Tensor]):
+        return params["score-weight"], params["score-bias"]
+
     def closed_form_grads(self, step: Step, params, rows, wrt):
         weight, bias = params["score-weight"], params["score-bias"]
         logits = linear_logits(rows, weight, bias)

@@ -5,7 +5,9 @@ algorithms: ``index_add_`` then sums a row's updates in a fixed order instead of
 atomics. cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG`` set for that; it is set here unless the
 environment sets it already. Packed and one-by-one runs still agree only within float32
 rounding on CUDA (its reduction kernels choose their strategy by shape: 4e-9 relative in the
-train loss on an H200, ``tests/test_cuda.py``); on the CPU they agree bit for bit.
+train loss on an H200, ``tests/apps/test_cuda.py``); on the CPU they agree bit for bit.
+Deterministic mode's NaN fill of new tensors (``fill_uninitialized_memory``) is turned off:
+every tensor the node reads it has written.
 """
 
 from __future__ import annotations
@@ -39,4 +41,7 @@ def torch_device(config: RunConfig) -> torch.device:
     if config.cuda_deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
         torch.use_deterministic_algorithms(True)
+        # Deterministic mode also fills every new tensor (host ones too) with NaN: no value
+        # here reads memory it did not write, so the fill is only cost.
+        torch.utils.deterministic.fill_uninitialized_memory = False
     return device

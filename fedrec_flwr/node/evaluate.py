@@ -9,10 +9,13 @@ import numpy as np
 import torch
 
 from fedrec_flwr.evaluation import metric_terms, sampled_metric_terms, stacked
-from fedrec_flwr.node.protocols import held_items, user_rows
+from fedrec_flwr.node.scoring import held_items, user_rows
 from fedrec_flwr.node.state import NodeState
 from fedrec_flwr.partition import eval_sample
 from fedrec_flwr.spectrum import effective_rank, erank_users
+
+#: Users evaluated at once where the protocol ranks them by the fast exact path.
+FAST_CHUNK = 4096
 
 
 class NodeEvaluation:
@@ -49,8 +52,12 @@ class NodeEvaluation:
         protocol = self.protocol
         totals = {f"{split}-{name}": 0.0 for split in ("val", "test") for name in protocol.metrics}
         per_user = []
-        chunk = self.method.eval_chunk
         evaluated = np.arange(len(self.users)) if positions is None else positions
+        chunk = self.method.eval_chunk
+        if len(evaluated) and protocol.fast_full_ranking(
+            self.method, self._eval_params(state, evaluated[:1], dense or {})
+        ):  # exact ranks from blocks of a matrix product: larger chunks, bounded memory
+            chunk = max(chunk, FAST_CHUNK)
         for lo in range(0, len(evaluated), chunk):
             positions = evaluated[lo : lo + chunk]
             params = self._eval_params(state, positions, dense or {})

@@ -160,7 +160,9 @@ def local_update(
     method.begin_local_update(params, context)
     row_names = method.row_names()
     custom_after_step = type(method).after_step is not Method.after_step
-    loss_sum, num_samples = 0.0, 0
+    # The logged loss stays on the device, read once: no host sync per step.
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    num_samples = 0
     for index, stage in enumerate(method.stages()):
         for epoch in range(stage.epochs):
             for planned in epoch_steps(
@@ -179,11 +181,23 @@ def local_update(
                         gathered.pop(name, None)
                     logits = at if logits is None else logits
                 if stage.logged:
-                    real = step.weights > 0
-                    loss_sum += float(bce_losses(logits, step)[real].double().sum())
-                    num_samples += int(real.sum())
+                    loss_sum += logged_loss(logits, step)
+            if stage.logged:  # every sample takes part once an epoch
+                num_samples += int(samples.sample_offsets[-1])
     method.end_local_update(params, context)
-    return loss_sum, num_samples
+    return float(loss_sum), num_samples
+
+
+def logged_loss(logits: torch.Tensor, step: Step) -> torch.Tensor:
+    """The step's summed per-sample BCE (float64, on the device). On the CPU the real
+    entries' losses are summed as one vector in order; elsewhere the padding's are zeroed in
+    place (a compaction would wait for the device), which sums the same values in another
+    order: equal within float64 rounding."""
+    losses = bce_losses(logits, step).double()
+    real = step.weights > 0
+    if losses.device.type == "cpu":
+        return losses[real].sum()
+    return torch.where(real, losses, 0.0).sum()
 
 
 def round_context(

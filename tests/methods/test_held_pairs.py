@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import build_method
 from fedrec_flwr.node.personal import PersonalRows
-from fedrec_flwr.node.protocols import held_items, lookup_rows, score_held_padded, score_held_pairs
+from fedrec_flwr.node.scoring import held_items, lookup_rows, score_held_padded, score_held_pairs
 from fedrec_lab.testing import TINY, user_params
 
 ITEMS = 60
@@ -63,7 +63,7 @@ def test_flat_pairs_score_the_held_rows_exactly_as_the_padded_block(name, seed, 
     base = method.logits_all(params, torch.from_numpy(table))
     padded, flat = base.clone(), base.clone()
     score_held_padded(method, params, personal, private, positions, held, table, padded)
-    import fedrec_flwr.node.protocols as protocols
+    import fedrec_flwr.node.scoring as protocols
 
     saved = protocols.PAIR_CHUNK_BYTES
     protocols.PAIR_CHUNK_BYTES = chunk  # 1 and 7 bytes: one pair per chunk

@@ -1,0 +1,381 @@
+"""Full-catalogue ranks (``strict``) of users whose score of an item without personal rows is
+a linear head on its global row (:meth:`Method.linear_head
+<fedrec_flwr.methods.base.Method.linear_head>`): exact and fast, on the CPU or the device.
+
+The ranks are those of the scores :func:`~fedrec_flwr.methods.heads.linear_logits_all` gives
+(every score in one fixed order, whatever the batch or the device), without computing most
+of them in that order:
+
+- A block of users' scores over the whole catalogue is one matrix product (any BLAS, any
+  blocking). Each such value differs from the fixed-order one by at most ``error_u``: the
+  rounding of two float32 inner products of width ``r`` in any order, ``gamma_r * ||w_u|| *
+  max_i ||T_i||`` each, with the bias's rounding and a margin for the threshold's.
+- A comparison with a held-out item's exact score ``t`` that the product decides by more than
+  the bound is the fixed-order comparison; the few it does not are recomputed in the fixed
+  order. Counting a row's items above ``t + eps`` and at or above ``t - eps`` gives its count,
+  and whether any item is undecided.
+- From the count over all items, the items in each user's CSR of exclusions (train
+  positives, the held-out items) and of held rows (personal or private) are taken out, and
+  the held ones not excluded are put back with the scores of their own rows.
+
+So per-user ranks are bit-identical whatever the packing, the chunking or the device, and
+the scores of 100,000 users x 20,000 items are a matrix product and four passes of
+comparisons over it, in blocks, instead of one matrix-vector product per user.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
+from fedrec_flwr.methods import Method
+from fedrec_flwr.methods.heads import fixed_order_dots
+from fedrec_flwr.node.personal import PersonalRows, run_indices
+from fedrec_flwr.node.samples import sorted_unique
+from fedrec_flwr.node.scoring import held_pairs, pair_scores
+
+#: Unit roundoff of float32.
+UNIT = 2.0**-24
+#: Scores one block of the matrix product holds (users x items).
+BLOCK_SCORES = 1 << 22
+#: Pairs scored at once in the fixed order (their products: pairs x dim floats).
+EXACT_CHUNK = 1 << 16
+#: Flags of a user's (item) entry in its exclusion and held CSR.
+TRAIN, HELD, VALID, TEST = 1, 2, 4, 8
+
+
+@dataclass(frozen=True)
+class DeviceTable:
+    """The global table on the evaluation's device (uploaded once per message), transposed
+    for the matrix product, with its largest row norm and whether all of it is finite."""
+
+    rows: torch.Tensor  # [I, r]
+    transposed: torch.Tensor  # [r, I], contiguous
+    max_norm: float
+    finite: bool
+
+    @classmethod
+    def of(cls, table: np.ndarray, device: torch.device) -> DeviceTable:
+        rows = torch.from_numpy(np.ascontiguousarray(table, dtype=np.float32)).to(device)
+        finite = bool(torch.isfinite(rows).all())
+        norm = 0.0
+        if finite and rows.numel():
+            norm = float(torch.linalg.vector_norm(rows.double(), dim=1).max())
+        return cls(rows, rows.T.contiguous(), norm, finite)
+
+
+@contextmanager
+def highest_precision():
+    """float32 matrix products in float32 (no TF32 or bfloat16 passes): the bound holds."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def exact_scores(
+    table: DeviceTable,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    owner: np.ndarray,
+    items: np.ndarray,
+) -> np.ndarray:
+    """Fixed-order scores (float32 [n]) of the pairs (user ``owner[k]``, item ``items[k]``),
+    the values :func:`~fedrec_flwr.methods.heads.linear_logits_all` gives them."""
+    out = np.empty(len(items), dtype=np.float32)
+    device = weight.device
+    for lo in range(0, len(items), EXACT_CHUNK):
+        who = torch.from_numpy(np.asarray(owner[lo : lo + EXACT_CHUNK], np.int64)).to(device)
+        what = torch.from_numpy(np.asarray(items[lo : lo + EXACT_CHUNK], np.int64)).to(device)
+        scores = fixed_order_dots(table.rows[what], weight[who])
+        if bias is not None:
+            scores = scores + bias[who]
+        out[lo : lo + EXACT_CHUNK] = scores.cpu().numpy()
+    return out
+
+
+def beats(scores: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """A competitor beats the held-out item: it scores at least as high, or is NaN."""
+    return (scores >= target) | np.isnan(scores)
+
+
+def _outward(values: np.ndarray, up: bool) -> np.ndarray:
+    """float64 thresholds as float32, rounded away from the band they bound."""
+    rounded = values.astype(np.float32)
+    wrong = rounded < values if up else rounded > values
+    toward = np.float32(np.inf if up else -np.inf)
+    return np.where(wrong, np.nextafter(rounded, toward), rounded).astype(np.float32)
+
+
+@dataclass
+class _Entries:
+    """Each user's CSR of exclusion and held entries: sorted distinct ``owner * I + item``
+    keys with their flags, and the held entries' own scores."""
+
+    owner: np.ndarray
+    items: np.ndarray
+    flags: np.ndarray
+    personal: np.ndarray  # float32 own score of held entries (NaN elsewhere: unused)
+
+    def where(self, owner: np.ndarray, items: np.ndarray, num_items: int) -> np.ndarray:
+        """Index of each (owner, item) among the entries, -1 where it is none."""
+        keys = self.owner * num_items + self.items
+        wanted = np.asarray(owner, np.int64) * num_items + np.asarray(items, np.int64)
+        found = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
+        hit = keys[found] == wanted if len(keys) else np.zeros(len(wanted), dtype=bool)
+        return np.where(hit, found, -1)
+
+
+def train_csr(prepared: PreparedData, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(owner, items): each of ``users``' train positives (``owner``: its index in
+    ``users``), user after user, from the split's CSR (no loop over users)."""
+    users = np.asarray(users, dtype=np.int64)
+    indptr = np.asarray(prepared.train_indptr, dtype=np.int64)
+    starts, counts = indptr[users], indptr[users + 1] - indptr[users]
+    items = np.asarray(prepared.train_items)[run_indices(starts, counts)].astype(np.int64)
+    return np.repeat(np.arange(len(users), dtype=np.int64), counts), items
+
+
+def _entries(
+    prepared: PreparedData,
+    users: np.ndarray,
+    held: tuple[np.ndarray, np.ndarray],
+    held_scores: np.ndarray,
+) -> _Entries:
+    n, every = prepared.num_items, np.arange(len(users), dtype=np.int64)
+    parts = [
+        (*train_csr(prepared, users), TRAIN),
+        (held[0], held[1], HELD),
+        (every, np.asarray(prepared.valid_item[users], np.int64), VALID),
+        (every, np.asarray(prepared.test_item[users], np.int64), TEST),
+    ]
+    keys = np.concatenate([owner * n + items for owner, items, _ in parts])
+    distinct, inverse = sorted_unique(keys, n * len(users))
+    flags = np.zeros(len(distinct), dtype=np.uint8)
+    personal = np.full(len(distinct), np.nan, dtype=np.float32)
+    lo = 0
+    for owner, _, flag in parts:
+        where = inverse[lo : lo + len(owner)]
+        flags[where] |= flag
+        if flag == HELD:
+            personal[where] = held_scores
+        lo += len(owner)
+    owner = distinct // n
+    return _Entries(owner, distinct - owner * n, flags, personal)
+
+
+def linear_full_ranks(
+    method: Method,
+    params: dict[str, torch.Tensor],
+    personal: PersonalRows,
+    private_rows: dict[str, PersonalRows] | None,
+    positions: np.ndarray,
+    users: np.ndarray,
+    table: np.ndarray,
+    device_table: DeviceTable,
+    prepared: PreparedData,
+    negatives: np.ndarray,
+) -> tuple[np.ndarray, ...] | None:
+    """(val, test, sampled val, sampled test) ranks of ``users`` (at ``positions``) under
+    ``strict``; None where this path does not apply (no linear head, a non-finite value):
+    the caller then materialises the scores."""
+    head = method.linear_head(params)
+    if head is None or not device_table.finite:
+        return None
+    weight, bias = head
+    users = np.asarray(users, dtype=np.int64)
+    a, (num_items, dim) = len(users), device_table.rows.shape
+    norms = torch.linalg.vector_norm(weight.double(), dim=1).cpu().numpy()
+    shift = np.zeros(a) if bias is None else bias.double().cpu().numpy()
+    span = norms * device_table.max_norm
+    if not (np.isfinite(span).all() and np.isfinite(shift).all()) or span.max(initial=0) > 1e36:
+        return None
+    gamma = dim * UNIT / (1 - dim * UNIT)
+    error = 2.0001 * gamma * span + dim * 2.0**-140  # |product - fixed order|, any order
+
+    owner, items, storage = held_pairs(personal, private_rows, positions)
+    own = np.empty(0, dtype=np.float32)
+    if len(items):
+        own = pair_scores(
+            method, params, personal, private_rows, positions, owner, items, table, storage
+        )
+        own = own.cpu().numpy()
+    entries = _entries(prepared, users, (owner, items), own)
+    every = np.arange(a, dtype=np.int64)
+    held_out = np.stack(
+        [np.asarray(prepared.valid_item[users], np.int64), np.asarray(prepared.test_item[users])],
+        axis=1,
+    ).astype(np.int64)
+    # The held-out items' scores: their own rows' where held, else the global fixed-order one.
+    targets = np.empty((a, 2), dtype=np.float32)
+    for k in range(2):
+        where = entries.where(every, held_out[:, k], num_items)
+        held = (entries.flags[where] & HELD) > 0
+        targets[held, k] = entries.personal[where[held]]
+        rest = np.flatnonzero(~held)
+        targets[rest, k] = exact_scores(device_table, weight, bias, rest, held_out[rest, k])
+    if not np.isfinite(targets[~np.isnan(targets)]).all():
+        return None
+    # Thresholds on the bias-free product: above ``high`` beats, below ``low`` does not.
+    centre = targets.astype(np.float64) - shift[:, None]
+    slack = 1e-12 * (np.abs(centre) + np.abs(shift)[:, None]) + 2.0**-140
+    margin = (error[:, None] + slack) * (1 + 1e-9)
+    high = _outward(centre + margin, up=True)
+    low = _outward(centre - margin - 2.0**-22 * np.abs(targets) - 2.0**-147, up=False)
+
+    sample = np.asarray(negatives, dtype=np.int64)
+    decided = _Decisions(a, entries.owner, sample.shape[1])
+    with highest_precision():
+        _scan(device_table, weight, entries, sample, high, low, decided)
+    exact = exact_scores(device_table, weight, bias, *decided.pending_pairs(entries, sample))
+    decided.resolve(exact, targets)
+
+    ranks = []
+    excluded = (
+        (entries.flags & (TRAIN | VALID)) > 0,
+        (entries.flags & (TRAIN | VALID | TEST)) > 0,
+    )
+    held = (entries.flags & HELD) > 0
+    for k in range(2):
+        target = targets[entries.owner, k]
+        own_beats = np.where(held, beats(entries.personal, target), decided.entries[k])
+        kept = ~excluded[k]
+        rank = (
+            decided.above[:, k]
+            - np.bincount(entries.owner, weights=decided.entries[k], minlength=a)
+            + np.bincount(entries.owner, weights=own_beats & kept, minlength=a)
+        )
+        valid = num_items - np.bincount(entries.owner, weights=excluded[k], minlength=a)
+        ranks.append(np.where(np.isnan(targets[:, k]), valid, rank).astype(np.int64))
+    where = entries.where(np.repeat(every, sample.shape[1]), sample.reshape(-1), num_items)
+    where = where.reshape(sample.shape)
+    held_sample = (where >= 0) & ((entries.flags[where] & HELD) > 0)
+    split = np.arange(sample.shape[1]) >= EVAL_NEGATIVES_PER_SPLIT  # 0: val, 1: test
+    target = targets[every[:, None], split.astype(np.int64)[None, :]]
+    sample_beats = np.where(held_sample, beats(entries.personal[where], target), decided.sample)
+    for k in range(2):
+        count = sample_beats[:, split == bool(k)].sum(1)
+        ranks.append(np.where(np.isnan(targets[:, k]), int((split == bool(k)).sum()), count))
+    return tuple(np.asarray(r, dtype=np.int64) for r in ranks)
+
+
+class _Decisions:
+    """What the matrix product decided: per user and split the items above the band
+    (``above``), per entry and sampled negative whether the global score beats the
+    held-out item, and the (user, item, split) comparisons left to the fixed order."""
+
+    def __init__(self, users: int, entry_owner: np.ndarray, sampled: int) -> None:
+        self.above = np.zeros((users, 2), dtype=np.int64)
+        self._entry_owner = entry_owner
+        entries = len(entry_owner)
+        self.entries = [np.zeros(entries, dtype=bool), np.zeros(entries, dtype=bool)]
+        self.sample = np.zeros((users, sampled), dtype=bool)
+        self.pending_entries: list[tuple[int, np.ndarray]] = []  # (split, entry indices)
+        self.pending_sample: list[np.ndarray] = []  # flat indices into sample
+        self.pending_band: list[tuple[int, np.ndarray, np.ndarray]] = []  # split, users, items
+
+    def pending_pairs(self, entries: _Entries, sample: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(users, items) of every pending comparison, in a fixed order."""
+        owners, items = [], []
+        for _, index in self.pending_entries:
+            owners.append(entries.owner[index])
+            items.append(entries.items[index])
+        for flat in self.pending_sample:
+            owners.append(flat // sample.shape[1])
+            items.append(sample.reshape(-1)[flat])
+        for _, users, band in self.pending_band:
+            owners.append(users)
+            items.append(band)
+        if not owners:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return np.concatenate(owners), np.concatenate(items)
+
+    def resolve(self, exact: np.ndarray, targets: np.ndarray) -> None:
+        """Decide the pending comparisons from their fixed-order scores ``exact``."""
+        lo = 0
+        for k, index in self.pending_entries:
+            scores = exact[lo : lo + len(index)]
+            owner = self._entry_owner[index]
+            self.entries[k][index] = beats(scores, targets[owner, k])
+            lo += len(index)
+        width = self.sample.shape[1]
+        flat_sample = self.sample.reshape(-1)
+        for flat in self.pending_sample:
+            scores = exact[lo : lo + len(flat)]
+            split = (flat % width >= EVAL_NEGATIVES_PER_SPLIT).astype(np.int64)
+            flat_sample[flat] = beats(scores, targets[flat // width, split])
+            lo += len(flat)
+        for k, users, _ in self.pending_band:
+            scores = exact[lo : lo + len(users)]
+            np.add.at(self.above[:, k], users, beats(scores, targets[users, k]))
+            lo += len(users)
+
+
+def _scan(
+    table: DeviceTable,
+    weight: torch.Tensor,
+    entries: _Entries,
+    sample: np.ndarray,
+    high: np.ndarray,
+    low: np.ndarray,
+    decided: _Decisions,
+) -> None:
+    """The matrix product, a block of users at a time: counts above the band, the band's
+    items, and the entries' and sampled negatives' comparisons."""
+    device = weight.device
+    num_items = table.rows.shape[0]
+    a = len(weight)
+    step = max(1, BLOCK_SCORES // max(num_items, 1))
+    bounds = np.searchsorted(entries.owner, np.arange(0, a + step, step))
+    count_dtype = torch.float32 if num_items < 1 << 24 else torch.float64
+    buffer = None
+    for block, lo in enumerate(range(0, a, step)):
+        hi = min(a, lo + step)
+        scores = torch.mm(weight[lo:hi], table.transposed)
+        if buffer is None or buffer.shape != scores.shape:
+            buffer = torch.empty_like(scores, dtype=count_dtype)
+        high_t = torch.from_numpy(high[lo:hi]).to(device)
+        low_t = torch.from_numpy(low[lo:hi]).to(device)
+        band = torch.zeros(hi - lo, dtype=torch.bool, device=device)
+        for k in range(2):
+            above = torch.gt(scores, high_t[:, k : k + 1], out=buffer).sum(1)
+            at_least = torch.ge(scores, low_t[:, k : k + 1], out=buffer).sum(1)
+            decided.above[lo:hi, k] = above.cpu().numpy().astype(np.int64)
+            band |= at_least > above  # some item of the row within the band
+        rows = torch.nonzero(band).view(-1)
+        if len(rows):  # the band's items (a row outside a split's band gives none)
+            part, bounds_rows = scores.index_select(0, rows), (low_t[rows], high_t[rows])
+            for k in range(2):
+                inside = part >= bounds_rows[0][:, k : k + 1]
+                inside &= part <= bounds_rows[1][:, k : k + 1]
+                row, item = torch.nonzero(inside).cpu().numpy().T
+                users = rows.cpu().numpy()[row] + lo
+                decided.pending_band.append((k, users.astype(np.int64), item.astype(np.int64)))
+        flat = scores.view(-1)
+        first, last = bounds[block], bounds[block + 1]
+        index = (entries.owner[first:last] - lo) * num_items + entries.items[first:last]
+        picked = flat.index_select(0, torch.from_numpy(index).to(device)).cpu().numpy()
+        owner = entries.owner[first:last]
+        for k in range(2):
+            above, inside = _classify(picked, high[owner, k], low[owner, k])
+            decided.entries[k][first:last] = above
+            decided.pending_entries.append((k, first + np.flatnonzero(inside)))
+        width = sample.shape[1]
+        index = (np.arange(hi - lo)[:, None] * num_items + sample[lo:hi]).reshape(-1)
+        picked = flat.index_select(0, torch.from_numpy(index).to(device)).cpu().numpy()
+        picked = picked.reshape(hi - lo, width)
+        split = (np.arange(width) >= EVAL_NEGATIVES_PER_SPLIT).astype(np.int64)
+        above, inside = _classify(picked, high[lo:hi][:, split], low[lo:hi][:, split])
+        decided.sample[lo:hi] = above
+        decided.pending_sample.append(np.flatnonzero(inside) + lo * width)
+
+
+def _classify(scores: np.ndarray, high: np.ndarray, low: np.ndarray):
+    """(decided to beat, undecided) of product scores against the band ``[low, high]``."""
+    return scores > high, (scores >= low) & (scores <= high)

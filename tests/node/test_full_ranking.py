@@ -1,0 +1,136 @@
+"""The exact fast path of full rankings (``strict``, linear score heads): the same ranks as the
+materialised fixed-order scores, whatever the blocking, with ties, held rows, NaN rows and
+every comparison left to the fixed order; and the fixed order itself."""
+
+import numpy as np
+import pytest
+import torch
+
+import fedrec_flwr.node.full_ranking as full_ranking
+import fedrec_flwr.node.protocols as protocols
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data.prepared import prepare
+from fedrec_flwr.methods.heads import fixed_order_dots
+from fedrec_flwr.node.personal import PersonalRows
+from fedrec_flwr.node.runtime import NodeRuntime
+
+pytestmark = pytest.mark.usefixtures("private_cache")
+
+SMALL = {
+    "dataset": "synthetic",
+    "synthetic-users": 48,
+    "synthetic-items": 260,
+    "synthetic-mean-degree": 12,
+    "protocol": "strict",
+    "embedding-dim": 8,
+}
+VARIANTS = {
+    "pfedrec": {"method": "pfedrec"},
+    "fedmf": {"method": "fedmf"},
+    "fedmf-dual": {"method": "fedmf", "personalization": "dual"},
+    "fedrap": {"method": "fedrap"},
+    "pfedrec-plgc": {"method": "pfedrec", "plgc": True},
+}
+
+
+def node_with_state(variant: str, seed: int, nodes: int = 1, partition: int = 0):
+    """A node and a state with random parameters, a table of few distinct rows (many exact
+    ties) and personal rows holding some held-out items, one of them NaN."""
+    config = RunConfig.from_mapping({**SMALL, **VARIANTS[variant]})
+    prepared = prepare(config)
+    runtime = NodeRuntime(config, prepared, partition, nodes)
+    state = runtime.initial_state()
+    rng = np.random.default_rng(seed)
+    dim = runtime.method.row_dim
+    table = rng.normal(size=(11, dim)).astype(np.float32)[np.arange(prepared.num_items) % 11]
+    for value in state.private.values():
+        value.copy_(torch.from_numpy(rng.normal(size=value.shape).astype(np.float32)))
+    if runtime.method.personal_rows:
+        positions, items = [], []
+        for p, user in enumerate(runtime.users):
+            chosen = rng.choice(prepared.num_items, 4, replace=False).tolist()
+            if p % 3 == 0:
+                chosen.append(int(prepared.valid_item[user]))
+            if p % 4 == 1:
+                chosen.append(int(prepared.test_item[user]))
+            chosen = np.unique(chosen)
+            positions += [p] * len(chosen)
+            items += chosen.tolist()
+        rows = table[np.array(items)].copy()
+        rows[::5] += rng.normal(size=rows[::5].shape).astype(np.float32) * 0.2
+        rows[3] = np.nan
+        everyone = np.arange(len(runtime.users))
+        store = PersonalRows.empty(len(runtime.users), dim)
+        state.personal = store.replaced(everyone, np.array(positions), np.array(items), rows)
+    return runtime, state, table
+
+
+def evaluated(runtime, state, table, fast: bool, monkeypatch):
+    monkeypatch.setattr(type(runtime), "erank_positions", property(lambda self: np.empty(0)))
+    if not fast:
+        monkeypatch.setattr(protocols, "linear_full_ranks", lambda *args, **kwargs: None)
+    sums, users, values = runtime.evaluate_users(state, None, table)
+    monkeypatch.undo()
+    return sums, users, values
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_fast_ranks_equal_the_materialised_fixed_order_scores(variant, monkeypatch):
+    runtime, state, table = node_with_state(variant, seed=1)
+    assert runtime.method.linear_head(runtime._eval_params(state, np.arange(2), {})) is not None
+    fast = evaluated(runtime, state, table, True, monkeypatch)
+    slow = evaluated(runtime, state, table, False, monkeypatch)
+    assert fast[0] == slow[0]
+    assert np.array_equal(fast[1], slow[1])
+    assert np.array_equal(fast[2], slow[2])
+
+
+def test_every_comparison_left_to_the_fixed_order_gives_the_same_ranks(monkeypatch):
+    """A bound so wide that the matrix product decides nothing: every comparison is made
+    from fixed-order scores; and one user per block of the product."""
+    runtime, state, table = node_with_state("pfedrec", seed=2)
+    reference = evaluated(runtime, state, table, True, monkeypatch)
+    monkeypatch.setattr(full_ranking, "UNIT", 1e-3)
+    monkeypatch.setattr(full_ranking, "BLOCK_SCORES", 1)
+    runtime, state, table = node_with_state("pfedrec", seed=2)
+    monkeypatch.setattr(type(runtime), "erank_positions", property(lambda self: np.empty(0)))
+    wide = runtime.evaluate_users(state, None, table)
+    assert wide[0] == reference[0]
+    assert np.array_equal(wide[2], reference[2])
+
+
+def test_a_user_s_ranks_do_not_depend_on_its_node(monkeypatch):
+    one = node_with_state("fedrap", seed=3)
+    alone = evaluated(*one, True, monkeypatch)
+    for partition in range(2):
+        runtime, state, table = node_with_state("fedrap", seed=3, nodes=2, partition=partition)
+        where = one[0].positions_of(runtime.users)
+        state.private = {name: value[where] for name, value in one[1].private.items()}
+        _, users, values = evaluated(runtime, state, table, True, monkeypatch)
+        assert np.array_equal(values, alone[2][users])
+
+
+def reference_order(rows: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """The documented order, in NumPy float32 (each operation rounded as IEEE prescribes)."""
+    products = (rows * weight).astype(np.float32)
+    width = max(8, -(-products.shape[1] // 4) * 4)
+    products = np.pad(products, ((0, 0), (0, width - products.shape[1])))
+    head = ((products[:, 0] + products[:, 1]) + products[:, 2]) + products[:, 3]
+    sums = [products[:, 4 + lane].copy() for lane in range(4)]
+    sums[0] = head + sums[0]
+    for k in range(8, width):
+        sums[k % 4] = sums[k % 4] + products[:, k]
+    return (sums[0] + sums[2]) + (sums[1] + sums[3])
+
+
+@pytest.mark.parametrize("dim", [1, 3, 5, 8, 12, 32, 33])
+def test_fixed_order_dots_follow_the_documented_order(dim):
+    rng = np.random.default_rng(dim)
+    scale = 10.0 ** rng.integers(-3, 4, (500, 1))
+    rows = (rng.normal(size=(500, dim)) * scale).astype(np.float32)
+    weight = rng.normal(size=(500, dim)).astype(np.float32)
+    got = fixed_order_dots(torch.from_numpy(rows), torch.from_numpy(weight)).numpy()
+    assert np.array_equal(got, reference_order(rows, weight))
+    # one pair at a time, or broadcast against one weight: the same bits
+    single = fixed_order_dots(torch.from_numpy(rows[:7]), torch.from_numpy(weight[3]))
+    assert np.array_equal(single.numpy(), reference_order(rows[:7], np.tile(weight[3], (7, 1))))
