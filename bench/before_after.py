@@ -11,7 +11,8 @@ machine's load hits both alike. A run's speed is the median of its per-round sec
 after/before, and whether both versions wrote the same ``rounds.csv`` apart from ``seconds``.
 CPU seconds (``cpu-seconds``: the process's, server and node together) are given beside the
 wall seconds. A case may add run-config keys to its preset, comma-separated TOML values
-(``pfedrec-ml100k-strict,dataset='synthetic',synthetic-users=100000``); with ``--last-apart``
+(``pfedrec-ml100k-strict,dataset='synthetic',synthetic-users=100000``; ``defaults,...``: no
+preset, the package's defaults); with ``--last-apart``
 a run's per-round figures leave its last round out, reported on its own (a run whose
 intermediate rounds evaluate a sample of ``eval-users`` evaluates every user in its last).
 ``--json`` writes every figure::
@@ -45,6 +46,8 @@ CASES = [
     for method in ("pfedrec", "fedmf")
     for protocol in ("paper", "strict")
 ]
+#: A case's first item naming no preset: the package's defaults and the case's keys.
+DEFAULTS = "defaults"
 RUNNER = """\
 import json, sys
 import fedrec_flwr
@@ -112,8 +115,10 @@ def run_once(
     """One run of ``case`` with ``version``: (its figures: median wall and CPU s/round, and
     with ``--last-apart`` the last round's; total s; rounds.csv rows)."""
     preset_name, *extra = case.split(",")
-    preset = version.tree / "conf" / f"{preset_name}.toml"
-    if not preset.exists():  # a preset the earlier commit lacks: use the current one
+    preset: Path | None = version.tree / "conf" / f"{preset_name}.toml"
+    if preset_name == DEFAULTS:  # the package's defaults, no preset
+        preset = None
+    elif not preset.exists():  # a preset the earlier commit lacks: use the current one
         preset = PROJECT / "conf" / f"{preset_name}.toml"
     config = merged_run_config(
         preset,

@@ -15,8 +15,9 @@ its default of 1. With ``--ops`` one intermediate round also runs under ``torch.
 for the kernel launches of a CUDA round.
 
 Cases: ``big`` (synthetic, 100,000 users x 20,000 items, mean degree 50, 10 % train per
-round, 1,000 users evaluated on intermediate rounds, all on the last) and ``ml100k``
-(PFedRec strict preset). Prints Markdown and writes ``--out`` (JSON of every figure).
+round, 1,000 users evaluated on intermediate rounds, all on the last), ``ml20m`` (the
+ML-20M shape: 138,493 users x 26,744 items, mean degree 144, the same fractions) and
+``ml100k`` (PFedRec strict preset). Prints Markdown and writes ``--out`` (JSON of every figure).
 """
 
 from __future__ import annotations
@@ -41,6 +42,14 @@ CASES: dict[str, dict[str, Any]] = {
         "synthetic-users": 100_000,
         "synthetic-items": 20_000,
         "synthetic-mean-degree": 50,
+        "fraction-train": 0.1,
+        "eval-users": 1000,
+    },
+    "ml20m": {
+        "dataset": "synthetic",
+        "synthetic-users": 138_493,
+        "synthetic-items": 26_744,
+        "synthetic-mean-degree": 144,
         "fraction-train": 0.1,
         "eval-users": 1000,
     },
