@@ -53,11 +53,11 @@ class NodeEvaluation:
         totals = {f"{split}-{name}": 0.0 for split in ("val", "test") for name in protocol.metrics}
         per_user = []
         evaluated = np.arange(len(self.users)) if positions is None else positions
-        chunk = self.method.eval_chunk
+        step = chunk = self.method.eval_chunk
         if len(evaluated) and protocol.fast_full_ranking(
             self.method, self._eval_params(state, evaluated[:1], dense or {})
         ):  # exact ranks from blocks of a matrix product: larger chunks, bounded memory
-            chunk = max(chunk, FAST_CHUNK)
+            chunk = -(-FAST_CHUNK // step) * step
         for lo in range(0, len(evaluated), chunk):
             positions = evaluated[lo : lo + chunk]
             params = self._eval_params(state, positions, dense or {})
@@ -71,21 +71,8 @@ class NodeEvaluation:
                 item_rows,
                 state.private_rows,
             )
-            columns = []
-            for split, full, sampled in (
-                ("val", ranks.val, ranks.sampled_val),
-                ("test", ranks.test, ranks.sampled_test),
-            ):
-                terms = metric_terms(full, protocol.name)
-                if sampled is not None:  # strict: the sampled-100 metrics of the same scores
-                    terms |= sampled_metric_terms(sampled)
-                for name, values in terms.items():
-                    totals[f"{split}-{name}"] += float(values.sum())
-                columns.append(stacked(terms, len(positions)))
-            per_user.append(np.concatenate(columns, axis=1))
-            if ranks.exposed is not None:  # a malicious attack's target items
-                exposed = totals.get("target-exposed", 0.0) + float(ranks.exposed.sum())
-                totals["target-exposed"] = exposed
+            for part in range(0, len(positions), step):  # the sums: eval_chunk users at a time
+                per_user.append(self._summed(ranks, slice(part, part + step), totals))
             for j in np.flatnonzero(np.isin(positions, self.erank_positions)):
                 erank = self._personal_erank(state, params, positions, j, item_ids, item_rows)
                 if erank is not None:
@@ -95,6 +82,26 @@ class NodeEvaluation:
         width = 2 * len(protocol.metrics)
         values = np.concatenate(per_user) if per_user else np.empty((0, width), np.float64)
         return totals, np.asarray(self.users[evaluated], dtype=np.int64), values
+
+    def _summed(self, ranks, part: slice, totals: dict[str, float]) -> np.ndarray:
+        """Add the metric terms of the users at ``part`` of ``ranks`` to ``totals`` (a
+        float64 sum per metric and block of users, in order); their per-user values."""
+        protocol = self.protocol
+        columns = []
+        for split, full, sampled in (
+            ("val", ranks.val, ranks.sampled_val),
+            ("test", ranks.test, ranks.sampled_test),
+        ):
+            terms = metric_terms(full[part], protocol.name)
+            if sampled is not None:  # strict: the sampled-100 metrics of the same scores
+                terms |= sampled_metric_terms(sampled[part])
+            for name, values in terms.items():
+                totals[f"{split}-{name}"] += float(values.sum())
+            columns.append(stacked(terms, len(full[part])))
+        if ranks.exposed is not None:  # a malicious attack's target items
+            exposed = totals.get("target-exposed", 0.0) + float(ranks.exposed[part].sum())
+            totals["target-exposed"] = exposed
+        return np.concatenate(columns, axis=1)
 
     def eval_positions(self, server_round: int, sample: int) -> np.ndarray | None:
         """Positions of this node's users in the round's evaluation sample of ``sample``
