@@ -21,17 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import transfer
-
 from fedrec_lab.project import project_root
+from fedrec_lab.transfer import cells
+from fedrec_lab.transfer.report import signed_interval
 
 
 def mean_train_rows(target: str, args: argparse.Namespace) -> float:
@@ -41,7 +38,7 @@ def mean_train_rows(target: str, args: argparse.Namespace) -> float:
 
     config = RunConfig.from_mapping(
         {
-            **transfer.DATASETS[target]["keys"],
+            **cells.DATASETS[target]["keys"],
             "protocol": "strict",
             "seed": args.seed,
             "data-dir": str(Path(args.data_dir).resolve()),
@@ -60,19 +57,17 @@ def scaled_cell(
     if path.exists():
         return json.loads(path.read_text())
     runs = cache / "runs"
-    config = transfer.cell_config(method, source, target, args, runs)
+    config = cells.cell_config(method, source, target, args, runs)
     config["lr"] = float(config["lr"]) * factor
     config["run-name"] = name
     print(f"{name}: running (lr {config['lr']:.4g})", flush=True)
-    summary = transfer.run_config(name, config)
-    users, hits = transfer.hits_of(runs / name)
-    return transfer.finish(
-        path, name, method, f"{source}-lr-scaled", target, summary, users, hits, ""
-    )
+    summary = cells.run_config(name, config)
+    users, hits = cells.hits_of(runs / name)
+    return cells.finish(path, name, method, f"{source}-lr-scaled", target, summary, users, hits, "")
 
 
 def table(rows: list[dict], args: argparse.Namespace) -> str:
-    label = {k: v["label"] for k, v in transfer.DATASETS.items()}
+    label = {k: v["label"] for k, v in cells.DATASETS.items()}
     command = "python bench/transfer_scaling.py --data-dir DIR" + (
         f" --write {shlex.quote(args.write)}" if args.write else ""
     )
@@ -98,7 +93,7 @@ def table(rows: list[dict], args: argparse.Namespace) -> str:
             f"| {r['method']} | {label[r['source']]} | {label[r['target']]} "
             f"| {r['rows_source']:.1f} / {r['rows_target']:.1f} | {r['lr']:.4g} "
             f"| {r['lr_scaled']:.4g} | {100 * r['as_is']:.2f} | {100 * r['scaled']:.2f} "
-            f"| {transfer.signed_interval(d)} |"
+            f"| {signed_interval(d)} |"
         )
     better = sum(r["difference"]["low"] > 0 for r in rows)
     worse = sum(r["difference"]["high"] < 0 for r in rows)
@@ -121,24 +116,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--cache", default="fedrec-out/transfer", help="bench/transfer.py's cache")
     parser.add_argument("--methods", nargs="+", default=list(SCALED_METHODS))
-    parser.add_argument("--targets", nargs="+", default=list(transfer.DATASETS))
+    parser.add_argument("--targets", nargs="+", default=list(cells.DATASETS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--patience", type=int, default=0, help="0: no early stopping")
     parser.add_argument("--write", default=None, help="write <stem>.md and <stem>.json")
     args = parser.parse_args(argv)
     cache = Path(args.cache)
-    rows_per_user = {t: mean_train_rows(t, args) for t in transfer.DATASETS}
+    rows_per_user = {t: mean_train_rows(t, args) for t in cells.DATASETS}
     rows = []
     for method in args.methods:
-        for source in transfer.SOURCES:
+        for source in cells.SOURCES:
             for target in args.targets:
                 if target == source:
                     continue
                 factor = rows_per_user[source] / rows_per_user[target]
-                as_is = transfer.run_cell(method, source, target, args, cache)
+                as_is = cells.run_cell(method, source, target, args, cache)
                 scaled = scaled_cell(method, source, target, factor, args, cache)
-                lr = float(transfer.candidate_keys(method, source)["lr"])
+                lr = float(cells.candidate_keys(method, source)["lr"])
                 rows.append(
                     {
                         "method": method,

@@ -43,7 +43,7 @@ def node_data(context: Context) -> tuple[PreparedData, int, int]:
     """(data, partition-id, num-partitions) of this node.
 
     With node config ``data-path`` the node reads only that device folder (written by
-    ``python -m fedrec_flwr.data.export``; its manifest gives the partition, and
+    ``fedrec export``; its manifest gives the partition, and
     ``partition-id``/``num-partitions``, if given, must agree); else the shared prepared split
     of the run's dataset, and ``partition-id``/``num-partitions`` say which users are its own.
     """

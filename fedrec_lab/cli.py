@@ -2,7 +2,7 @@
 
     fedrec run conf/pfedrec-ml100k-strict.toml num-server-rounds=10
     fedrec deploy-local 3 conf/pfedrec-ml100k-strict.toml --secure
-    fedrec tune | experiments | audit | baselines | presets ...
+    fedrec tune | experiments | audit | baselines | presets | export ...
 
 Each subcommand is the ``main`` of its module, which ``python -m <module>`` also runs.
 ``fedrec PRESET.toml key=value ...`` (no subcommand) is ``fedrec run``. ``--project DIR``,
@@ -49,6 +49,7 @@ COMMANDS = {
         "fedrec_lab.baselines.command", "centralized and local-only reference rows"
     ),
     "presets": Command("fedrec_lab.presets", "build, check or show the presets in conf/"),
+    "export": Command("fedrec_lab.export", "write one data folder per device (its users' rows)"),
 }
 
 

@@ -3,7 +3,7 @@ device, each reading only its own data.
 
     fedrec deploy-local 3 [PRESET.toml] [key=value ...] [--insecure] [--keep DIR] [--timings]
 
-exports the configured dataset for N devices (:mod:`fedrec_flwr.data.export`), starts a
+exports the configured dataset for N devices (:mod:`fedrec_lab.export`), starts a
 SuperLink and N SuperNodes on 127.0.0.1 (SuperNode ``i`` with node config
 ``data-path=<its folder> state-dir=<its own folder>``, its own ``FLWR_HOME`` and cache, none
 of them with ``FEDREC_DATA_DIR``), runs ``flwr run <project> deploy`` (3 rounds unless
@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.data.export import export_devices
 from fedrec_flwr.node import timing as node_timing
+from fedrec_lab.export import export_devices
 from fedrec_lab.launch.command import read_config, signals_interrupt
 from fedrec_lab.launch.command import say as _say
 from fedrec_lab.launch.flwr_cli import follow, stop_run

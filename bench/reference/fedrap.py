@@ -35,12 +35,14 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-import reference_runs as ref
-from pfedrec import reference_files
+
+from fedrec_lab.project import project_root
+from fedrec_lab.reference import runs as ref
+from fedrec_lab.reference.ratings import reference_files
 
 PINNED = "d6ee2ac97d0257be8f07ad123114ae6df0eb3d99"
 URL = "https://github.com/mtics/FedRAP"
-PRESET = ref.PROJECT / "conf" / "fedrap-ml100k-paper.toml"
+PRESET = project_root() / "conf" / "fedrap-ml100k-paper.toml"
 DRIVER = Path(__file__).with_name("fedrap_driver.py")
 ADDITIONS = [
     "CPU: torch.cuda.set_device does nothing; --use_cuda '' (its type=bool flag)",

@@ -42,28 +42,6 @@ import types
 from pathlib import Path
 
 
-class _SameBatches:
-    """The batches ``DataLoader(dataset, batch_size, shuffle=True)`` yields, from the same
-    draws of PyTorch's global generator, by indexing the dataset's tensors."""
-
-    def __init__(self, tensors, batch_size: int) -> None:
-        self.tensors = tensors
-        self.batch_size = batch_size
-
-    def __iter__(self):
-        import torch
-
-        size = len(self.tensors[0])
-        torch.empty((), dtype=torch.int64).random_()  # the iterator's base seed (unused)
-        seed = int(torch.empty((), dtype=torch.int64).random_().item())  # RandomSampler's
-        generator = torch.Generator()
-        generator.manual_seed(seed)
-        order = torch.randperm(size, generator=generator)
-        for start in range(0, size, self.batch_size):
-            index = order[start : start + self.batch_size]
-            yield [tensor[index] for tensor in self.tensors]
-
-
 def main(settings_path: str) -> None:
     settings = json.loads(Path(settings_path).read_text())
     repo = settings["repo"]
@@ -125,6 +103,7 @@ def main(settings_path: str) -> None:
 
         reference_model.FedRAP.__init__ = zero_personal
     if settings.get("fast_loader"):
+        from fedrec_lab.reference.batches import SameBatches  # the installed project's
 
         def same_batches(self, user_train_data):
             tensors = (
@@ -132,7 +111,7 @@ def main(settings_path: str) -> None:
                 torch.LongTensor(user_train_data[1]),
                 torch.FloatTensor(user_train_data[2]),
             )
-            return _SameBatches(tensors, self.config["batch_size"])
+            return SameBatches(tensors, self.config["batch_size"])
 
         reference_engine.Engine.instanceUserTrainLoader = same_batches
 

@@ -10,7 +10,7 @@ folder the user cloned (never copied into this project)::
 
 For each seed, the split, the held-out items and the 99 validation and 99 test negatives are
 those of our run of ``conf/fedrecgel-<dataset>-reference.toml`` at that seed
-(:func:`reference_runs.our_split`), written in the reference's file layout
+(:func:`fedrec_lab.reference.runs.our_split`), written in the reference's file layout
 (``<work>/data/<lastfm2k|ml100k>/preprocess/``). Its train file holds our train rows only: the
 validation item, which the reference's own split trains on, is held out, and its negatives
 are drawn from every item not among the train positives, as its code does. The reference's
@@ -39,7 +39,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
-import reference_runs as ref
+from fedrec_lab.project import project_root
+from fedrec_lab.reference import runs as ref
 
 PINNED = "c7f2d929b49bb4112d8623d284c4c521663b0785"
 URL = "https://github.com/anonymifish/FedRecGEL"
@@ -86,7 +87,7 @@ def reference_config(rounds: int, seed: int, data_root: Path, dataset: str) -> d
 
 
 def preset(dataset: str) -> Path:
-    return ref.PROJECT / "conf" / f"fedrecgel-{SHORT[dataset]}-reference.toml"
+    return project_root() / "conf" / f"fedrecgel-{SHORT[dataset]}-reference.toml"
 
 
 def run_seed(args: argparse.Namespace, seed: int) -> dict:
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     ref.check_commit(Path(args.repo), PINNED, URL)
     short = SHORT[args.dataset]
     tag = "" if args.dense_init == "reference" else "+pytorch-init"
-    default_out = ref.PROJECT / "bench/results/reference" / f"fedrecgel-{short}-paper{tag}.json"
+    default_out = project_root() / "bench/results/reference" / f"fedrecgel-{short}-paper{tag}.json"
     args.out = args.out or str(default_out)
     args.work = args.work or str(Path(tempfile.gettempdir()) / f"fedrecgel-reference-{short}{tag}")
     record = {

@@ -32,11 +32,14 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-import reference_runs as ref
+
+from fedrec_lab.project import project_root
+from fedrec_lab.reference import runs as ref
+from fedrec_lab.reference.ratings import reference_files
 
 PINNED = "abc23809b9bca8f4f09fab5311ae4a63ed6159d2"
 URL = "https://github.com/Zhangcx19/IJCAI-23-PFedRec"
-PRESET = ref.PROJECT / "conf" / "pfedrec-ml100k-paper.toml"
+PRESET = project_root() / "conf" / "pfedrec-ml100k-paper.toml"
 DRIVER = Path(__file__).with_name("pfedrec_driver.py")
 DATASET = "ml-100k"
 ADDITIONS = [
@@ -49,35 +52,6 @@ ADDITIONS = [
     "training negatives' pool is the reference's",
     "each fed_evaluate call prints its HR@10 / NDCG@10 with 6 decimals",
 ]
-
-
-def reference_files(split: ref.Split, folder: Path) -> dict[str, np.ndarray]:
-    """``ratings.dat`` (``uid,mid,rating,timestamp``) laid out so that the reference's split
-    is ours; our negatives and validation items in the reference's item numbering."""
-    counts = np.bincount(split.train_user, minlength=split.num_users)
-    users, items, stamps = [], [], []
-    start = 0
-    for user in range(split.num_users):
-        train = split.train_item[start : start + counts[user]]
-        start += counts[user]
-        users += [user] * (2 + len(train))
-        items += [int(split.test_item[user]), int(split.valid_item[user]), *train.tolist()]
-        stamps += [2, 1] + [0] * len(train)
-    items_array = np.asarray(items)
-    _, first = np.unique(items_array, return_index=True)
-    order = np.unique(items_array)[np.argsort(first)]  # our item ids by first appearance
-    numbering = np.full(split.num_items, -1, dtype=np.int64)
-    numbering[order] = np.arange(len(order))
-    if (numbering < 0).any():
-        raise ref.ReferenceError(
-            f"{(numbering < 0).sum()} items appear in no row: the reference numbers only the "
-            "items in its file, and would not know them as negatives"
-        )
-    folder.mkdir(parents=True, exist_ok=True)
-    rows = np.c_[users, items, np.ones(len(users), dtype=np.int64), stamps]
-    np.savetxt(folder / "ratings.dat", rows, fmt="%d", delimiter=",")
-    negatives = numbering[np.c_[split.valid_negatives, split.test_negatives]]
-    return {"negatives": negatives, "valid_items": numbering[split.valid_item]}
 
 
 def run_seed(args: argparse.Namespace, seed: int) -> dict:

@@ -1,4 +1,4 @@
-"""A device's own data: the folder ``python -m fedrec_flwr.data.export`` writes for it.
+"""A device's own data: the folder ``fedrec export`` (:mod:`fedrec_lab.export`) writes for it.
 
 A device folder holds only its users' rows of the prepared split (train rows, validation and
 test item; under the ``paper`` protocol their 99 + 99 evaluation negatives, which under
@@ -116,7 +116,7 @@ class DeviceData(PreparedData):
         if not manifest_file.exists():
             raise FileNotFoundError(
                 f"{manifest_file} not found: data-path must name a device folder written by "
-                "`python -m fedrec_flwr.data.export` (e.g. .../device-0)."
+                "`fedrec export` (e.g. .../device-0)."
             )
         self.meta = json.loads(manifest_file.read_text())
         if self.meta.get("format") != FORMAT:

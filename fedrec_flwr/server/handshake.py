@@ -182,8 +182,7 @@ def _register(
         raise FederationError(
             f"nodes hold different data: partition {first.partition_id} "
             f"({_where(first.data)}) and partition {partition} ({_where(data)}) differ "
-            f"({why}). Export every device's folder with one `python -m "
-            "fedrec_flwr.data.export` command."
+            f"({why}). Export every device's folder with one `fedrec export` command."
         )
     if expected is not None and num_partitions != expected:
         raise FederationError(

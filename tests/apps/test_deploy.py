@@ -24,10 +24,10 @@ from flwr.app import RecordDict
 
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.data.export import export_devices
 from fedrec_flwr.results import TIMING_COLUMNS
 from fedrec_flwr.server_app import run_federation
 from fedrec_lab import processes
+from fedrec_lab.export import export_devices
 from fedrec_lab.launch import COMPLETED, PROJECT, follow
 from fedrec_lab.local_grid import LocalGrid
 from fedrec_lab.secure import write_node_key

@@ -13,13 +13,13 @@ import pytest
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.data.device import DeviceData
-from fedrec_flwr.data.export import export_devices
-from fedrec_flwr.data.export import main as export_main
 from fedrec_flwr.data.loaders import _LASTFM_DATES, _local_midnight_ms, _read_table
 from fedrec_flwr.data.prepared import PreparedData, prepare
 from fedrec_flwr.data.user_dataset import file_sha256
 from fedrec_flwr.results import TIMING_COLUMNS
 from fedrec_flwr.server_app import run_federation
+from fedrec_lab.export import export_devices
+from fedrec_lab.export import main as export_main
 from fedrec_lab.launch import ConfigError as LaunchConfigError
 from fedrec_lab.launch import check_run_config, run
 from fedrec_lab.local_grid import LocalGrid

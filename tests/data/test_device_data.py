@@ -14,13 +14,13 @@ import pytest
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.device import DeviceData
-from fedrec_flwr.data.export import export_devices
-from fedrec_flwr.data.export import main as export_main
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.messages import ARRAYS, array_record, record_arrays
 from fedrec_flwr.results import TIMING_COLUMNS
 from fedrec_flwr.server.strategy import FederationError
 from fedrec_flwr.server_app import run_federation
+from fedrec_lab.export import export_devices
+from fedrec_lab.export import main as export_main
 from fedrec_lab.local_grid import LocalGrid
 
 SMALL = {

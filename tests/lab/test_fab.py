@@ -1,6 +1,6 @@
 """The FAB (what ``flwr run`` ships to every SuperLink, SuperNode and app process) holds the
-runtime package only: ``flwr build`` of the project, its files listed, and the ServerApp
-and ClientApp loaded from it with the lab unimportable."""
+two top-level component files and the runtime package only: ``flwr build`` of the project,
+its files listed, and the ServerApp and ClientApp loaded from it with the lab unimportable."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = "fedrec_flwr"
+#: The components Flower loads, thin files at the top of the project.
+COMPONENTS = ("server_app.py", "client_app.py")
 #: Flower's own metadata in every FAB.
 FLOWER_FILES = (".info/",)
 #: What the project folder holds besides the runtime: none of it belongs in the FAB.
@@ -37,6 +39,7 @@ for reference in sys.argv[1:]:
     module, attribute = reference.split(":")
     app = getattr(importlib.import_module(module), attribute)
     print(reference, type(app).__name__, importlib.import_module(module).__file__)
+print("fedrec_flwr", "package", importlib.import_module("fedrec_flwr").__file__)
 """
 
 
@@ -46,7 +49,7 @@ def fab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     lab included, so that the build has to leave it out."""
     app = tmp_path_factory.mktemp("fab") / "fedrec-app"
     app.mkdir()
-    for name in ("pyproject.toml", ".gitignore", "README.md"):
+    for name in ("pyproject.toml", ".gitignore", "README.md", *COMPONENTS):
         if (ROOT / name).exists():
             shutil.copy(ROOT / name, app / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -67,12 +70,13 @@ def fab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built[0]
 
 
-def test_the_fab_holds_pyproject_and_the_runtime_package_only(fab: Path) -> None:
+def test_the_fab_holds_pyproject_the_components_and_the_runtime_package_only(fab: Path) -> None:
     names = zipfile.ZipFile(fab).namelist()
+    assert set(COMPONENTS) <= set(names)
     outside = [
         n
         for n in names
-        if n != "pyproject.toml"
+        if n not in ("pyproject.toml", *COMPONENTS)
         and not n.startswith(f"{RUNTIME}/")
         and not n.startswith(FLOWER_FILES)
     ]
@@ -88,7 +92,7 @@ def test_the_components_load_from_the_fab_without_the_lab(fab: Path, tmp_path: P
     pyproject = tomllib.loads((unpacked / "pyproject.toml").read_text())
     components = pyproject["tool"]["flwr"]["app"]["components"]
     references = [components["serverapp"], components["clientapp"]]
-    assert references == ["fedrec_flwr.server_app:app", "fedrec_flwr.client_app:app"]
+    assert references == ["server_app:app", "client_app:app"]
     done = subprocess.run(
         [sys.executable, "-c", LOAD, *references],
         cwd=unpacked,
@@ -99,7 +103,8 @@ def test_the_components_load_from_the_fab_without_the_lab(fab: Path, tmp_path: P
     assert done.returncode == 0, done.stderr
     loaded = [line.split() for line in done.stdout.splitlines()]
     assert [(ref, kind) for ref, kind, _ in loaded] == [
-        ("fedrec_flwr.server_app:app", "ServerApp"),
-        ("fedrec_flwr.client_app:app", "ClientApp"),
+        ("server_app:app", "ServerApp"),
+        ("client_app:app", "ClientApp"),
+        ("fedrec_flwr", "package"),  # the apps the components name: the FAB's own copy
     ]
     assert all(Path(file).is_relative_to(unpacked) for _, _, file in loaded)

@@ -1,22 +1,20 @@
-"""The reference-run scripts' own parts (bench/reference/): the log they parse, the rounds
-they choose, the files they write for the reference code, the commit they pin. No reference
-code is needed: the logs are tiny fakes in the drivers' format."""
+"""The reference-run scripts' own parts (bench/reference/, :mod:`fedrec_lab.reference`): the
+log they parse, the rounds they choose, the files they write for the reference code, the
+commit they pin. No reference code is needed: the logs are tiny fakes in the drivers'
+format."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench" / "reference"))
-
-import pfedrec as pfedrec_script  # noqa: E402
-import reference_runs as ref  # noqa: E402
+from fedrec_lab.reference import runs as ref
+from fedrec_lab.reference.batches import SameBatches
+from fedrec_lab.reference.ratings import reference_files
 
 LOG = """\
 [2026-01-01 10:00:00] prepare lastfm2k dataset...
@@ -94,7 +92,7 @@ def test_the_pfedrec_file_splits_into_our_split_under_the_reference_rule(tmp_pat
     newest first, the earlier row first among ties (pandas rank 'first'); the file must give
     back our held-out items, and the negatives must name the same items in its numbering."""
     split = small_split()
-    arrays = pfedrec_script.reference_files(split, tmp_path)
+    arrays = reference_files(split, tmp_path)
     rows = pd.read_csv(tmp_path / "ratings.dat", header=None, names=["u", "i", "r", "t"])
     numbering = {item: k for k, item in enumerate(rows["i"].drop_duplicates())}
     rows["rank"] = rows.groupby("u")["t"].rank(method="first", ascending=False)
@@ -112,7 +110,7 @@ def test_an_item_in_no_row_is_refused(tmp_path: Path) -> None:
     split = small_split()
     bigger = ref.Split(**{**split.__dict__, "num_items": 7})
     with pytest.raises(ref.ReferenceError, match="1 items appear in no row"):
-        pfedrec_script.reference_files(bigger, tmp_path)
+        reference_files(bigger, tmp_path)
 
 
 def test_a_checkout_at_another_commit_is_refused_with_the_fetch_command(tmp_path: Path) -> None:
@@ -152,7 +150,6 @@ def test_a_driver_run_writes_its_log_and_frees_the_folder(tmp_path: Path) -> Non
 
 
 def test_the_fedrap_fast_loader_yields_dataloaders_batches_from_the_same_draws() -> None:
-    import fedrap_driver
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -168,7 +165,7 @@ def test_the_fedrap_fast_loader_yields_dataloaders_batches_from_the_same_draws()
         return batches, torch.rand(4)  # the global generator after the epochs
 
     expected, after = epochs(DataLoader(TensorDataset(*tensors), batch_size=2048, shuffle=True))
-    got, got_after = epochs(fedrap_driver._SameBatches(tensors, 2048))
+    got, got_after = epochs(SameBatches(tensors, 2048))
     assert [len(b[0]) for b in got] == [2048, 2048, 404] * 3
     assert len(got) == len(expected)
     for mine, theirs in zip(got, expected, strict=True):

@@ -1,16 +1,12 @@
-"""``bench/test_tiers.py``: its reading of pytest's summary and its report, on a fake result
-(no pytest run here)."""
+"""The test tiers' measurement (``bench/test_tiers.py``, :mod:`fedrec_lab.tiers`): its reading
+of pytest's summary and its report, on a fake result (no pytest run here)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "test_tiers.py"
-spec = importlib.util.spec_from_file_location("test_tiers_script", SCRIPT)
-tiers = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tiers)
+from fedrec_lab import tiers
 
 
 def tier(name: str, seconds: float, failed_tests: list[str], **counts: int) -> dict:

@@ -1,18 +1,13 @@
-"""``bench/transfer.py``: its reference per dataset, its leave-one-dataset-out choice and its
-report, on fake cells (no run here)."""
+"""The transfer study (``bench/transfer.py``, :mod:`fedrec_lab.transfer`): its reference per
+dataset, its leave-one-dataset-out choice and its report, on fake cells (no run here)."""
 
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "transfer.py"
-spec = importlib.util.spec_from_file_location("transfer_script", SCRIPT)
-transfer = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(transfer)
+from fedrec_lab.transfer import choice as study
+from fedrec_lab.transfer import report
 
 USERS = 200
 
@@ -58,14 +53,14 @@ KNN = {
 
 
 def test_the_reference_is_the_tuned_preset_else_the_best_measured():
-    own, tuned = transfer.reference_cell(CELLS, "fedmf", "lastfm2k")
+    own, tuned = study.reference_cell(CELLS, "fedmf", "lastfm2k")
     assert (own["candidate"], tuned) == ("lastfm2k", True)
-    best, tuned = transfer.reference_cell(CELLS, "fedmf", "synthetic")
+    best, tuned = study.reference_cell(CELLS, "fedmf", "synthetic")
     assert (best["candidate"], tuned) == ("ml100k", False)
 
 
 def test_the_default_has_the_best_worst_held_out_ratio():
-    summary = transfer.summarise(CELLS, KNN)
+    summary = study.summarise(CELLS, KNN)
     (choice,) = summary["choices"]
     scores = {c["candidate"]: c for c in choice["candidates"]}
     # ml100k held out on lastfm2k (0.10 / 0.20) and synthetic (0.40 / 0.40)
@@ -84,17 +79,17 @@ def test_ties_on_the_worst_case_go_to_the_higher_mean_ratio():
         {"method": "m", "candidate": "b", "target": "c", "ratio": 1.0},
         {"method": "m", "candidate": "a", "target": "a", "ratio": 1.0},  # at home: not scored
     ]
-    assert transfer.choose(rows, "m")["default"] == "b"
+    assert study.choose(rows, "m")["default"] == "b"
 
 
 def test_a_method_without_a_held_out_score_is_refused():
     rows = [{"method": "m", "candidate": "a", "target": "a", "ratio": 1.0}]
     with pytest.raises(ValueError, match="not tuned on"):
-        transfer.choose(rows, "m")
+        study.choose(rows, "m")
 
 
 def test_differences_are_paired_and_the_report_names_reference_and_itemknn():
-    summary = transfer.summarise(CELLS, KNN)
+    summary = study.summarise(CELLS, KNN)
     rows = {(r["candidate"], r["target"]): r for r in summary["rows"]}
     moved = rows[("ml100k", "lastfm2k")]
     assert moved["ratio"] == pytest.approx(0.5)
@@ -105,7 +100,7 @@ def test_differences_are_paired_and_the_report_names_reference_and_itemknn():
     low, high = moved["ci"]
     assert low < 0.10 < high
     settings = {"seed": 0, "rounds": 50, "patience": 10}
-    text = transfer.markdown(summary, "python bench/transfer.py --data-dir DIR", settings)
+    text = report.markdown(summary, "python bench/transfer.py --data-dir DIR", settings)
     assert "| fedmf | Last.fm-2K | tuned on ML-100K | 10.00 |" in text
     assert (
         "| fedmf | synthetic 1500 x 500, 15 per user | tuned on ML-100K (best measured) |" in text
@@ -127,6 +122,6 @@ def test_differences_are_paired_and_the_report_names_reference_and_itemknn():
 
 def test_early_stopping_cuts_a_run_where_the_server_would():
     val = [0.10, 0.05, 0.06, 0.10, 0.07, 0.20, 0.19]  # equal to the best is no improvement
-    assert transfer.early_stopped(val, 0) == (7, 6)
-    assert transfer.early_stopped(val, 3) == (4, 1)
-    assert transfer.early_stopped(val, 5) == (7, 6)
+    assert study.early_stopped(val, 0) == (7, 6)
+    assert study.early_stopped(val, 3) == (4, 1)
+    assert study.early_stopped(val, 5) == (7, 6)

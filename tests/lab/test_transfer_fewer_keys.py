@@ -4,21 +4,13 @@ fewer-minus-all differences, on fake cells (no run here)."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fedrec_flwr.config import RunConfig
 from fedrec_lab import tuning
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
-spec = importlib.util.spec_from_file_location("fewer_keys_script", BENCH / "transfer_fewer_keys.py")
-fewer = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(fewer)
+from fedrec_lab.transfer import fewer_keys as fewer
 
 USERS = 200
 

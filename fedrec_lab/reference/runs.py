@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-PROJECT = Path(__file__).resolve().parents[2]
+from fedrec_lab.project import project_root
+
 METRIC_LINE = re.compile(
     r"round (?P<round>\d+) (?P<split>valid|test) HR@10=(?P<hr>[0-9.]+) NDCG@10=(?P<ndcg>[0-9.]+)"
 )
@@ -295,7 +296,7 @@ def add_run_arguments(
         help="write the JSON from the logs already in --work (runs going or stopped)",
     )
     if out is not None:
-        parser.add_argument("--out", default=str(PROJECT / "bench/results/reference" / out))
+        parser.add_argument("--out", default=str(project_root() / "bench/results/reference" / out))
     if work is not None:
         parser.add_argument(
             "--work",

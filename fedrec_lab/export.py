@@ -1,6 +1,7 @@
-"""Write one folder per device holding only its users' data (docs/deployment.md).
+"""``fedrec export``: write one folder per device holding only its users' data
+(docs/deployment.md).
 
-    python -m fedrec_flwr.data.export --dataset ml-100k --protocol strict --seed 0 \\
+    fedrec export --dataset ml-100k --protocol strict --seed 0 \\
         --num-partitions 3 --out devices [--data-dir /data/recsys]
 
 writes ``devices/device-<p>/`` for ``p`` in ``0..N-1``: the rows of the users ``u`` with
@@ -8,7 +9,8 @@ writes ``devices/device-<p>/`` for ``p`` in ``0..N-1``: the rows of the users ``
 ``valid_item.npy``, ``test_item.npy``; ``eval_negatives.npy`` under the paper protocol, drawn
 with ``--seed``), ``users.npy`` (their global ids) and ``manifest.json`` (dataset, protocol,
 seed, split fingerprint, partition, users, catalogue size); and ``devices/export.json``, what
-the devices share. A SuperNode reads its folder with ``--node-config "data-path='...'"``.
+the devices share. A SuperNode reads its folder with ``--node-config "data-path='...'"``
+(:mod:`fedrec_flwr.data.device`, the format's one reader).
 Each folder is written next to its final place, then renamed over it (an earlier export of
 the same folder is replaced whole).
 """
@@ -105,7 +107,7 @@ def _write_folder(folder: Path, arrays: dict[str, np.ndarray], manifest: dict) -
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m fedrec_flwr.data.export",
+        prog="fedrec export",
         description="Write one folder per device holding only its users' data.",
     )
     parser.add_argument("--dataset", default="ml-100k")
