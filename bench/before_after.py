@@ -208,7 +208,8 @@ def main() -> int:
         for case in args.cases:
             order = versions if repeat % 2 == 0 else versions[::-1]  # alternate who goes first
             for version in order:
-                name = f"{case}-{version.label}-{repeat}"
+                label = re.sub(r"[^A-Za-z0-9.+-]+", "_", case)[:80]  # a folder's name
+                name = f"{args.cases.index(case)}-{label}-{version.label}-{repeat}"
                 record = runs[(case, version.label)]
                 try:
                     figures, total, rows = run_once(version, case, args, work, runner, name)

@@ -21,6 +21,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
+from fedrec_flwr.node.context_state import RESIDENT
+
 CLIENT_APP_EXCEPTION = 3  # flwr.common.constant.ErrorCode.CLIENT_APP_RAISED_EXCEPTION
 
 
@@ -50,6 +52,7 @@ class LocalGrid(Grid):
                 node_config={
                     "partition-id": p,
                     "num-partitions": num_nodes,
+                    RESIDENT: True,  # every message runs here: the state stays in memory
                     **(node_configs[p] if node_configs else {}),
                 },
                 state=RecordDict(),

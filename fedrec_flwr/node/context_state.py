@@ -15,6 +15,12 @@ whole store. The state then reads each segment from its record's bytes (read-onl
 the rows are held once, not once as arrays and once packed. A process that reads back the
 very ``node-state`` record it wrote last reuses the state it wrote instead of decoding it;
 any other reader decodes the records, which hold the same arrays.
+
+A node whose messages all run in the process that holds its ``Context`` (node config
+``state-resident = true``: the in-process grid, :class:`fedrec_lab.local_grid.LocalGrid`)
+keeps its state in the process instead, beside the context: ``context.state`` then holds
+only a marker under ``node-state``, and nothing is packed between rounds. Checkpoints and
+``state-dir`` files are written from the state as everywhere (:mod:`fedrec_flwr.node.state_store`).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
-from flwr.app import ArrayRecord, Context
+from flwr.app import ArrayRecord, ConfigRecord, Context
 
 from fedrec_flwr.messages import PACKED, array_record, record_arrays, unpack
 from fedrec_flwr.node.layered import IDS, LayeredRows, segment_names
@@ -34,10 +40,25 @@ PART_PREFIX = "node-state-part-"
 CSR_NAMES = ("personal-indptr", "personal-items", "personal-rows")
 #: per (run, node): the ``node-state`` record this process wrote last and the state in it
 _WRITTEN: dict[tuple[int, int], tuple[ArrayRecord, NodeState]] = {}
+#: Node-config key: every message of the node runs in the process holding its ``Context``.
+RESIDENT = "state-resident"
+#: The attribute of a resident node's ``Context`` that holds its state.
+_HELD = "_fedrec_node_state"
+
+
+def is_resident(context: Context) -> bool:
+    return bool(context.node_config.get(RESIDENT, False))
 
 
 def save(context: Context, state: NodeState) -> None:
-    """Write ``state`` into ``context.state`` (new segments only) and remember it."""
+    """Write ``state`` into ``context.state`` (new segments only) and remember it; on a
+    resident node, keep it beside the context and leave a marker."""
+    if is_resident(context):
+        for key in [k for k in context.state if k.startswith(PART_PREFIX)]:
+            del context.state[key]
+        context.state[STATE_KEY] = ConfigRecord({RESIDENT: True})
+        setattr(context, _HELD, state)
+        return
     arrays = state.to_arrays()
     parts: dict[str, dict[str, np.ndarray]] = {}
     personal = state.personal
@@ -78,6 +99,15 @@ def load(context: Context) -> NodeState | None:
     if STATE_KEY not in context.state:
         return None
     record = context.state[STATE_KEY]
+    if isinstance(record, ConfigRecord):  # a resident node's marker
+        state = getattr(context, _HELD, None)
+        if state is None:
+            raise RuntimeError(
+                f"node-state: the node config says {RESIDENT} = true but this process does not "
+                "hold the node's state (its messages ran in another process): drop "
+                f"{RESIDENT} where a node's messages may run in several processes"
+            )
+        return state
     written = _WRITTEN.get((context.run_id, context.node_id))
     if written is not None and written[0] is record:  # the very record written here last
         return written[1]

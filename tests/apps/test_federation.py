@@ -11,6 +11,7 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.device import DataIdentity
 from fedrec_flwr.messages import DENSE_PREFIX, allowed_upload_keys, record_arrays
 from fedrec_flwr.methods import build_method
+from fedrec_flwr.node import context_state
 from fedrec_flwr.server.strategy import FederationError
 from fedrec_flwr.server_app import run_federation
 from fedrec_lab.local_grid import LocalGrid
@@ -101,9 +102,9 @@ def test_replies_never_carry_private_parameters(tmp_path):
     )
     private = np.concatenate(
         [
-            record_arrays(c.state["node-state"])[name].ravel()
+            context_state.load(c).private[name].numpy().ravel()
             for c in grid.contexts.values()
-            for name in ("private/score-weight", "private/score-bias")
+            for name in ("score-weight", "score-bias")
         ]
     )
     assert len(private) == 30 * 33 and len(uploaded) > 1000
