@@ -14,12 +14,20 @@ compare ratios, not absolute numbers, across machines):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
+import os
+import platform
 import statistics
+import subprocess
 import tempfile
 import time
+from datetime import UTC, datetime
+from importlib.metadata import version
 from pathlib import Path
+
+import torch
 
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
@@ -33,6 +41,24 @@ def round_seconds(run_dir: Path) -> list[float]:
     with open(run_dir / "rounds.csv") as f:
         elapsed = [float(r["seconds"]) for r in csv.DictReader(f)]
     return [b - a for a, b in zip([0.0, *elapsed[:-1]], elapsed, strict=True)]
+
+
+def machine() -> str:
+    """The conditions of the measurement: date, commit, processor, cores, versions."""
+    model = "unknown processor"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT, capture_output=True, text=True
+    ).stdout.strip()
+    return (
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC at commit {commit or 'unknown'} on "
+        f"{os.cpu_count()} cores ({model}), Python {platform.python_version()}, torch "
+        f"{torch.__version__}, flwr {version('flwr')}."
+    )
 
 
 def main() -> None:
@@ -51,18 +77,19 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="fedrec-speed-"))
     base = merged_run_config(
         PROJECT / "conf" / f"pfedrec-ml100k-{args.protocol}.toml",
-        [f"data-dir='{Path(args.data_dir).resolve()}'", f"results-dir='{work}'"],
+        [f"data-dir={Path(args.data_dir).resolve()}", f"results-dir={work}"],
     )
 
     lines = [
         "| scenario | nodes | Ray workers | rounds | median s/round | total s (incl. start) |"
-        " test HR@10 |",
-        "|---|---|---|---|---|---|---|",
+        " test HR@10 | load before / after |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for scenario in args.scenarios:
         faithful = scenario in ("faithful", "inprocess-943")
         rounds = args.faithful_rounds if faithful else args.rounds
         config = {**base, "num-server-rounds": rounds, "run-name": scenario}
+        load_before = os.getloadavg()[0]
         started = time.time()
         if scenario.startswith("inprocess"):
             nodes, workers = int(scenario.partition("-")[2] or 1), 0
@@ -83,13 +110,21 @@ def main() -> None:
         per_round = statistics.median(round_seconds(work / scenario))
         lines.append(
             f"| {scenario} | {nodes} | {workers or 'none (in-process)'} | {rounds} "
-            f"| {per_round:.2f} | {total:.0f} | {100 * summary['test']['hr@10']:.2f} |"
+            f"| {per_round:.2f} | {total:.0f} | {100 * summary['test']['hr@10']:.2f} "
+            f"| {load_before:.1f} / {os.getloadavg()[0]:.1f} |"
         )
         print(lines[-1], flush=True)
     table = "\n".join(lines) + (
         f"\n\nPFedRec, ML-100K, {args.protocol} protocol, reference hyperparameters, all "
-        "943 users every round, evaluation every round; one run per scenario.\n"
+        "943 users every round, evaluation every round; one run per scenario, one after "
+        f"the other. {machine()} Load: the 1-minute load average before and after each "
+        "scenario (the machine is shared: the times are those of this load).\n"
     )
+    command = (
+        f"python bench/speed.py --data-dir DIR --protocol {args.protocol} --rounds {args.rounds} "
+        f"--scenarios {' '.join(args.scenarios)}"
+    )
+    table = f"```bash\n{command}\n```\n\n{table}"
     (out / f"speed-{args.protocol}.md").write_text(table)
     print(table)
 

@@ -33,6 +33,7 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.messages import DENSE_PREFIX, allowed_upload_keys, record_arrays
 from fedrec_flwr.methods import ROWS, Method, build_method
+from fedrec_flwr.node import context_state
 from fedrec_flwr.node.runtime import NodeRuntime, NodeState
 from fedrec_flwr.node.training import autograd_grads, epoch_steps, local_update
 from fedrec_flwr.results import TIMING_COLUMNS, RunRecorder
@@ -304,7 +305,9 @@ class FederationConformance(ConformanceBase):
         kept = [f"{NodeState.PREFIX}{name}" for name in method.kept_private_names()]
         checked = 0
         for context in run.grid.contexts.values():
-            record = record_arrays(context.state[STATE_KEY])
+            # the node's state as its next message reads it (kept beside the context by the
+            # in-process grid), every personal row in one CSR store
+            record = context_state.load(context).compacted().to_arrays()
             assert {k for k in record if k.startswith(NodeState.PREFIX)} == set(kept)
             for name in kept:
                 for user_value in record[name]:  # one slice per user of the node

@@ -168,3 +168,28 @@ def test_cpu_and_cuda_give_the_same_stream():
     sizes = rng.integers(0, 300, 200)
     args = (5, 3, 9, np.arange(200), sizes, counts, flat, 500)
     np.testing.assert_array_equal(counter_negatives(*args), counter_negatives(*args, device="cuda"))
+
+
+def test_each_negative_is_its_first_allowed_attempt():
+    """Attempts made several at a time give each draw the value of its first attempt outside
+    the exclusion set, as trying them one by one would (two in three items excluded: many
+    draws need more attempts than are made at once)."""
+    rng = np.random.default_rng(4)
+    users = np.array([2, 5, 9])
+    sizes = np.array([50, 80, 33])
+    counts, flat, sets = _exclusions(rng, users, 30, 20)
+    drawn = np.split(
+        counter_negatives(9, 3, 4, users, sizes, counts, flat, 30), np.cumsum(sizes)[:-1]
+    )
+    for j, user in enumerate(users):
+        for index in range(sizes[j]):
+            attempt = 0
+            while True:
+                word = random_words(
+                    9, 3, torch.tensor([int(user)]), 4, torch.tensor([index]), attempt
+                )
+                value = int(uniform_integers(word, 30)[0])
+                if value not in sets[j]:
+                    break
+                attempt += 1
+            assert drawn[j][index] == value
