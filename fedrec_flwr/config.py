@@ -29,24 +29,24 @@ from fedrec_flwr.methods.plgc import PLGC_KEYS
 from fedrec_flwr.methods.plugins import DUAL_KEYS
 from fedrec_flwr.node.malicious import MALICIOUS_KEYS
 from fedrec_flwr.node.optim import SAM_KEYS
-from fedrec_flwr.node.schedule import SCHEDULE_KEYS
 from fedrec_flwr.privacy.decoys import DECOY_KEYS
 from fedrec_flwr.privacy.ldp import LDP_KEYS
 from fedrec_flwr.privacy.secagg import SECAGG_KEYS
 from fedrec_flwr.run_keys import (
-    EVALUATION,
-    EXECUTION,
-    FAULTS,
-    LEARNING,
-    OUTPUTS,
-    SERVER,
-    TRAINING,
+    EvaluationKeys,
+    ExecutionKeys,
+    FaultKeys,
     ItemLrScaling,
     KeepPersonalRows,
+    LearningKeys,
+    OutputKeys,
+    ScheduleKeys,
+    ServerKeys,
+    ServerOptimizerKeys,
+    TrainingKeys,
 )
 from fedrec_flwr.sampling import NEGATIVE_SAMPLER_KEYS
-from fedrec_flwr.schema import ConfigError, Key, KeyGroup, Settings
-from fedrec_flwr.server.optimizer import SERVER_OPTIMIZER_KEYS
+from fedrec_flwr.schema import AnyGroup, ConfigError, Key, KeyGroup, Settings
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -88,26 +88,26 @@ def method_key_groups() -> tuple[KeyGroup, ...]:
     return tuple(groups)
 
 
-def key_groups() -> tuple[KeyGroup, ...]:
+def key_groups() -> tuple[AnyGroup, ...]:
     """Every group of run-config keys, in key order (that of ``pyproject.toml``,
     ``config.json`` and the configuration reference)."""
     return (
         METHOD_KEYS,
         DUAL_KEYS,
         DATA_KEYS,
-        TRAINING,
+        TrainingKeys,
         NEGATIVE_SAMPLER_KEYS,
-        OUTPUTS,
-        LEARNING,
-        SCHEDULE_KEYS,
+        OutputKeys,
+        LearningKeys,
+        ScheduleKeys,
         SAM_KEYS,
-        SERVER,
-        SERVER_OPTIMIZER_KEYS,
+        ServerKeys,
+        ServerOptimizerKeys,
         *method_key_groups(),
         PLGC_KEYS,
-        EVALUATION,
-        EXECUTION,
-        FAULTS,
+        EvaluationKeys,
+        ExecutionKeys,
+        FaultKeys,
         MALICIOUS_KEYS,
         DEFENCE_KEYS,
         LDP_KEYS,
@@ -139,7 +139,7 @@ class RunConfig(Settings):
     """Resolved run configuration; attribute ``foo_bar`` is run-config key ``foo-bar``."""
 
     @classmethod
-    def key_groups(cls) -> tuple[KeyGroup, ...]:
+    def key_groups(cls) -> tuple[AnyGroup, ...]:
         return key_groups()
 
     @classmethod

@@ -14,12 +14,13 @@ keys sit above it, and the config that composes them above those.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import enum
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import FrozenInstanceError, dataclass, field
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
 
 Scalar = bool | int | float | str
 Choices = type[enum.Enum] | Callable[[], Iterable[str]]
@@ -201,7 +202,109 @@ class KeyGroup:
         return self.applies is None or self.applies(config)
 
 
-def flatten(groups: Sequence[KeyGroup]) -> tuple[Key, ...]:
+#: The metadata entry of a :class:`Group` field that holds its :class:`KeyInfo`.
+KEY_INFO = "fedrec-key"
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """What a :class:`Group` field says of its key besides its name, default and type (the
+    :class:`Key` arguments of the same names)."""
+
+    help: str
+    choices: Choices | None = None
+    range: Range | None = None
+    why: str = ""
+    check: Callable[[Any], None] | None = None
+    parse: Callable[[Any], Scalar | None] | None = None
+
+
+def key(
+    *,
+    default: Scalar,
+    help: str,
+    choices: Choices | None = None,
+    range: Range | None = None,
+    why: str = "",
+    check: Callable[[Any], None] | None = None,
+    parse: Callable[[Any], Scalar | None] | None = None,
+) -> Any:
+    """A field of a :class:`Group`: one run-config key, named as the field with ``-`` for
+    ``_``; the arguments are those of :class:`Key`."""
+    info = KeyInfo(help, choices, range, why, check, parse)
+    return field(default=default, metadata={KEY_INFO: info})
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(key,))
+class Group:
+    """One module's run-config keys as a frozen, typed dataclass: a field per key
+    (:func:`key`), read as ``group.field`` by the code that takes the group.
+
+    A subclass is made a frozen, keyword-only dataclass; it states its ``title``, and may
+    state ``plugin`` (the registered plug-in its keys belong to: its ``search_space`` is
+    tuned when the plug-in is enabled), ``search_space`` (over its own keys), ``owner``
+    (default: its module), and, as :class:`KeyGroup` does, ``check(config)`` (checks across
+    keys, raising :class:`ConfigError`), ``applies(config)`` (when the keys' checks run) and
+    ``tuned(config, method)`` (when the search space of a group that is no plug-in's is
+    tuned). ``keys``, its :class:`Key` declarations in field order, is made from the fields.
+    """
+
+    title: ClassVar[str] = ""
+    owner: ClassVar[str] = ""
+    plugin: ClassVar[str | None] = None
+    search_space: ClassVar[Mapping[str, Dim]] = {}
+    check: ClassVar[Callable[[Any], None] | None] = None
+    applies: ClassVar[Callable[[Any], bool] | None] = None
+    tuned: ClassVar[Callable[[Any, Any], bool] | None] = None
+    keys: ClassVar[tuple[Key, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        dataclass(frozen=True, kw_only=True)(cls)
+        if "owner" not in vars(cls):
+            cls.owner = cls.__module__
+        cls.keys = tuple(_declared_key(item) for item in dataclasses.fields(cls))  # type: ignore[arg-type]
+        names = [item.name for item in cls.keys]
+        if not set(cls.search_space) <= set(names):
+            raise ValueError(
+                f"{cls.__name__}: give a search space over the group's own keys (keys "
+                f"{names}, search space {list(cls.search_space)})."
+            )
+
+    @classmethod
+    def active(cls, config: Any) -> bool:
+        return cls.applies is None or cls.applies(config)
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> Self:
+        """The group's values from ``values``, attribute names (``num_server_rounds``) of at
+        least every field; unchecked (:class:`Settings` checks them)."""
+        return cls(**{item.field: values[item.field] for item in cls.keys})
+
+
+def _declared_key(item: dataclasses.Field[Any]) -> Key:
+    info = item.metadata.get(KEY_INFO)
+    if not isinstance(info, KeyInfo):
+        raise TypeError(f"field '{item.name}' of a Group must be declared with key(...)")
+    return Key(
+        item.name.replace("_", "-"),
+        item.default,
+        info.help,
+        choices=info.choices,
+        range=info.range,
+        why=info.why,
+        check=info.check,
+        parse=info.parse,
+    )
+
+
+#: What a run config composes: key groups, declared as a :class:`Group` or a
+#: :class:`KeyGroup`.
+AnyGroup = type[Group] | KeyGroup
+G = TypeVar("G", bound=Group)
+
+
+def flatten(groups: Sequence[AnyGroup]) -> tuple[Key, ...]:
     """The keys of ``groups`` in order; raises if two groups declare the same key."""
     owners: dict[str, str] = {}
     keys = []
@@ -228,7 +331,7 @@ class Settings:
     kind: ClassVar[str] = "run-config"
 
     @classmethod
-    def key_groups(cls) -> tuple[KeyGroup, ...]:
+    def key_groups(cls) -> tuple[AnyGroup, ...]:
         """The groups whose keys these settings hold, in key order."""
         raise NotImplementedError(f"{cls.__name__} must say which key groups it holds")
 
@@ -304,6 +407,10 @@ class Settings:
         settings = cls(**values)
         settings.validate()
         return settings
+
+    def group(self, kind: type[G]) -> G:
+        """The values of the keys of group ``kind``."""
+        return kind.of({item.field: getattr(self, item.field) for item in kind.keys})
 
     def to_mapping(self) -> dict[str, Scalar]:
         """The values as kebab-case keys, in key order (as written to ``config.json``)."""

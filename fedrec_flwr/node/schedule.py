@@ -25,45 +25,6 @@ import dataclasses
 import torch
 
 from fedrec_flwr.methods.base import RoundContext, Step
-from fedrec_flwr.schema import NON_NEGATIVE, Key, KeyGroup, Range
-
-#: A decay factor: in (0, 1], 1 = no decay.
-DECAY = Range(0, 1, low_included=False)
-
-SCHEDULE_KEYS = KeyGroup(
-    title="Local schedule: weight decay and learning-rate decay",
-    owner=__name__,
-    keys=(
-        Key(
-            "weight-decay",
-            0.0,
-            "L2 weight decay of the local optimiser, as torch.optim.SGD's (`+ weight-decay * "
-            "p` on the gradient of every trained parameter, Adam's private parameters too); "
-            "item rows (shared and private, FedRAP's `D_u`) decay on every row the user holds "
-            "this round at each of its steps, not on rows it does not hold (the reference "
-            "code's dense gradients shrink every item row)",
-            range=NON_NEGATIVE,
-            why=" (0 = off)",
-        ),
-        Key(
-            "lr-decay",
-            1.0,
-            "every local learning rate of round r (1-based) is multiplied by `lr-decay ** "
-            "(r - 1)` (FedRAP's reference code: 0.97)",
-            range=DECAY,
-            why=" (1 = no decay; a factor per round)",
-        ),
-        Key(
-            "lr-step-decay",
-            1.0,
-            "the s-th local step of a user in a round (0-based, over all its epochs and "
-            "batches) takes every learning rate times `lr-step-decay ** s`, restarted each "
-            "round (FedRAP's reference code: ExponentialLR(0.95) stepped after every batch)",
-            range=DECAY,
-            why=" (1 = no decay; a factor per local step)",
-        ),
-    ),
-)
 
 
 class LocalSchedule:

@@ -13,48 +13,11 @@ the untouched rows (dense, one step count: FedRecGEL's reference code).
 
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import Any
-
 import numpy as np
 
-from fedrec_flwr.schema import ConfigError, Key, KeyGroup
+from fedrec_flwr.run_keys import OptimizedRows
 
 BETA2, EPS = 0.999, 1e-8
-
-
-class OptimizedRows(StrEnum):
-    """``server-optimizer-rows``: which item rows the server optimiser steps each round."""
-
-    TOUCHED = "touched"
-    ALL = "all"
-
-
-def check_optimized_rows(config: Any) -> None:
-    if config.server_optimizer_rows != OptimizedRows.TOUCHED and config.server_optimizer == "none":
-        raise ConfigError(
-            f"server-optimizer-rows='{config.server_optimizer_rows}' applies to a server "
-            "optimizer: set server-optimizer to 'adam' or 'sgd-momentum', or leave "
-            "server-optimizer-rows = 'touched'."
-        )
-
-
-#: The server optimiser's own keys (its rule, step and momentum are the run's SERVER keys).
-SERVER_OPTIMIZER_KEYS = KeyGroup(
-    title="Server optimiser rows",
-    owner=__name__,
-    check=check_optimized_rows,
-    keys=(
-        Key(
-            "server-optimizer-rows",
-            OptimizedRows.TOUCHED.value,
-            "item rows the server optimiser steps: `touched` (lazy, per-row state and step "
-            "count) or `all` (the whole table every round, untouched rows with a zero "
-            "pseudo-gradient, one step count: FedRecGEL's reference code)",
-            choices=OptimizedRows,
-        ),
-    ),
-)
 
 
 class ServerOptimizer:
