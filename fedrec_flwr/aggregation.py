@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Key, KeyGroup
+from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Group, key
 
 #: ``update-limit``'s default: far beyond any honest user's change of one coordinate in one
 #: round (PFedRec's long steps on ML-100K: a row's change has norm 60 at the 99th percentile).
@@ -118,38 +118,33 @@ def check_defences(config: Any) -> None:
 
 
 #: The server's defences against poisoned uploads (see the module's doc).
-DEFENCE_KEYS = KeyGroup(
-    title="Server defences against poisoning",
-    owner=__name__,
-    check=check_defences,
-    keys=(
-        Key(
-            "row-update-bound",
-            0.0,
-            "L2 bound on a user's change of one item row per round: each reply's row change is "
-            "clipped to it (times the reply's users of the row), so no row moves further in a "
-            "round; 0 = off",
-            range=NON_NEGATIVE,
-            why=": the longest change of an item row one user may make in a round (0 = no bound)",
-        ),
-        Key(
-            "update-limit",
-            UPDATE_LIMIT,
-            "largest change of one coordinate of an item row or shared-dense parameter that "
-            "one user may upload in a round: a reply beyond it (times its users of the row) "
-            "is refused whole, not clipped, and the other replies aggregate",
-            range=POSITIVE,
-        ),
-        Key(
-            "robust-aggregation",
-            RobustRule.NONE.value,
-            "how a row's contributors' changes combine: `none` (their mean, as `aggregation` "
-            "says), `trimmed-mean` (coordinate-wise, 10 % dropped at each end) or `median` "
-            "(coordinate-wise); needs one user per node and no decoys",
-            choices=RobustRule,
-        ),
-    ),
-)
+class DefenceKeys(Group):
+    title = "Server defences against poisoning"
+
+    row_update_bound: float = key(
+        default=0.0,
+        help="L2 bound on a user's change of one item row per round: each reply's row change is "
+        "clipped to it (times the reply's users of the row), so no row moves further in a "
+        "round; 0 = off",
+        range=NON_NEGATIVE,
+        why=": the longest change of an item row one user may make in a round (0 = no bound)",
+    )
+    update_limit: float = key(
+        default=UPDATE_LIMIT,
+        help="largest change of one coordinate of an item row or shared-dense parameter that "
+        "one user may upload in a round: a reply beyond it (times its users of the row) "
+        "is refused whole, not clipped, and the other replies aggregate",
+        range=POSITIVE,
+    )
+    robust_aggregation: str = key(
+        default=RobustRule.NONE.value,
+        help="how a row's contributors' changes combine: `none` (their mean, as `aggregation` "
+        "says), `trimmed-mean` (coordinate-wise, 10 % dropped at each end) or `median` "
+        "(coordinate-wise); needs one user per node and no decoys",
+        choices=RobustRule,
+    )
+
+    check = check_defences
 
 
 def contributions(

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedrec_flwr.aggregation import DEFENCE_KEYS
+from fedrec_flwr.aggregation import DefenceKeys
 from fedrec_flwr.data.registry import DATA_KEYS, dataset_key_groups
 from fedrec_flwr.methods import Method, build_method, methods
 from fedrec_flwr.methods.plgc import PLGC_KEYS
@@ -45,7 +45,7 @@ from fedrec_flwr.run_keys import (
     ServerOptimizerKeys,
     TrainingKeys,
 )
-from fedrec_flwr.sampling import NEGATIVE_SAMPLER_KEYS
+from fedrec_flwr.sampling import NegativeSamplerKeys
 from fedrec_flwr.schema import AnyGroup, ConfigError, Key, KeyGroup, Settings
 
 __all__ = [
@@ -96,7 +96,7 @@ def key_groups() -> tuple[AnyGroup, ...]:
         DUAL_KEYS,
         DATA_KEYS,
         TrainingKeys,
-        NEGATIVE_SAMPLER_KEYS,
+        NegativeSamplerKeys,
         OutputKeys,
         LearningKeys,
         ScheduleKeys,
@@ -109,7 +109,7 @@ def key_groups() -> tuple[AnyGroup, ...]:
         ExecutionKeys,
         FaultKeys,
         MALICIOUS_KEYS,
-        DEFENCE_KEYS,
+        DefenceKeys,
         LDP_KEYS,
         DECOY_KEYS,
         SECAGG_KEYS,

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from fedrec_flwr.schema import Key, KeyGroup
+from fedrec_flwr.schema import Group, key
 
 
 class NegativeSampler(StrEnum):
@@ -17,21 +17,17 @@ class NegativeSampler(StrEnum):
 
 
 #: The training negatives' generator (both keyed by (seed, user, round): packing-invariant).
-NEGATIVE_SAMPLER_KEYS = KeyGroup(
-    title="Negative sampling",
-    owner=__name__,
-    keys=(
-        Key(
-            "negative-sampler",
-            "keyed-numpy",
-            "`keyed-numpy`: a NumPy generator per (seed, user, round), drawn user by user; "
-            "`counter`: Philox4x32-10 of (seed, user, round, draw) in tensor ops, every user "
-            "of a round at once, the same on CPU and CUDA, and the epochs' shuffles and "
-            "mini-batch plan from it in tensor ops too (other draws: other figures)",
-            choices=NegativeSampler,
-        ),
-    ),
-)
+class NegativeSamplerKeys(Group):
+    title = "Negative sampling"
+
+    negative_sampler: str = key(
+        default="keyed-numpy",
+        help="`keyed-numpy`: a NumPy generator per (seed, user, round), drawn user by user; "
+        "`counter`: Philox4x32-10 of (seed, user, round, draw) in tensor ops, every user "
+        "of a round at once, the same on CPU and CUDA, and the epochs' shuffles and "
+        "mini-batch plan from it in tensor ops too (other draws: other figures)",
+        choices=NegativeSampler,
+    )
 
 
 def is_member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
