@@ -51,6 +51,9 @@ RUN_KEY, SESSION, RESTORE_ROUND, CHECKPOINT_DIR = (
     "restore-round",
     "checkpoint-dir",
 )
+#: ``config`` key of a checkpoint message that keeps the best validation round's model
+#: (``keep-best-state``) in ``checkpoint-dir`` or, with a ``state-dir``, its ``best-state/``.
+BEST_STATE = "best-state"
 PER_USER = "per-user"  # evaluate replies: per-user metrics of the evaluated users
 DENSE_PREFIX = "dense."
 

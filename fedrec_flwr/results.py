@@ -107,6 +107,8 @@ class RunRecorder:
         ]
         if config.malicious_attack != "none":  # the attack's target items' exposure ER@10
             self.columns.append("target-er@10")
+        if config.eval_loss:  # the generalization gap (fedrec_flwr.node.losses)
+            self.columns += ["fit-loss", "val-loss", "gap"]
         self.rows: list[dict[str, Any]] = []
         self.stopped_diverged: int | None = None
         self.extra = {**source_record(config), **extra}  # a user's file: its sha256

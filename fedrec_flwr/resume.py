@@ -31,6 +31,7 @@ OPERATIONAL_KEYS = frozenset(
         "data-dir",  # the data is checked itself: sizes, split and node data fingerprints
         "resume",
         "checkpoint-every",
+        "keep-best-state",
         "torch-threads",
         "node-wait-timeout",
         "round-timeout",

@@ -161,6 +161,12 @@ class OutputKeys(Group):
         why=": the run is checkpointed every that many rounds so that `resume` can continue "
         "it (0 = never)",
     )
+    keep_best_state: bool = key(
+        default=False,
+        help="keep the model of the best validation round in `<run-dir>/best-state/`: the "
+        "server's evaluation table and dense parameters, and every node's private state "
+        "(rewritten each time validation HR@10 improves; read by `fedrec analyze`)",
+    )
     resume: str = key(
         default="",
         help="a run folder `<results-dir>/<run-name>` whose run was stopped or crashed: continue "
@@ -267,6 +273,14 @@ class EvaluationKeys(Group):
         range=NON_NEGATIVE,
         why=": the number of users, drawn per round, that intermediate rounds evaluate (0 = "
         "all; the last round evaluates all users)",
+    )
+    eval_loss: bool = key(
+        default=False,
+        help="also report each evaluated round the users' BCE at the model they evaluate with: "
+        "`fit-loss` on their train positives, `val-loss` on their validation item (each "
+        "against the same 99 validation negatives, one positive to `num-negatives` "
+        "negatives) and `gap` = val-loss - fit-loss; under `paper` evaluation is then "
+        "sent the train positives' rows and a user keeps every row it tuned",
     )
     early_stopping_patience: int = key(
         default=0,

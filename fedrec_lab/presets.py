@@ -36,7 +36,7 @@ EXTENDS = "extends"
 #: Sub-folder of the preset folder holding the generated flat presets.
 FLAT = "flat"
 #: Stem parts naming a plug-in (between the method and the dataset).
-PLUGINS = ("dual", "sam", "plgc")
+PLUGINS = ("dual", "sam", "nosam", "plgc")
 BUILD = "python -m fedrec_lab.presets build"
 
 

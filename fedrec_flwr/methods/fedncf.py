@@ -212,20 +212,13 @@ def chunk_weights(weights: torch.Tensor, chunk: int) -> torch.Tensor:
 
 
 class FedRecGEL(FedNCF):
-    """FedNCF with sharpness-aware local steps: requires a positive SAM radius."""
+    """FedNCF with sharpness-aware local steps. Both radii 0 is the ablation: its round
+    (full-batch local step, the server's Adam) without SAM."""
 
     name = "fedrecgel"
 
     def __init__(self, config, num_items: int) -> None:
         super().__init__(config, num_items)
-        if config.sam_rho_private <= 0 and config.sam_rho_shared <= 0:
-            raise ConfigError(
-                "method='fedrecgel' is NeuMF trained with SAM: set sam-rho-private and/or "
-                "sam-rho-shared > 0, or neither for the paper's 0.01 / 0.01 (its reference "
-                "radii: Last.fm-2K 0.01/0.01, FilmTrust 0.02/0, Amazon-Video 0.2/0.01; see "
-                "conf/fedrecgel-*.toml), or use "
-                "method='fedncf' for NeuMF without SAM."
-            )
         self.loss_chunk = config.fedrecgel_loss_chunk
         self.private_adam = config.fedrecgel_private_optimizer == PrivateOptimizer.ADAM
 

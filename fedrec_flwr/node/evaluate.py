@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.evaluation import metric_terms, sampled_metric_terms, stacked
+from fedrec_flwr.node.losses import user_losses
 from fedrec_flwr.node.scoring import held_items, user_rows
 from fedrec_flwr.node.state import NodeState
 from fedrec_flwr.partition import eval_sample
@@ -73,6 +74,9 @@ class NodeEvaluation:
             )
             for part in range(0, len(positions), step):  # the sums: eval_chunk users at a time
                 per_user.append(self._summed(ranks, slice(part, part + step), totals))
+                if self.config.eval_loss:  # the generalization gap (fedrec_flwr.node.losses)
+                    block = slice(part, part + step)
+                    self._add_losses(totals, state, params, positions, block, item_ids, item_rows)
             for j in np.flatnonzero(np.isin(positions, self.erank_positions)):
                 erank = self._personal_erank(state, params, positions, j, item_ids, item_rows)
                 if erank is not None:
@@ -82,6 +86,23 @@ class NodeEvaluation:
         width = 2 * len(protocol.metrics)
         values = np.concatenate(per_user) if per_user else np.empty((0, width), np.float64)
         return totals, np.asarray(self.users[evaluated], dtype=np.int64), values
+
+    def _add_losses(self, totals, state, params, positions, block, item_ids, item_rows) -> None:
+        fit, val = user_losses(
+            self.method,
+            self.prepared,
+            self.config.seed,
+            self.config.num_negatives,
+            {name: value[block] for name, value in params.items()},
+            state.personal,
+            state.private_rows,
+            positions[block],
+            self.users[positions[block]],
+            item_ids,
+            item_rows,
+        )
+        totals["fit-loss"] = totals.get("fit-loss", 0.0) + float(fit.sum())
+        totals["val-loss"] = totals.get("val-loss", 0.0) + float(val.sum())
 
     def _summed(self, ranks, part: slice, totals: dict[str, float]) -> np.ndarray:
         """Add the metric terms of the users at ``part`` of ``ranks`` to ``totals`` (a

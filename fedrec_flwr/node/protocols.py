@@ -48,6 +48,9 @@ class EvalProtocol:
     name: str
     #: Items whose exposure evaluation measures (a malicious attack's targets; strict only).
     target_items: np.ndarray = np.empty(0, dtype=np.int64)
+    #: Does evaluation also score the train positives (``eval-loss``)? Then a user keeps
+    #: every row it tuned and is sent its train positives' rows.
+    scores_train_rows: bool = False
 
     def __init__(self, prepared: PreparedData, seed: int) -> None:
         self.prepared = prepared
@@ -123,10 +126,17 @@ class PaperProtocol(EvalProtocol):
     def eval_items(self, users: np.ndarray) -> np.ndarray:
         if len(users) == 0:
             return np.empty(0, dtype=np.int64)
-        return np.unique(self.candidates_of(users))
+        items = np.unique(self.candidates_of(users))
+        if self.scores_train_rows:
+            positives = [self.prepared.train_positives(int(u)) for u in users]
+            items = np.union1d(items, np.concatenate(positives).astype(np.int64))
+        return items
 
     def keep_personal(self, user: int, items: np.ndarray) -> np.ndarray:
-        """Only rows among the user's candidates (the only ones evaluation reads)."""
+        """Only rows among the user's candidates (the only ones evaluation reads); every
+        row when evaluation scores the train positives too."""
+        if self.scores_train_rows:
+            return np.ones(len(items), dtype=bool)
         return np.isin(items, self.candidates(user))
 
     def keep_personal_rows(
@@ -134,6 +144,8 @@ class PaperProtocol(EvalProtocol):
     ) -> np.ndarray:
         """:meth:`keep_personal` of all users at once: one membership test of (user, item)
         keys against the users' sorted candidate keys."""
+        if self.scores_train_rows:
+            return np.ones(len(items), dtype=bool)
         if len(users) == 0:
             return np.zeros(len(items), dtype=bool)
         span = self.prepared.num_items

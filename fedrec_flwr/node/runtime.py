@@ -65,6 +65,7 @@ class NodeRuntime(NodeEvaluation):
         self.method: Method = build_method(config, prepared.num_items)
         self.protocol = build_protocol(config.protocol, prepared, config.seed)
         self.protocol.target_items = malicious.exposure_targets(prepared, config)
+        self.protocol.scores_train_rows = config.eval_loss
         self.device = torch_device(config)
         self.max_samples = max_samples_per_user(prepared, config)
         self._planned: tuple[int, RoundDraws | None] = (0, None)  # (round, its draws)

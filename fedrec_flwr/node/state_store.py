@@ -33,7 +33,7 @@ import numpy as np
 from flwr.app import Context, Message
 
 from fedrec_flwr import atomic
-from fedrec_flwr.messages import CHECKPOINT_DIR, CONFIG, RESTORE_ROUND, RUN_KEY, SESSION
+from fedrec_flwr.messages import BEST_STATE, CHECKPOINT_DIR, CONFIG, RESTORE_ROUND, RUN_KEY, SESSION
 from fedrec_flwr.node.runtime import NodeRuntime
 from fedrec_flwr.node.state import NodeState
 from fedrec_flwr.resume import differing_keys, fingerprinted_config
@@ -248,10 +248,14 @@ def persist_latest(context: Context, runtime: NodeRuntime, msg: Message, state, 
 
 def write_checkpoint(context: Context, runtime: NodeRuntime, msg: Message, state) -> int:
     """The server checkpoints round ``server-round``: write the state after it (keeping the
-    files of ``committed-round``, the checkpoint it last committed); the bytes written."""
+    files of ``committed-round``, the checkpoint it last committed); the bytes written. With
+    ``best-state`` (``keep-best-state``) into the best round's folder."""
     config = msg.content[CONFIG]
     keep = {int(config.get("committed-round", 0))}
-    return _store(context, runtime, msg).save_round(state, int(config["server-round"]), keep)
+    store = _store(context, runtime, msg)
+    if config.get(BEST_STATE) and store.keeps_latest:  # a state-dir: its best-state/ folder
+        store = NodeStateStore(store.folder / BEST_STATE, runtime, config, keeps_latest=True)
+    return store.save_round(state, int(config["server-round"]), keep)
 
 
 def restore(context: Context, runtime: NodeRuntime, msg: Message) -> NodeState:

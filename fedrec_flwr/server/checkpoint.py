@@ -41,7 +41,15 @@ from flwr.serverapp import Grid
 
 from fedrec_flwr import atomic
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.messages import CHECKPOINT_DIR, CONFIG, METRICS, RESTORE_ROUND, RUN_KEY, SESSION
+from fedrec_flwr.messages import (
+    BEST_STATE,
+    CHECKPOINT_DIR,
+    CONFIG,
+    METRICS,
+    RESTORE_ROUND,
+    RUN_KEY,
+    SESSION,
+)
 from fedrec_flwr.results import RunRecorder, new_run_dir
 from fedrec_flwr.resume import (
     FOLDER,
@@ -51,9 +59,21 @@ from fedrec_flwr.resume import (
     Resumed,
     fingerprinted_config,
 )
+from fedrec_flwr.server.model import ServerModel
 from fedrec_flwr.server.nodes import NodeInfo
+from fedrec_flwr.server.stopping import RunStopping
 
-__all__ = ["CheckpointError", "Checkpoints", "ServerState", "open_run"]
+__all__ = [
+    "BEST_FOLDER",
+    "BEST_POINTER",
+    "CheckpointError",
+    "Checkpoints",
+    "ServerState",
+    "open_run",
+]
+
+#: ``keep-best-state``: the folder (in the run's) and the file naming its round.
+BEST_FOLDER, BEST_POINTER = "best-state", "best.json"
 
 
 class ServerState(Protocol):
@@ -62,6 +82,12 @@ class ServerState(Protocol):
 
     @property
     def nodes(self) -> Mapping[int, NodeInfo]: ...
+
+    @property
+    def model(self) -> ServerModel: ...
+
+    @property
+    def stopping(self) -> RunStopping: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -146,7 +172,14 @@ class Checkpoints:
     def after_round(
         self, server: ServerState, grid: Grid, server_round: int, timeout: float
     ) -> None:
-        """Checkpoint ``server_round`` if it is due (see the module's doc)."""
+        """Checkpoint ``server_round`` if it is due (see the module's doc); under
+        ``keep-best-state`` keep its model first if it is the best validation round so far."""
+        best = server.stopping.best_val
+        if self.config.keep_best_state and best is not None and best[1] == server_round:
+            model = server.model
+            evaluated = {"eval-table": model.evaluation_table(), "table": model.table}
+            evaluated.update({f"dense/{name}": v for name, v in model.dense.items()})
+            self.save_best(server, grid, server_round, evaluated, timeout)
         every = self.config.checkpoint_every
         if not every or server_round % every or server_round >= self.config.num_server_rounds:
             return
@@ -198,6 +231,43 @@ class Checkpoints:
             sum(written) / 1e6,
         )
 
+    def save_best(
+        self,
+        server: ServerState,
+        grid: Grid,
+        server_round: int,
+        arrays: Mapping[str, np.ndarray],
+        timeout: float,
+    ) -> None:
+        """``keep-best-state``: ``server_round`` is the best validation round so far; keep
+        its model in ``<run-dir>/best-state/``: every node's private state
+        (``round-<r>/partition-<p>.npz``) and ``server.npz``, the ``arrays`` evaluation read
+        (the table and the shared-dense parameters); ``best.json`` names the round last."""
+        folder = self.run_dir.resolve() / BEST_FOLDER
+        asked = {
+            "server-round": server_round,
+            "committed-round": 0,
+            BEST_STATE: True,
+            CHECKPOINT_DIR: str(folder),
+        }
+        failed = self._ask(server.nodes, grid, "checkpoint", asked, timeout)[1]
+        if failed:
+            log(WARNING, "round %d: best state not kept: %s", server_round, "; ".join(failed))
+            return
+        meta = {
+            "round": server_round,
+            "run-key": self.run_key,
+            "config": fingerprinted_config(self.config),
+            "num-partitions": len(server.nodes),
+        }
+        atomic.savez_tagged(folder / SERVER, meta, dict(arrays))
+        atomic.write_text(
+            folder / BEST_POINTER, json_text({**meta, "nodes": f"round-{server_round}"})
+        )
+        for old in folder.glob("round-*"):
+            if old.name != f"round-{server_round}":
+                shutil.rmtree(old, ignore_errors=True)
+
     def completed(self) -> None:
         """The run finished: its checkpoints are no longer needed."""
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -211,7 +281,7 @@ class Checkpoints:
         timeout: float,
     ) -> tuple[list[int], list[str]]:
         """Send query ``action`` to every node; (bytes each wrote, why each failed)."""
-        content = ConfigRecord({**config, **self.message_config()})
+        content = ConfigRecord({**self.message_config(), **config})
         kind = f"{MessageType.QUERY}.{action}"
         messages = [
             Message(RecordDict({CONFIG: content}), dst_node_id=node_id, message_type=kind)

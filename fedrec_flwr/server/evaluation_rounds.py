@@ -21,7 +21,10 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.evaluation import reported_metrics
 from fedrec_flwr.spectrum import effective_rank
 
-__all__ = ["EvaluationOutcome", "EvaluationRounds", "NodeEvaluation"]
+__all__ = ["LOSSES", "EvaluationOutcome", "EvaluationRounds", "NodeEvaluation"]
+
+#: Sums of the users' losses a node reports under ``eval-loss`` (fedrec_flwr.node.losses).
+LOSSES = ("fit-loss", "val-loss")
 
 
 @dataclass(frozen=True)
@@ -63,14 +66,19 @@ class EvaluationRounds:
         self, evaluated: Sequence[NodeEvaluation], table: np.ndarray
     ) -> EvaluationOutcome | None:
         """The means over the evaluated users of the valid replies (None: no user), with
-        ``erank-global`` of ``table`` and ``erank-personal`` when the nodes report it."""
+        ``erank-global`` of ``table``, ``erank-personal`` when the nodes report it, and under
+        ``eval-loss`` the mean ``fit-loss``, ``val-loss`` and their ``gap``."""
         sums = dict.fromkeys(self.metric_names, 0.0)
         users = 0
         erank_sum, erank_users = 0.0, 0
         exposed: float | None = None  # users with a target item in their top 10 (an attack)
+        losses: dict[str, float] = {}  # eval-loss: sums of the users' fit and val losses
         for node in sorted(evaluated, key=lambda node: node.partition_id):
             metrics = node.metrics
             users += int(metrics["num-users"])
+            for name in LOSSES:
+                if name in metrics:
+                    losses[name] = losses.get(name, 0.0) + float(metrics[name])
             if "erank-personal-users" in metrics:
                 erank_sum += float(metrics["erank-personal-sum"])
                 erank_users += int(metrics["erank-personal-users"])
@@ -92,4 +100,7 @@ class EvaluationRounds:
             means["erank-personal"] = erank_sum / erank_users
         if exposed is not None:
             means["target-er@10"] = exposed / users
+        if len(losses) == len(LOSSES):
+            means.update({name: value / users for name, value in losses.items()})
+            means["gap"] = means["val-loss"] - means["fit-loss"]
         return EvaluationOutcome(means, (ids[order], values[order]))

@@ -145,6 +145,9 @@ def check_eval_reply(
         _number(metrics, "erank-personal-sum")
         if _number(metrics, "erank-personal-users", integral=True) > num_users:
             raise ReplyError("erank-personal-users exceeds num-users")
+    for name in ("fit-loss", "val-loss"):  # eval-loss: sums of per-user BCEs
+        if name in metrics:
+            _number(metrics, name)
     if "target-exposed" in metrics and _number(metrics, "target-exposed") > num_users:
         raise ReplyError(
             "target-exposed (users with a target item in their top 10) exceeds num-users"

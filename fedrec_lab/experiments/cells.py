@@ -115,6 +115,8 @@ NEUTRAL_KEYS = frozenset(
         "run-name",
         "resume",
         "checkpoint-every",
+        "keep-best-state",
+        "eval-loss",  # adds loss columns (and, under paper, rows sent): no metric changes
         "device",
         "cuda-deterministic",
         "torch-threads",

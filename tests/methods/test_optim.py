@@ -314,10 +314,6 @@ def test_server_optimizer_dense_matches_a_hand_computation(rule):
             r"does not apply to method 'pfedrec'.*use personalization='none'",
         ),
         ({"personalization": "both"}, "Choose one of: none, dual"),
-        (
-            {"method": "fedrecgel", "sam-rho-private": 0.0, "sam-rho-shared": 0.0},
-            "set sam-rho-private and/or sam-rho-shared > 0.*'fedncf'",
-        ),
         ({"ncf-layers": ""}, "comma-separated positive layer sizes, e.g. '32,16'"),
         ({"ncf-layers": "32,0"}, "comma-separated positive layer sizes"),
         ({"ncf-layers": "32;16"}, "comma-separated positive layer sizes"),
