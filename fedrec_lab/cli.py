@@ -99,6 +99,36 @@ def is_run_argument(arg: str) -> bool:
     return arg.endswith(".toml") or "=" in arg or arg.startswith("-")
 
 
+def command_of(argv: list[str]) -> tuple[str, list[str]]:
+    """(subcommand, its arguments) of ``fedrec ARGV`` (``--project`` taken out first);
+    ValueError for no or an unknown command."""
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        raise ValueError(usage())
+    name, rest = argv[0], argv[1:]
+    if name in COMMANDS:
+        return name, rest
+    if is_run_argument(name):
+        return "run", argv
+    hint = difflib.get_close_matches(name, list(COMMANDS), n=1)
+    raise ValueError(
+        f"unknown command '{name}'"
+        + (f" (did you mean '{hint[0]}'?)" if hint else "")
+        + f"; the commands are {', '.join(COMMANDS)}, or a preset .toml to run"
+    )
+
+
+def check_arguments(argv: Sequence[str]) -> tuple[str, object]:
+    """``fedrec ARGV`` parsed and checked as far as its command checks without data or a
+    run (its ``check_arguments``): (command, what it checked). Raises what the command
+    would exit with (SystemExit, ConfigError, ValueError)."""
+    project, argv = take_project(list(argv))
+    if project is not None:
+        project_root(project)
+    name, rest = command_of(argv)
+    module = importlib.import_module(COMMANDS[name].module)
+    return name, module.check_arguments(rest)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to the subcommand's ``main``; its exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -112,19 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0 if argv else 2
-    name, rest = argv[0], argv[1:]
-    if name not in COMMANDS:
-        if not is_run_argument(name):
-            hint = difflib.get_close_matches(name, list(COMMANDS), n=1)
-            known = ", ".join(COMMANDS)
-            print(
-                f"fedrec: error: unknown command '{name}'"
-                + (f" (did you mean '{hint[0]}'?)" if hint else "")
-                + f"; the commands are {known}, or a preset .toml to run",
-                file=sys.stderr,
-            )
-            return 2
-        name, rest = "run", argv
+    try:
+        name, rest = command_of(argv)
+    except ValueError as error:
+        print(f"fedrec: error: {error}", file=sys.stderr)
+        return 2
     program = sys.argv[0]
     sys.argv[0] = f"fedrec {name}"  # the usage line of a parser that does not name itself
     try:

@@ -37,7 +37,13 @@ from fedrec_lab.export import export_devices
 from fedrec_lab.launch.command import read_config, signals_interrupt
 from fedrec_lab.launch.command import say as _say
 from fedrec_lab.launch.flwr_cli import follow, stop_run
-from fedrec_lab.launch.run_config import ConfigError, check_run_config, project_defaults
+from fedrec_lab.launch.run_config import (
+    ConfigError,
+    check_data,
+    check_run_config,
+    project_defaults,
+    with_absolute_paths,
+)
 from fedrec_lab.launch.runs import COMPLETED, RunInterrupted, conclude, outlive_superlink
 from fedrec_lab.launch.tools import Say
 from fedrec_lab.project import ProjectNotFoundError, project_root
@@ -61,16 +67,8 @@ def deploy_local(
 ) -> tuple[str, Path]:
     """Run ``config`` on ``num_nodes`` local SuperNodes; (final status, results folder).
     ``project``: the project folder (:func:`fedrec_lab.project.project_root`)."""
-    config = dict(config)
-    for key in ("results-dir", "data-dir", "data-file"):
-        if config.get(key):
-            config[key] = str(Path(config[key]).expanduser().resolve())
-    config.setdefault("results-dir", str(Path("results").resolve()))
-    config.setdefault("num-server-rounds", 3)
-    config.setdefault("run-name", f"deploy{num_nodes}-{time.strftime('%Y%m%d-%H%M%S')}")
     project = project_root(project)
-    for line in check_run_config(config, project):
-        say(line)
+    config = checked_deployment(num_nodes, config, project, say)
     run_config = RunConfig.from_mapping({**project_defaults(project), **config})
     devices = export_devices(run_config, num_nodes, folder / "devices")
     say(f"exported {num_nodes} device folders into {folder / 'devices'}")
@@ -95,6 +93,23 @@ def deploy_local(
             stopped = stop_run(deployment.link, run_id) if run_id else "not-started"
             raise RunInterrupted(signum, run_id, stopped) from None
     return outcome.status, _run_folder(named)
+
+
+def checked_deployment(
+    num_nodes: int, config: dict[str, Any], project: Path, say: Say = _say, data: bool = True
+) -> dict[str, Any]:
+    """The configuration of a local deployment (3 rounds unless set, paths made absolute),
+    checked; with ``data`` its data too (found, downloaded or read, and split), before
+    anything starts. ConfigError otherwise."""
+    config = with_absolute_paths(config)
+    config.setdefault("results-dir", str(Path("results").resolve()))
+    config.setdefault("num-server-rounds", 3)
+    config.setdefault("run-name", f"deploy{num_nodes}-{time.strftime('%Y%m%d-%H%M%S')}")
+    check_run_config(config, project, data=False)
+    if data:
+        for line in check_data(config, project):
+            say(line)
+    return config
 
 
 def _run_folder(named: Path) -> Path:
@@ -169,6 +184,12 @@ def _parser() -> argparse.ArgumentParser:
         "temporary folder, removed after a completed run",
     )
     parser.add_argument("--timings", action="store_true", help="where each round's seconds go")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="check the configuration and the data, print the dataset card and exit, "
+        "starting nothing: 0 if the deployment can start, 2 if not",
+    )
     parser.add_argument("--timeout", type=float, help="stop the run after this many seconds")
     parser.add_argument(
         "--project",
@@ -177,6 +198,16 @@ def _parser() -> argparse.ArgumentParser:
         "nearest folder upwards whose pyproject.toml names fedrec-flwr",
     )
     return parser
+
+
+def check_arguments(argv: Sequence[str]) -> dict[str, Any]:
+    """The configuration ``fedrec deploy-local ARGV`` would run, checked but for its data.
+    ConfigError, ProjectNotFoundError or SystemExit (argparse) if it would be refused."""
+    args = _parser().parse_intermixed_args(list(argv))
+    if args.nodes < 1:
+        raise ConfigError("at least one SuperNode")
+    project = project_root(args.project)
+    return checked_deployment(args.nodes, read_config(args.items), project, data=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -192,6 +223,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.insecure and args.secure:
         _say("error: --secure and --insecure exclude each other (secure is the default)")
         return 2
+    if args.check:
+        try:
+            checked_deployment(args.nodes, config, project_root(args.project))
+        except (ConfigError, ProjectNotFoundError) as error:
+            _say(f"error: {error}")
+            return 2
+        _say("checked: the configuration and the data are good; the deployment can start")
+        return 0
     if args.insecure:
         _say(INSECURE_WARNING)
     folder = Path(args.keep or tempfile.mkdtemp(prefix="fedrec-deploy-")).resolve()

@@ -237,7 +237,7 @@ def set_keys(
         build(path.parent)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m fedrec_lab.presets", description=__doc__.split("\n\n")[0]
     )
@@ -245,10 +245,22 @@ def main(argv: list[str] | None = None) -> int:
     for action, text in (("build", "(re)write conf/flat/"), ("check", "exit 1 on a problem")):
         sub.add_parser(action, help=text).add_argument("--conf", type=Path)
     sub.add_parser("show", help="print a preset resolved (TOML)").add_argument("preset", type=Path)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def check_arguments(argv: list[str]) -> argparse.Namespace:
+    """The arguments of ``main``, checked (SystemExit, as argparse exits, if not); nothing
+    is read or written."""
+    cli = parser()
+    args = cli.parse_args(argv)
+    if args.action == "show" and not args.preset.is_file():
+        cli.error(f"no preset {args.preset}: pass a conf/<preset>.toml file")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = check_arguments(argv)
     if args.action == "show":
-        if not args.preset.is_file():
-            parser.error(f"no preset {args.preset}: pass a conf/<preset>.toml file")
         print("\n".join(f"{k} = {json.dumps(v)}" for k, v in resolve(args.preset).items()))
         return 0
     if args.action == "build":

@@ -26,7 +26,9 @@ from fedrec_flwr.data.interactions import DataError
 from fedrec_flwr.data.registry import DatasetSource
 
 CACHE_ENV = "FEDREC_CACHE_DIR"
-DOWNLOAD_TIMEOUT_S = 60.0
+#: Seconds without a byte (connecting included) before a download is given up: a machine
+#: that cannot reach the source is told so in seconds, before anything starts.
+DOWNLOAD_TIMEOUT_S = 15.0
 
 
 # The datasets read from a file, by name, with their sources (the registry's SOURCES, this very
@@ -96,7 +98,7 @@ def _has_file(folder: Path, source: DatasetSource) -> bool:
 def _manual_hint(source: DatasetSource) -> str:
     return (
         f"Download it by hand ({source.url or source.homepage}), put {source.file} in "
-        f"<data-dir>/{source.folder}/, and set data-dir (or FEDREC_DATA_DIR) to <data-dir>."
+        f"<data-dir>/{source.folder}/, and set FEDREC_DATA_DIR (or data-dir) to <data-dir>."
     )
 
 
@@ -107,7 +109,6 @@ def _download(dataset: str, source: DatasetSource, folder: Path) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{source.folder}-", dir=folder.parent) as tmp:
         fetched = Path(tmp) / "download"
-        print(f"fedrec_flwr: downloading {dataset} from {source.url}", file=sys.stderr)
         _fetch(dataset, source, source.url, fetched)
         _check_sha256(fetched, source.archive_sha256, source.url, source, normalise=False)
         target = Path(tmp) / source.file
@@ -134,6 +135,7 @@ def _fetch(dataset: str, source: DatasetSource, url: str, destination: Path) -> 
             urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response,
             destination.open("wb") as out,
         ):
+            print(f"fedrec_flwr: downloading {dataset} from {url}", file=sys.stderr)
             shutil.copyfileobj(response, out, length=1 << 20)
     except urllib.error.HTTPError as error:
         raise DataError(

@@ -231,15 +231,16 @@ def prepare(config: DataSettings) -> PreparedData:
     return prepared
 
 
-def check_user_file(config: DataSettings) -> list[str]:
-    """Prepare the split of a user's file (``dataset = "file"``; DataError if the file is
-    bad) before a run starts; its card lines.
+def check_prepared(config: DataSettings) -> list[str]:
+    """Prepare the split of the configured dataset before a run starts (DataError if the
+    data cannot be had: not found, not downloadable, a bad file); its card lines.
 
-    Beyond what the reader checks, the split must leave two users or more."""
+    Beyond what the readers check, the split must leave two users or more."""
     prepared = prepare(config)
     if prepared.num_users < 2:
+        source = config.data_file if config.dataset == user_dataset.FILE_DATASET else config.dataset
         raise DataError(
-            f"{config.data_file}: {prepared.num_users} user has the 3 rows a leave-one-out "
+            f"{source}: {prepared.num_users} user has the 3 rows a leave-one-out "
             f"split needs (train, validation, test; 3 distinct items under the strict "
             f"protocol): a federation needs at least 2. Give more users 3 rows or more, or "
             f"lower min-user-interactions and k-core."

@@ -77,7 +77,7 @@ def recorded_commands(record: dict) -> list[str]:
     return list(record.get("commands", []))
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter
     )
@@ -102,7 +102,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tag", default="audit-ml100k")
     parser.add_argument("--merge", nargs="+", help="only merge these result files into --tag")
     progress.add_switch(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def check_arguments(argv: list[str] | None) -> argparse.Namespace:
+    """The arguments of ``main``, checked (SystemExit with the reason if not): nothing runs."""
+    args = parser().parse_args(argv)
+    parse_sets(args.ldp), parse_sets(args.decoys)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = check_arguments(argv)
     if args.merge:  # one table from several runs' files (e.g. the table and its sweeps)
         merge([Path(f) for f in args.merge], Path(args.out), args.tag)
         return

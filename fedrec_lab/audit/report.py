@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import statistics
-import tomllib
 
 
 def parse_sets(pairs: list[str]) -> dict:
-    """``key=value`` pairs, each value read as TOML (``1.5``, ``"gaussian"``) or a string."""
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"expected key=value, got '{pair}'")
-        try:
-            out[key] = tomllib.loads(f"v = {value}")["v"]
-        except tomllib.TOMLDecodeError:
-            out[key] = value
-    return out
+    """``key=value`` pairs, each value read as its key's type (``1.5``, ``gaussian``:
+    :func:`fedrec_lab.launch.run_config.parse_overrides`)."""
+    from fedrec_lab.launch.run_config import ConfigError, parse_overrides
+
+    try:
+        return parse_overrides(pairs)
+    except ConfigError as error:
+        raise SystemExit(str(error)) from None
 
 
 EPSILONS = ("epsilon-median", "epsilon-max")

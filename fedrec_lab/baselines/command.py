@@ -14,14 +14,14 @@ from pathlib import Path
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data import user_dataset
-from fedrec_flwr.data.prepared import check_user_file, prepare
+from fedrec_flwr.data.prepared import check_prepared, prepare
 from fedrec_lab import progress
 from fedrec_lab.baselines.report import markdown, write
 from fedrec_lab.baselines.rows import NEEDS_IMPLICIT, ROWS, implicit_available, reference_rows
 from fedrec_lab.scratch import HelpFormatter, add_data_dir, add_out, scratch_out, wrote
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="Reference rows (centralized models tuned on validation, local-only "
         "training) on the split and evaluation code of the federated methods.",
@@ -41,13 +41,25 @@ def main(argv: list[str] | None = None) -> None:
     for key, (_, default) in user_dataset.KEYS.items():  # --dataset file (docs/own-data.md)
         parser.add_argument(f"--{key}", type=type(default), help=f"(default: {default!r})")
     progress.add_switch(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    own_file = {
+    return parser
+
+
+def own_file_keys(args: argparse.Namespace) -> dict[str, object]:
+    """The ``--<key>`` options of the dataset ``file`` given on the command line."""
+    return {
         key: getattr(args, key.replace("-", "_"))
         for key in user_dataset.KEYS
         if getattr(args, key.replace("-", "_")) is not None
     }
+
+
+def check_arguments(
+    argv: list[str] | None, data: bool = True
+) -> tuple[argparse.Namespace, RunConfig]:
+    """The arguments and the run configuration of ``main``, checked (SystemExit with the
+    reason if not); with ``data``, a user's file read and split too."""
+    args = parser().parse_args(argv)
+    own_file = own_file_keys(args)
     try:
         config = RunConfig.from_mapping(
             {
@@ -58,10 +70,16 @@ def main(argv: list[str] | None = None) -> None:
                 **own_file,
             }
         )
-        if config.dataset == user_dataset.FILE_DATASET:
-            check_user_file(config)  # splits it (its card is logged), or says what is wrong
+        if data and config.dataset == user_dataset.FILE_DATASET:
+            check_prepared(config)  # splits it (its card is logged), or says what is wrong
     except ValueError as error:  # a bad key or a bad file: the message says what to do
         sys.exit(f"error: {error}")
+    return args, config
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args, config = check_arguments(argv)
     rows = tuple(args.rows or ROWS)
     if not implicit_available():
         missing = [r for r in rows if r in NEEDS_IMPLICIT]
@@ -86,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
             f"--protocol {args.protocol}",
         ]
         + (["--data-dir DIR"] if args.data_dir else [])
-        + [f"--{key} {shlex.quote(str(value))}" for key, value in own_file.items()]
+        + [f"--{key} {shlex.quote(str(value))}" for key, value in own_file_keys(args).items()]
         + ([f"--seed {args.seed}"] if args.seed else [])
         + ([f"--rows {' '.join(args.rows)}"] if args.rows else [])
         + ([f"--local-rounds {args.local_rounds}"] if args.local_rounds else [])

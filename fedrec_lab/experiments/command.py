@@ -17,7 +17,6 @@ import shlex
 import sys
 import threading
 import time
-import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,19 +26,19 @@ from fedrec_lab.experiments import cells as runner
 from fedrec_lab.experiments.sampled import sampled_vs_full
 from fedrec_lab.experiments.sampled import section as sampled_section
 from fedrec_lab.experiments.tables import TABLES, rows
+from fedrec_lab.launch.run_config import ConfigError, parse_overrides
 from fedrec_lab.project import project_root
 from fedrec_lab.scratch import HelpFormatter, add_data_dir, add_out, wrote
 
 
 def parse_override(pair: str) -> tuple[str, object]:
-    """``key=value`` with the value read as TOML (``0.5``, ``true``, ``"ntk"``), else a string."""
-    key, sep, value = pair.partition("=")
-    if not sep or not key:
-        raise SystemExit(f"--set takes key=value pairs; got '{pair}'")
+    """``key=value`` with the value read as its key's type (``0.5``, ``true``, ``ntk``:
+    :func:`fedrec_lab.launch.run_config.parse_overrides`)."""
     try:
-        return key, tomllib.loads(f"v = {value}")["v"]
-    except tomllib.TOMLDecodeError:
-        return key, value
+        ((key, value),) = parse_overrides([pair]).items()
+    except ConfigError as error:
+        raise SystemExit(f"--set: {error}") from None
+    return key, value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -202,11 +201,17 @@ def run_cells(todo: list[runner.Cell], args, runs: Path, extra: dict, bar) -> li
     return failed
 
 
+def check_arguments(argv: list[str]) -> tuple[argparse.Namespace, dict[str, object]]:
+    """The arguments of ``main`` and its ``--set`` keys, checked (SystemExit with the reason
+    if not): nothing runs."""
+    args = _parser().parse_args(argv)
+    return args, dict(parse_override(pair) for pair in args.set)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv)
+    args, extra = check_arguments(argv)
     table = TABLES[args.table]
-    extra = dict(parse_override(pair) for pair in args.set)
     out = Path(args.out)
     runs = out / "runs"
     specs = rows(table, tuple(args.datasets) if args.datasets else None)

@@ -4,7 +4,8 @@
 outlives the run), exits 0 even when the run failed, and leaves the run training on Ctrl-C.
 This launcher (``fedrec run``, or ``python -m fedrec_lab.launch``):
 
-- merges a preset with ``key=value`` overrides and checks them before submitting (an
+- merges a preset with ``key=value`` overrides (each read as its key's type) and checks
+  them, and the data (found, downloaded or read, and split), before starting anything (an
   unknown key is named, with the closest known one): :mod:`.run_config`;
 - starts a SuperLink of its own (own temporary ``FLWR_HOME`` and ports, started from a
   neutral folder so Ray workers import the app from the FAB), so a SuperLink left on the
@@ -32,10 +33,13 @@ from fedrec_lab.launch.flwr_cli import follow, stop_run
 from fedrec_lab.launch.ray_cluster import LOCAL_RAY, resolve_ray_address, worker_entries
 from fedrec_lab.launch.run_config import (
     ConfigError,
+    check_data,
     check_run_config,
     merged_run_config,
+    parse_overrides,
     project_defaults,
     unknown_key_message,
+    with_absolute_paths,
     write_run_config,
 )
 from fedrec_lab.launch.runs import COMPLETED, Outcome, RunInterrupted, launch, run
@@ -56,6 +60,7 @@ __all__ = [
     "Outcome",
     "RunInterrupted",
     "Say",
+    "check_data",
     "check_run_config",
     "default_superlink_report",
     "follow",
@@ -64,6 +69,7 @@ __all__ = [
     "local_superlink",
     "main",
     "merged_run_config",
+    "parse_overrides",
     "project_defaults",
     "quiet",
     "resolve_ray_address",
@@ -74,6 +80,7 @@ __all__ = [
     "stop_run",
     "tool",
     "unknown_key_message",
+    "with_absolute_paths",
     "with_tools_on_path",
     "worker_entries",
     "write_run_config",

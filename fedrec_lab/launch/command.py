@@ -13,9 +13,20 @@ from pathlib import Path
 from typing import Any
 
 from fedrec_lab import progress
-from fedrec_lab.launch.default_port import DEFAULT_HTTP_PORT, default_superlink_report
+from fedrec_lab.launch.default_port import (
+    DEFAULT_HTTP_PORT,
+    default_superlink_note,
+    default_superlink_report,
+)
 from fedrec_lab.launch.ray_cluster import worker_entries
-from fedrec_lab.launch.run_config import ConfigError, merged_run_config, project_defaults
+from fedrec_lab.launch.run_config import (
+    ConfigError,
+    check_data,
+    check_run_config,
+    merged_run_config,
+    project_defaults,
+    with_absolute_paths,
+)
 from fedrec_lab.launch.runs import COMPLETED, STEPS, RunInterrupted, launch
 from fedrec_lab.project import ProjectNotFoundError, project_root
 
@@ -98,6 +109,13 @@ def parser(prog: str = "fedrec run") -> argparse.ArgumentParser:
         "nearest folder upwards whose pyproject.toml names fedrec-flwr",
     )
     parser.add_argument(
+        "--check",
+        action="store_true",
+        help="check the configuration and the data (a user's file read and split, a named "
+        "dataset found or downloaded), print the dataset card and exit, starting nothing: "
+        "0 if the run can start, 2 if not",
+    )
+    parser.add_argument(
         "--which-superlink",
         action="store_true",
         help="name the SuperLink on Flower's default port (the one `flwr run .` uses) and exit",
@@ -132,9 +150,7 @@ def read_config(items: Sequence[str]) -> dict[str, Any]:
         raise ConfigError(f"no preset file {preset}; the presets are conf/*.toml")
     try:
         return merged_run_config(preset, items[1:] if preset else items)
-    except SystemExit as refused:  # an override that is not key=value or not TOML
-        raise ConfigError(str(refused)) from None
-    except ValueError as error:  # a preset that does not resolve
+    except ValueError as error:  # a preset that does not resolve, an override not key=value
         raise ConfigError(str(error)) from None
 
 
@@ -151,6 +167,45 @@ def federation_of(args: argparse.Namespace) -> list[str]:
     return federation
 
 
+def checked_config(args: argparse.Namespace, data: bool = True) -> tuple[dict[str, Any], Path]:
+    """The configuration ``fedrec run`` would submit, checked (with ``data``: its data too,
+    as the launch checks it); ConfigError or ProjectNotFoundError otherwise. The card's lines
+    are said."""
+    project = project_root(args.project)
+    config = read_config(args.items)
+    federation_of(args)
+    if args.resume:
+        config, _ = resumed(args.resume, config, args.nodes, project)
+    config = with_absolute_paths(config)
+    check_run_config(config, project, data=False)
+    if data:
+        for line in check_data(config, project):
+            say(line)
+    return config, project
+
+
+def check_arguments(argv: Sequence[str]) -> dict[str, Any]:
+    """The configuration ``fedrec run ARGV`` would submit, checked but for its data (the
+    docs' commands are checked so); ``--resume`` names a run folder, which is not read.
+    ConfigError, ProjectNotFoundError or SystemExit (argparse) if it would be refused."""
+    args = parser().parse_args(list(argv))
+    if args.resume:
+        federation_of(args)
+        return read_config(args.items)
+    return checked_config(args, data=False)[0]
+
+
+def check(args: argparse.Namespace) -> int:
+    """``fedrec run --check``: the configuration and the data checked, nothing started."""
+    try:
+        checked_config(args)
+    except (ConfigError, ProjectNotFoundError) as error:
+        say(f"error: {error}")
+        return 2
+    say("checked: the configuration and the data are good; the run can start")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``fedrec run [PRESET.toml] [key=value ...] [--nodes N]``, or ``fedrec run --resume
     RUN_DIR [key=value ...]``; the exit status of the run."""
@@ -159,12 +214,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         say("error: a local deployment is `fedrec deploy-local N ...`, not `fedrec run`")
         return 2
     args = parser().parse_args(argv)
-    report = default_superlink_report()
     if args.which_superlink:
+        report = default_superlink_report()
         print(report or f"No SuperLink on Flower's default port 127.0.0.1:{DEFAULT_HTTP_PORT}.")
         return 0
-    if report:
-        say(f"note: {report}")
+    if args.check:
+        return check(args)
+    note = default_superlink_note()
+    if note:
+        say(f"note: {note}")
     with signals_interrupt():
         try:
             project = project_root(args.project)

@@ -1,10 +1,13 @@
 """The SuperLink on Flower's default local port: the one a plain ``flwr run .`` submits to.
 
-``fedrec`` never uses it; it names it, with what its runs would see differently.
+``fedrec`` never uses it. ``fedrec run`` says so in two lines, once per such SuperLink
+(:func:`default_superlink_note`); ``fedrec run --which-superlink`` names it, with what its
+runs would see differently (:func:`default_superlink_report`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -40,6 +43,34 @@ def default_superlink_report(port: int = DEFAULT_HTTP_PORT) -> str | None:
         "  its runs, `flwr stop <run-id>` stops one, `kill <PID>` stops the SuperLink.",
     ]
     return "\n".join(lines)
+
+
+def default_superlink_note(port: int = DEFAULT_HTTP_PORT, noted: Path | None = None) -> str | None:
+    """Two lines on the SuperLink at Flower's default port, the first time ``fedrec run``
+    sees it (its PIDs and start times are kept in ``noted``, by default in the cache
+    folder); None when there is none, or it was noted already."""
+    pids = processes.listening_pids(port)
+    if pids == [] and not healthy(port):
+        return None
+    seen = sorted(f"{pid}:{processes.start_time(pid)}" for pid in pids or [])
+    noted = noted or cache_folder() / "noted-default-superlink"
+    with contextlib.suppress(OSError):
+        if seen and noted.read_text().split() == seen:
+            return None
+    with contextlib.suppress(OSError):
+        noted.parent.mkdir(parents=True, exist_ok=True)
+        noted.write_text(" ".join(seen))
+    who = f"PID {', '.join(map(str, pids))}" if pids else "another user's"
+    return (
+        f"a SuperLink ({who}) listens on Flower's default port {port}: `flwr run .` would "
+        "submit to it, fedrec does not use it;\n"
+        "`fedrec run --which-superlink` says what its runs would see differently."
+    )
+
+
+def cache_folder() -> Path:
+    """``$FEDREC_CACHE_DIR``, else ``~/.cache/fedrec_flwr`` (as the data cache)."""
+    return Path(os.environ.get("FEDREC_CACHE_DIR") or Path.home() / ".cache" / "fedrec_flwr")
 
 
 def describe_process(pid: int) -> list[str]:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fedrec_flwr.data.user_keys import FILE_DATASET
 from fedrec_lab.presets import resolve
 from fedrec_lab.project import project_root
 
@@ -21,24 +22,45 @@ class ConfigError(ValueError):
     """The run configuration would be refused (unknown key, wrong type, impossible value)."""
 
 
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``key=value`` items of a command line, each value read as its key's declared type
+    (:meth:`fedrec_flwr.schema.Key.from_text`): ``dataset=file``, ``data-file=logs/x.csv``
+    and ``seed=1`` as typed in a shell, TOML literals (``dataset='file'``) too. Raises
+    :class:`ConfigError` for an item that is not ``key=value`` or a value not of its type."""
+    from fedrec_flwr.config import RunConfig  # imports torch: only when a run is configured
+    from fedrec_flwr.schema import ConfigError as SchemaError
+    from fedrec_flwr.schema import assignment
+
+    keys = {key.name: key for key in RunConfig.declared_keys()}
+    config: dict[str, Any] = {}
+    for item in overrides_of(items):
+        try:
+            key, value = assignment(item, keys)
+        except SchemaError as error:
+            raise ConfigError(str(error)) from None
+        config[key] = value
+    return config
+
+
+def overrides_of(items: Sequence[str]) -> list[str]:
+    """The items, each checked to be ``key=value`` (a path or a stray word is named)."""
+    for item in items:
+        if "=" not in item or not item.partition("=")[0].strip():
+            hint = " (a preset comes first, and ends in .toml)" if item.endswith(".toml") else ""
+            raise ConfigError(f"'{item}' is not key=value{hint}: give settings as key=value, "
+                              "e.g. seed=1 dataset=file")  # fmt: skip
+    return list(items)
+
+
 def merged_run_config(preset: str | Path | None, overrides: Sequence[str]) -> dict[str, Any]:
     """A preset's keys (if any, its base's included) updated with ``key=value`` overrides
-    (TOML literals), and its method's reference defaults for the keys neither sets (before
-    ``pyproject.toml``'s defaults fill the rest: :func:`~fedrec_flwr.config.reference_defaults`)."""
+    (:func:`parse_overrides`), and its method's reference defaults for the keys neither sets
+    (before ``pyproject.toml``'s defaults fill the rest:
+    :func:`~fedrec_flwr.config.reference_defaults`)."""
     config: dict[str, Any] = {}
     if preset:
         config.update(resolve(preset))
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise SystemExit(f"override '{item}' is not key=value")
-        try:
-            config.update(tomllib.loads(f"{key.strip()} = {value}"))
-        except tomllib.TOMLDecodeError:
-            raise SystemExit(
-                f"override '{item}': the value is not a TOML literal (quote strings: "
-                f"{key.strip()}='{value}'; floats need a dot: 1.0)"
-            ) from None
+    config.update(parse_overrides(overrides))
     from fedrec_flwr.config import with_reference_defaults  # imports torch: only when run
 
     return with_reference_defaults(config)
@@ -61,14 +83,25 @@ def unknown_key_message(config: dict[str, Any], known: Sequence[str]) -> str | N
     return None
 
 
-def check_run_config(config: dict[str, Any], project: Path | None = None) -> list[str]:
+def check_run_config(
+    config: dict[str, Any], project: Path | None = None, data: bool = True
+) -> list[str]:
     """Refuse, naming the key, what Flower would refuse with only "Invalid run configuration".
 
     Keys are checked against the project's ``[tool.flwr.app.config]``; then the merged
-    configuration is validated as the ServerApp will (types, impossible values). A user's
-    file (``dataset = "file"``) is read and split here, so that a bad one is refused before
-    the run starts; returns its dataset card (empty for the named datasets).
+    configuration is validated as the ServerApp will (types, impossible values). With
+    ``data``, a user's file (``dataset = "file"``) is read and split here, so that a bad one
+    is refused before the run starts; returns its dataset card (empty otherwise).
     """
+    checked = checked_run_config(config, project)
+    if data and checked.dataset == FILE_DATASET:
+        return check_data(config, project)
+    return []
+
+
+def checked_run_config(config: dict[str, Any], project: Path | None = None) -> Any:
+    """The :class:`~fedrec_flwr.config.RunConfig` of ``config`` over the project's defaults;
+    :class:`ConfigError` naming an unknown key, a wrong type or an impossible value."""
     project = project_root(project)
     defaults = project_defaults(project)
     unknown = unknown_key_message(config, list(defaults))
@@ -78,14 +111,36 @@ def check_run_config(config: dict[str, Any], project: Path | None = None) -> lis
             f"{project / 'pyproject.toml'} (README: Run configuration)."
         )
     from fedrec_flwr.config import RunConfig  # imports torch: only when a run is checked
-    from fedrec_flwr.data import user_dataset
-    from fedrec_flwr.data.prepared import check_user_file
 
     try:
-        checked = RunConfig.from_mapping({**defaults, **config})
-        return check_user_file(checked) if checked.dataset == user_dataset.FILE_DATASET else []
+        return RunConfig.from_mapping({**defaults, **config})
     except ValueError as error:
         raise ConfigError(str(error)) from None
+
+
+def check_data(config: dict[str, Any], project: Path | None = None) -> list[str]:
+    """Split the run's dataset into the cache, unless it is there already (the nodes then
+    open it): a named dataset is found in its data folder or downloaded, a user's file read
+    and checked. Its dataset card; :class:`ConfigError` with the reason and the fix if the
+    data cannot be had (a missing file, a download that fails, a bad row)."""
+    from fedrec_flwr.data.prepared import check_prepared
+
+    checked = checked_run_config(config, project)
+    try:
+        return check_prepared(checked)
+    except (ValueError, OSError) as error:  # DataError among them: it says what to do
+        raise ConfigError(str(error)) from None
+
+
+def with_absolute_paths(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with its relative ``results-dir``, ``data-dir``, ``data-file`` and
+    ``resume`` made absolute against the current folder (the run's processes start
+    elsewhere)."""
+    config = dict(config)
+    for key in ("results-dir", "data-dir", "data-file", "resume"):
+        if config.get(key):
+            config[key] = str(Path(config[key]).expanduser().resolve())
+    return config
 
 
 def write_run_config(config: dict[str, Any], path: Path) -> Path:

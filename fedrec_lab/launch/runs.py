@@ -23,7 +23,7 @@ from fedrec_lab import processes
 from fedrec_lab.launch import run_folder
 from fedrec_lab.launch.flwr_cli import follow, stop_run, stop_run_processes, submit
 from fedrec_lab.launch.ray_cluster import LOCAL_RAY, resolve_ray_address
-from fedrec_lab.launch.run_config import check_run_config, project_defaults
+from fedrec_lab.launch.run_config import check_data, check_run_config, with_absolute_paths
 from fedrec_lab.launch.superlink import RUN_ROLES, LocalSuperLink, local_superlink
 from fedrec_lab.launch.tools import Say, quiet
 from fedrec_lab.project import project_root
@@ -104,26 +104,26 @@ def launch(
     """:func:`run`, returning the :class:`Outcome` (its run folder included).
 
     ``prepare``: split the dataset into the cache here first, if it is not there yet (on a
-    new local Ray instance only: a cluster's workers have their own caches). ``steps``: a
+    new local Ray instance only: a cluster's workers have their own caches), downloading it
+    if needed: data that cannot be had is refused (:class:`ConfigError`) before anything
+    starts, as a bad configuration is. ``steps``: a
     progress bar (:func:`fedrec_lab.progress.bar`) of :data:`STEPS`, closed once the log
     shows the first finished round.
     """
     steps = tqdm(disable=True) if steps is None else steps
-    config = dict(config)
-    for key in ("results-dir", "data-dir", "data-file", "resume"):
-        if config.get(key):
-            config[key] = str(Path(config[key]).expanduser().resolve())
+    config = with_absolute_paths(config)
     config.setdefault("results-dir", str(Path("results").resolve()))
     app = Path(project).resolve() if project is not None else project_root()
-    if check:
-        for line in check_run_config(config, app):
-            say(line)
     ray = resolve_ray_address(ray_address, federation)
+    if check:
+        card = check_run_config(config, app, data=not (prepare and ray == LOCAL_RAY))
+        step(steps, 0)
+        if prepare and ray == LOCAL_RAY:
+            card = check_data(config, app)
+        for line in card:
+            say(line)
     if ray != LOCAL_RAY:
         say(f"Ray: the ClientApps run on the cluster at {ray}")
-    step(steps, 0)
-    if prepare and ray == LOCAL_RAY:
-        prepare_split(config, app)
     step(steps, 1)
     results = Path(config["results-dir"])
     before = run_folder.run_folders(results)
@@ -161,21 +161,6 @@ def step(steps: tqdm, index: int) -> None:
     """The bar at step ``index`` of :data:`STEPS` (those before it done)."""
     steps.update(index - steps.n)
     steps.set_postfix_str(STEPS[index])
-
-
-def prepare_split(config: dict[str, Any], project: Path) -> None:
-    """Split the run's dataset into the cache (:func:`fedrec_flwr.data.prepared.prepare`),
-    with its evaluation negatives, unless it is there already: the nodes then open it. A
-    dataset that cannot be read is left to the run, which reports it as it always does."""
-    from fedrec_flwr.config import RunConfig
-    from fedrec_flwr.data.prepared import prepare, prepared_path
-
-    try:
-        run = RunConfig.from_mapping({**project_defaults(project), **config})
-        if not (prepared_path(run) / "meta.json").exists():
-            prepare(run).eval_negatives(run.seed)
-    except (ValueError, OSError):  # DataError among them: the run says what to do
-        return
 
 
 def outlive_superlink(
@@ -242,11 +227,19 @@ def conclude(
     if verdict.state == run_folder.UNFINISHED:
         say(f"the run did not finish: {verdict.describe()}")
         if verdict.resumable:
-            say(f"continue it, once the cause is fixed, with: fedrec run --resume {folder}")
+            say(resume_advice(verdict))
         if status in (None, COMPLETED):
             status = SUPERLINK_DIED if status is None else "unfinished"
         return Outcome(status, output, verdict.folder)
     return Outcome(status or SUPERLINK_DIED, output, None)
+
+
+def resume_advice(verdict: run_folder.Verdict) -> str:
+    """What to do about an unfinished run: resume it, unless it ran no round (nothing to
+    continue: the same command starts it again)."""
+    if verdict.rounds == 0:
+        return "it stopped before its first round: fix the cause and run the same command again"
+    return f"continue it, once the cause is fixed, with: fedrec run --resume {verdict.folder}"
 
 
 def report_exits(link: LocalSuperLink, say: Say, folder: Path, announced: bool = False) -> None:

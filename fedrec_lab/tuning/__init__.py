@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,12 @@ def trial_line(trial) -> str:
     return f"trial {trial.number} {state}: {shown} after {rounds} rounds ({params})"
 
 
+def check_arguments(argv: list[str]) -> Setup:
+    """The study ``fedrec tune ARGV`` would run, checked (a user's file read and split),
+    running no trial; SystemExit with the reason if it would be refused."""
+    return parse(list(argv))
+
+
 def main(argv: list[str] | None = None) -> None:
     import tempfile
 
@@ -176,6 +183,9 @@ def main(argv: list[str] | None = None) -> None:
 
     setup: Setup = parse(argv)
     args = setup.args
+    if args.check:
+        print("fedrec tune: checked: the settings and the data are good", file=sys.stderr)
+        return
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = setup.study()
     setup.check_resumable(study)

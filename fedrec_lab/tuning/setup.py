@@ -20,7 +20,7 @@ through the same ServerApp and ClientApp as ``flwr run`` (an in-process grid of 
 fresh process per trial), pruned round by round, within a budget of trials or wall time.
 
     fedrec tune --method fedmf --dataset lastfm-2k --protocol strict --budget 2h --out DIR
-    fedrec tune --method pfedrec --dataset file data-file='logs/clicks.csv' user-column='visitor'
+    fedrec tune --method pfedrec --dataset file data-file=logs/clicks.csv user-column=visitor
     fedrec tune conf/pfedrec-ml100k-strict.toml --trials 20 --rounds 60 --patience 10"""
 #: Trials of a study bounded by time alone (none given): as many as the time allows.
 UNBOUNDED = 1_000_000
@@ -78,6 +78,12 @@ def parser() -> argparse.ArgumentParser:
     add_out(parser, "tune", "the study's journal, its .md/.json report and its tuned preset")
     parser.add_argument(
         "--write-preset", action="store_true", help="copy the best setting into the preset"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="check the settings and the data (a user's file read and split, a named dataset "
+        "found or downloaded), print the dataset card and exit, running no trial",
     )
     parser.add_argument(
         "--plugin-only",
@@ -292,7 +298,7 @@ def study_name(preset: Path | None, config: dict[str, Any]) -> str:
 
 def parse(argv: list[str] | None = None) -> Setup:
     from fedrec_flwr.config import RunConfig
-    from fedrec_flwr.data.prepared import check_user_file
+    from fedrec_flwr.data.prepared import check_prepared
     from fedrec_flwr.data.user_dataset import FILE_DATASET
     from fedrec_lab.launch.run_config import merged_run_config
     from fedrec_lab.tuning.space import space_for
@@ -313,7 +319,10 @@ def parse(argv: list[str] | None = None) -> Setup:
     ]
     if preset is None and not args.protocol:
         options.append('protocol="strict"')
-    config = merged_run_config(preset, [*options, *settings])
+    try:
+        config = merged_run_config(preset, [*options, *settings])
+    except ValueError as error:  # ConfigError: a setting not key=value, or not of its type
+        cli.error(str(error))
     trial_config = dict(config)
     if config.get("data-file") and not Path(config["data-file"]).is_absolute():
         trial_config["data-file"] = str(Path(config["data-file"]).resolve())  # trials run elsewhere
@@ -325,11 +334,12 @@ def parse(argv: list[str] | None = None) -> Setup:
         **({"device": args.device} if args.device != "cpu" else {}),
         **({"data-dir": str(Path(args.data_dir).resolve())} if args.data_dir else {}),
     }
-    try:  # refused here as the trials would refuse it; a user's file read and split once
+    try:  # refused here as the trials would refuse it; the data found (or downloaded) and
+        # split once, a user's file read and checked
         checked = RunConfig.from_mapping({**trial_config, **fixed})
-        card = check_user_file(checked) if checked.dataset == FILE_DATASET else []
         space = held_out_of(space_for(trial_config, plugin_only=args.plugin_only), settings)
-    except ValueError as error:
+        card = check_prepared(checked) if args.check or checked.dataset == FILE_DATASET else []
+    except (ValueError, OSError) as error:
         cli.error(str(error))
     for line in card:
         print(line, file=sys.stderr)

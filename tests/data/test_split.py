@@ -128,7 +128,7 @@ def test_a_users_file_is_split_before_the_run_and_needs_two_users(tmp_path, monk
 
     from fedrec_flwr.data import user_dataset
     from fedrec_flwr.data.interactions import DataError
-    from fedrec_flwr.data.prepared import check_user_file
+    from fedrec_flwr.data.prepared import check_prepared
 
     monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "cache"))
     one_user = "user_id,item_id,timestamp\n" + "".join(f"u1,{i},{i}\n" for i in range(4))
@@ -146,6 +146,6 @@ def test_a_users_file_is_split_before_the_run_and_needs_two_users(tmp_path, monk
         )
 
     with pytest.raises(DataError, match="a federation needs at least 2"):
-        check_user_file(settings("one.csv"))
-    card = check_user_file(settings("two.csv"))
+        check_prepared(settings("one.csv"))
+    card = check_prepared(settings("two.csv"))
     assert any(line.split()[:2] == ["users", "2"] for line in card)

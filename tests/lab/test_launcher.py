@@ -7,6 +7,7 @@ needed: a missing data-dir, or the synthetic dataset).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -83,15 +84,23 @@ def test_wrong_types_and_values_are_refused_before_submitting() -> None:
     check_run_config({"lr": 0.5, "dataset": "synthetic"})
 
 
-def test_an_override_that_is_not_a_toml_literal_says_how_to_quote() -> None:
-    with pytest.raises(SystemExit, match="quote strings: dataset='synthetic'"):
-        merged_run_config(None, ["dataset=synthetic"])
-    with pytest.raises(SystemExit, match="not key=value"):
-        merged_run_config(None, ["seed"])
-    assert merged_run_config(None, ["dataset='synthetic'", "seed=2"]) == {
+def test_an_override_is_read_as_its_keys_type() -> None:
+    """A string key takes the word as the shell leaves it (no TOML quoting needed), or a TOML
+    literal; numbers and booleans as written."""
+    assert merged_run_config(None, ["dataset=synthetic", "seed=2"]) == {
         "dataset": "synthetic",
         "seed": 2,
     }
+    assert merged_run_config(None, ["dataset='synthetic'", "lr=1", "run-name=2024"]) == {
+        "dataset": "synthetic",
+        "lr": 1.0,
+        "run-name": "2024",
+    }
+    assert merged_run_config(None, ["data-file=my logs/x.csv"])["data-file"] == "my logs/x.csv"
+    with pytest.raises(ConfigError, match="not key=value"):
+        merged_run_config(None, ["seed"])
+    with pytest.raises(ConfigError, match=r"seed='one': seed takes an integer, e.g\. seed=0"):
+        merged_run_config(None, ["seed=one"])
 
 
 def test_the_entry_point_names_an_unknown_key_and_starts_nothing(tmp_path: Path) -> None:
@@ -324,3 +333,93 @@ def test_workers_option_reaches_the_federation_config(monkeypatch, capsys) -> No
     seen.clear()
     assert launch.main(["--workers", "2", "--ray-address", "10.0.0.5:6379"]) == 2
     assert not seen and "--workers sizes a new local Ray instance" in capsys.readouterr().err
+
+
+# --- data that cannot be had: refused before anything starts ---------------------------------
+
+
+def unreachable_source(monkeypatch, tmp_path: Path, url: str) -> None:
+    """ML-100K from ``url``, no data folder, an empty cache, the current folder ``tmp_path``;
+    starting a SuperLink fails the test."""
+    from fedrec_flwr.data import download, registry
+    from fedrec_lab.launch import runs
+
+    source = dataclasses.replace(registry.SOURCES["ml-100k"], url=url)
+    monkeypatch.setitem(download.DATASETS, "ml-100k", source)
+    monkeypatch.delenv("FEDREC_DATA_DIR", raising=False)
+    monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FEDREC_PROJECT", str(PROJECT))
+    monkeypatch.chdir(tmp_path)
+
+    def no_superlink(*args, **kwargs):
+        raise AssertionError("a SuperLink was started for data that cannot be had")
+
+    monkeypatch.setattr(runs, "local_superlink", no_superlink)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/ml-100k.zip",  # nothing listens: refused at once
+        "http://no-such-host.invalid/ml-100k.zip",  # no name resolution, as offline
+    ],
+)
+def test_a_download_that_cannot_happen_exits_2_with_one_message_and_no_run_folder(
+    monkeypatch, tmp_path: Path, capsys, url: str
+) -> None:
+    from fedrec_lab.launch import command
+
+    unreachable_source(monkeypatch, tmp_path, url)
+    assert command.main([]) == 2
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("fedrec: error: ml-100k: cannot download")
+    assert url in lines[0] and "<data-dir>/ml-100k/" in lines[0]
+    assert "FEDREC_DATA_DIR" in lines[0] and "--resume" not in err
+    assert not (tmp_path / "results").exists() and out == ""
+
+
+def test_a_stalled_download_gives_up_within_its_timeout(monkeypatch, tmp_path: Path, capsys):
+    """A source that accepts the connection and never answers: the download timeout ends
+    the wait (here 0.5 s), and the run is refused as for a machine offline."""
+    from fedrec_flwr.data import download
+    from fedrec_lab.launch import command
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/ml-100k.zip"
+        unreachable_source(monkeypatch, tmp_path, url)
+        monkeypatch.setattr(download, "DOWNLOAD_TIMEOUT_S", 0.5)
+        assert command.main(["--check"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot download" in err and "timed out" in err and "--resume" not in err
+
+
+def test_check_says_whether_the_run_can_start_and_starts_nothing(
+    monkeypatch, tmp_path: Path, capsys
+) -> None:
+    from fedrec_lab.launch import command
+
+    unreachable_source(monkeypatch, tmp_path, "http://127.0.0.1:9/ml-100k.zip")
+    assert command.main(["--check", "dataset=synthetic", "synthetic-users=50"]) == 0
+    err = capsys.readouterr().err
+    assert "dataset card: synthetic, strict protocol" in err and "the run can start" in err
+    assert command.main(["--check", "seed=one"]) == 2
+    assert "seed takes an integer" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
+
+
+def test_an_unfinished_run_without_a_round_is_not_advised_to_resume(tmp_path: Path) -> None:
+    from fedrec_lab.launch import run_folder
+    from fedrec_lab.launch.runs import resume_advice
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / run_folder.incomplete_marker()).write_text("")
+    (folder / "rounds.csv").write_text("round,seconds\n")
+    verdict = run_folder.judge(folder)
+    assert verdict.resumable and "run the same command again" in resume_advice(verdict)
+    (folder / "rounds.csv").write_text("round,seconds\n1,0.5\n")
+    assert "fedrec run --resume" in resume_advice(run_folder.judge(folder))
