@@ -17,13 +17,14 @@ import json
 import logging
 import math
 import os
+import re
 import socket
 import time
 from pathlib import Path
 from typing import Any
 
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.data.user_dataset import source_record
+from fedrec_flwr.data.user_dataset import FILE_DATASET, source_record
 from fedrec_flwr.evaluation import reported_metrics
 
 SELECTION_METRIC = "val-hr@10"
@@ -35,7 +36,7 @@ LOG = logging.getLogger("flwr")  # Flower's logger: what it logs reaches `flwr l
 def new_run_dir(config: RunConfig) -> Path:
     """A fresh folder ``<results-dir>/<run-name>``; never reuses a finished run's folder."""
     name = config.run_name or (
-        f"{config.method}-{config.dataset}-{config.protocol}-seed{config.seed}-"
+        f"{config.method}-{dataset_label(config)}-{config.protocol}-seed{config.seed}-"
         f"{time.strftime('%Y%m%d-%H%M%S')}"
     )
     path = config.results_path(name)
@@ -52,6 +53,13 @@ def new_run_dir(config: RunConfig) -> Path:
             path.name,
         )
     return path
+
+
+def dataset_label(config: RunConfig) -> str:
+    """The dataset as a run folder names it: ``ml-100k``; a user's file ``file-<its name>``."""
+    if config.dataset != FILE_DATASET or not config.data_file:
+        return config.dataset
+    return "file-" + re.sub(r"[^\w.-]+", "-", Path(config.data_file).stem).strip("-")
 
 
 #: rounds.csv columns that time a round (wall, CPU): they differ from run to run.
@@ -191,6 +199,7 @@ class RunRecorder:
         summary: dict[str, Any] = {
             "method": self.config.method,
             "dataset": self.config.dataset,
+            **({"data-file": self.config.data_file} if self.config.dataset == FILE_DATASET else {}),
             "protocol": self.config.protocol,
             "seed": self.config.seed,
             "rounds": len(self.rows),

@@ -52,7 +52,7 @@ def card_of(data: Interactions, split: LeaveOneOut, protocol: str) -> dict[str, 
         "rows-loaded": len(data),
         "removed": removed,
     }
-    for key in ("file", "format", "sha256", "ids", "rows-read", "users-read"):
+    for key in ("file", "format", "layout", "columns", "sha256", "ids", "rows-read", "users-read"):
         if key in data.notes:
             card[key] = data.notes[key]
     return card
@@ -70,6 +70,8 @@ def card_lines(card: dict[str, Any]) -> list[str]:
         f"  interactions per user: median {card['per-user-median']:g}, "
         f"p90 {card['per-user-p90']:g}",
     ]
+    if "columns" in card:
+        lines += layout_lines(card)
     if "rows-read" in card:
         lines.append(
             f"  read {card['rows-read']:,} rows of {card['users-read']:,} users "
@@ -79,6 +81,27 @@ def card_lines(card: dict[str, Any]) -> list[str]:
         users = f"{step['users']:,} users, " if "users" in step else ""
         lines.append(f"  removed by {step['name']}: {users}{step['rows']:,} rows")
     return lines
+
+
+def layout_lines(card: dict[str, Any]) -> list[str]:
+    """How a user's file was read: its layout, the column of each role, what stands in for
+    time."""
+    columns = card["columns"]
+    named = {role: label(column) for role, column in columns.items()}
+    read = ", ".join(
+        f"{role} {named[role]}" for role in ("user", "item", "rating") if role in named
+    )
+    time = "the line order (no timestamp column: a later line is newer)"
+    if "timestamp" in columns:
+        time = named["timestamp"]
+    lines = [f"  read {card['layout']}" if card.get("layout") else None]
+    lines += [f"  columns: {read}; time: {time}"]
+    return [line for line in lines if line]
+
+
+def label(column: str) -> str:
+    """``column 'userId'`` for a named column; ``column 1``, by position, as it stands."""
+    return column if column.startswith("column ") else f"column {column!r}"
 
 
 def log_card(meta: dict[str, Any]) -> None:

@@ -4,14 +4,13 @@
 (:mod:`fedrec_flwr.data.user_filters`) and from then on is split, cached and served like any
 named dataset. Its run-config keys are declared in :mod:`fedrec_flwr.data.user_keys`; the
 split's cache key holds the file's size and modification time and every one of these settings.
-:func:`fedrec_flwr.data.prepared.check_user_file` prepares the split before a run starts (the
+:func:`fedrec_flwr.data.prepared.check_prepared` prepares the split before a run starts (the
 ``fedrec`` command calls it), so that a bad file is refused before a run folder exists, and
 returns the dataset card.
 """
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +42,7 @@ def user_file(config: Any) -> UserFile:
     if not values["data-file"]:
         raise ValueError(
             "dataset='file' reads data-file, which is empty: set data-file to your "
-            "interaction file (CSV, TSV, Parquet or RecBole .inter; docs/own-data.md)."
+            "interaction file (delimited text, Parquet or RecBole .inter; docs/own-data.md)."
         )
     return UserFile(**{KEYS[key][0]: value for key, value in values.items()})
 
@@ -69,15 +68,6 @@ def load(config: Any) -> Interactions:
     return load_user_file(user_file(config))
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def source_record(config: Any) -> dict[str, str]:
     """``config.json``'s record of the file read: ``{'data-file-sha256': ...}`` (nothing
     for a named dataset, or where this machine cannot read the file)."""
@@ -90,5 +80,7 @@ def source_record(config: Any) -> dict[str, str]:
         return {}
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     if key not in _SHA256:
+        from fedrec_flwr.data.user_file import file_sha256  # pandas: only for a user's file
+
         _SHA256[key] = file_sha256(path)
     return {"data-file-sha256": _SHA256[key]}

@@ -1,7 +1,9 @@
-"""Read a user's own interaction file: CSV, TSV, Parquet or RecBole's atomic ``.inter``.
+"""Read a user's own interaction file: delimited text, Parquet or RecBole's atomic ``.inter``.
 
 :class:`UserFile` says where the file is and which columns hold what; :func:`read_columns`
-returns the mapped columns, parsed and checked, in file order. Every problem raises one
+returns the mapped columns, parsed and checked, in file order. A text file's separator and
+header are sniffed unless set (:mod:`fedrec_flwr.data.user_layout`); it is read by pandas
+from the path, so that a large file is held once, as columns. Every problem raises one
 :class:`~fedrec_flwr.data.interactions.DataError` naming the file, the line (``row`` in a
 Parquet file) and the fix. The filters and the id numbering live in
 :mod:`fedrec_flwr.data.user_filters`; ``docs/own-data.md`` describes both for users.
@@ -10,10 +12,9 @@ Parquet file) and the fix. The filters and the id numbering live in
 from __future__ import annotations
 
 import csv
-import difflib
 import hashlib
-import io
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,14 +22,23 @@ import numpy as np
 import pandas as pd
 
 from fedrec_flwr.data.interactions import DataError
-from fedrec_flwr.data.user_keys import DataFormat, IdType, RepeatedPairs
+from fedrec_flwr.data.user_keys import (
+    AUTO,
+    WHITESPACE,
+    DataFormat,
+    Header,
+    IdType,
+    RepeatedPairs,
+    check_separator,
+)
+from fedrec_flwr.data.user_layout import NAMES, Layout, mapped_columns, sniff
 from fedrec_flwr.data.user_values import Failure, ids, ratings, timestamps
 
 FORMATS = tuple(member.value for member in DataFormat)
 ID_TYPES = tuple(member.value for member in IdType)
 REPEATED_PAIRS = tuple(member.value for member in RepeatedPairs)
-SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet"}
-SUFFIXES[".inter"] = "inter"
+HEADERS = tuple(member.value for member in Header)
+SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".inter": "inter"}
 SEPARATORS = {"csv": ",", "tsv": "\t", "inter": "\t"}
 INTER_TYPES = ("token", "token_seq", "float", "float_seq")  # RecBole's atomic field types
 
@@ -37,15 +47,20 @@ INTER_TYPES = ("token", "token_seq", "float", "float_seq")  # RecBole's atomic f
 class UserFile:
     """A user's interaction file and how to read it (each field is a run-config key).
 
-    A column left empty ('') is absent: no timestamp column means the line order stands in for
-    time (a later line is newer); no rating column means every row is a positive.
+    A column is named, or given by its position (``1``, ``2``, ...); ``auto`` finds it by its
+    usual names (:data:`~fedrec_flwr.data.user_layout.USUAL_NAMES`), else (user and item) by
+    position. A column left empty ('') is absent: no timestamp column means the line order
+    stands in for time (a later line is newer), as when ``auto`` finds none; no rating
+    column means every row is a positive.
     """
 
     path: Path  # data-file
-    format: str = "auto"  # data-format: from the suffix when 'auto'
-    user_column: str = "user_id"
-    item_column: str = "item_id"
-    timestamp_column: str = "timestamp"
+    format: str = "auto"  # data-format: Parquet or .inter by the suffix, else text
+    separator: str = AUTO  # text: sniffed, or a name (comma, tab, ...) or the character(s)
+    header: str = AUTO  # text: sniffed, or 'true' / 'false' (columns by position)
+    user_column: str = AUTO
+    item_column: str = AUTO
+    timestamp_column: str = AUTO
     rating_column: str = ""
     rating_threshold: float = 0.0  # rows rated below it are dropped (with a rating column)
     id_type: str = "auto"  # 'integer': ids must be integers; 'string': any text
@@ -57,11 +72,13 @@ class UserFile:
         object.__setattr__(self, "path", Path(self.path))
         for key, value, choices in (
             ("data-format", self.format, FORMATS),
+            ("header", self.header, HEADERS),
             ("id-type", self.id_type, ID_TYPES),
             ("repeated-pairs", self.repeated_pairs, REPEATED_PAIRS),
         ):
             if value not in choices:
                 raise ValueError(f"{key}={value!r} is not one of {', '.join(choices)}")
+        check_separator(self.separator)
         counts = (("min-user-interactions", self.min_user_interactions), ("k-core", self.k_core))
         for key, count in counts:
             if count < 0:
@@ -72,32 +89,24 @@ class UserFile:
 
     @property
     def resolved_format(self) -> str:
-        """The format read: ``format``, or the one the file's suffix names."""
+        """The format read: ``format``, else Parquet or ``.inter`` by the suffix, else text."""
         if self.format != "auto":
             return self.format
-        found = SUFFIXES.get(self.path.suffix.lower())
-        if found is None:
-            raise DataError(
-                f"{self.path}: cannot tell the format from the suffix '{self.path.suffix}'. "
-                f"Set data-format to one of {', '.join(FORMATS[1:])}, or rename the file "
-                f"to end in one of {', '.join(SUFFIXES)}."
-            )
-        return found
+        return SUFFIXES.get(self.path.suffix.lower(), "text")
 
-    def mapped(self) -> dict[str, str]:
-        """Role -> column name, for the roles this file maps (user, item, ...)."""
-        roles = {
+    def columns(self) -> dict[str, str]:
+        """Role -> column key (a name, a position, ``auto`` or '' for none)."""
+        return {
             "user": self.user_column,
             "item": self.item_column,
             "timestamp": self.timestamp_column,
             "rating": self.rating_column,
         }
-        return {role: name for role, name in roles.items() if name}
 
 
 @dataclass(frozen=True)
 class FileColumns:
-    """The mapped columns of a file, parsed, in file order."""
+    """The mapped columns of a file, parsed, in file order, and how the file was read."""
 
     user: np.ndarray  # int64 when the ids are integers, else str
     item: np.ndarray
@@ -105,6 +114,8 @@ class FileColumns:
     rating: np.ndarray | None  # float64
     sha256: str  # of the file's bytes
     where: Callable[[int], str]  # 'line 7' (or 'row 7') of a 0-based data row
+    layout: str = ""  # 'comma-separated (sniffed), header line 1 (sniffed)'; '' for Parquet
+    mapped: dict[str, str] | None = None  # role -> the column read ('user_id', '1', ...)
 
 
 def read_columns(spec: UserFile) -> FileColumns:
@@ -116,30 +127,65 @@ def read_columns(spec: UserFile) -> FileColumns:
             f"relative to the folder you run from)."
         )
     fmt = spec.resolved_format
-    raw = path.read_bytes()
+    layout: Layout | None = None
     if fmt == "parquet":
-        table, names, where = _read_parquet(path), None, _row_of
+        table, where = _read_parquet(path), _row_of
+        names = [str(c) for c in table.columns]
     else:
-        table, names, where = _read_text(path, raw, fmt)
-    header = [str(c) for c in table.columns] if names is None else names
-    _check_header(path, header, fmt, where is _row_of)
-    mapped = spec.mapped()
-    for role, name in mapped.items():
-        if name not in header:
-            raise _missing_column(path, role, name, header, where is _row_of)
-    columns = {role: table.iloc[:, header.index(name)] for role, name in mapped.items()}
-    _check_repeated_header(path, columns, [mapped["user"], mapped["item"]], table, fmt, where)
+        layout = _layout(spec, fmt)
+        names = layout.names
+        table = _read_text(path, layout)
+
+        def where(row: int) -> str:
+            return f"line {_line_of_row(path, layout, row)}"
+
+    if layout is None or layout.header:
+        _check_header(path, names, layout is None)
+    found = mapped_columns(path, spec.columns(), names, None if layout is None else layout.header)
+    columns = {role: table.iloc[:, index] for role, index in found.items()}
+    if layout is not None and layout.header:
+        _check_repeated_header(path, columns, names, found, fmt, where)
     if table.empty:
         raise DataError(f"{path}: the file has a header but no data rows. Add the rows.")
     fail = Failure(path, where)
-    user = ids(columns["user"], spec.id_type, "user", spec.user_column, fail)
-    item = ids(columns["item"], spec.id_type, "item", spec.item_column, fail)
+    name = {role: names[index] for role, index in found.items()}
+    if layout is not None and not layout.header:
+        name = {role: f"column {column}" for role, column in name.items()}
+    user = ids(columns["user"], spec.id_type, "user", name["user"], fail)
+    item = ids(columns["item"], spec.id_type, "item", name["item"], fail)
     if "timestamp" in columns:
-        timestamp = timestamps(columns["timestamp"], spec.timestamp_column, fail)
+        timestamp = timestamps(columns["timestamp"], name["timestamp"], fail)
     else:
         timestamp = np.arange(len(table), dtype=np.int64)
-    rating = ratings(columns["rating"], spec.rating_column, fail) if "rating" in columns else None
-    return FileColumns(user, item, timestamp, rating, hashlib.sha256(raw).hexdigest(), where)
+    rating = ratings(columns["rating"], name["rating"], fail) if "rating" in columns else None
+    described = layout.describe() if layout is not None else ""
+    return FileColumns(user, item, timestamp, rating, file_sha256(path), where, described, name)
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _layout(spec: UserFile, fmt: str) -> Layout:
+    """The layout of a text file: ``.inter`` and csv/tsv by their format, else sniffed (the
+    ``separator`` and ``header`` keys win over the sniffing)."""
+    separator = spec.separator
+    if fmt in SEPARATORS and separator == AUTO:
+        separator = SEPARATORS[fmt]
+    header = "true" if fmt == "inter" else spec.header
+    try:
+        layout = sniff(spec.path, separator, header, spec.columns())
+    except UnicodeDecodeError:
+        raise _encoding_error(spec.path) from None
+    if fmt == "inter":
+        names = [_column_name(spec.path, name, fmt) for name in layout.names]
+        layout = Layout(layout.separator, True, names, layout.separator_how, "RecBole")
+    return layout
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
@@ -157,51 +203,60 @@ def _read_parquet(path: Path) -> pd.DataFrame:
         ) from None
 
 
-def _read_text(
-    path: Path, raw: bytes, fmt: str
-) -> tuple[pd.DataFrame, list[str], Callable[[int], str]]:
-    """(table of strings, header names, line of a data row) of a CSV, TSV or .inter file."""
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = raw.count(b"\n", 0, error.start) + 1
-        column = error.start - raw.rfind(b"\n", 0, error.start)
-        bad = raw[error.start : error.end]
-        raise DataError(
-            f"{path}: line {line}, byte {column}: {bad!r} is not UTF-8. Re-save the file as "
-            f"UTF-8, e.g. iconv -f latin1 -t utf-8 {path.name} > utf8-{path.name}, and point "
-            f"data-file at the new file."
-        ) from None
-    sep = SEPARATORS[fmt]
-    header = next(csv.reader(io.StringIO(text, newline=""), delimiter=sep), [])
-    if not header or not any(name.strip() for name in header):
-        raise DataError(
-            f"{path}: line 1 is empty: the file must start with a header line naming the "
-            f"columns ({'user_id:token' if fmt == 'inter' else 'user_id'}, ...)."
-        )
-    names = [_column_name(path, field, fmt) for field in header]
+def _pandas_separator(layout: Layout) -> tuple[str, str]:
+    """(sep, engine) for pandas: one character or any whitespace by the C reader, a longer
+    separator (``::``) by the Python reader."""
+    if layout.separator == WHITESPACE:
+        return r"\s+", "c"
+    if len(layout.separator) == 1:
+        return layout.separator, "c"
+    return re.escape(layout.separator), "python"
 
-    def where(row: int) -> str:
-        return f"line {_line_of_row(text, sep, row)}"
 
+def _read_text(path: Path, layout: Layout) -> pd.DataFrame:
+    """The data rows of a text file as strings, one column per field (read from the path by
+    pandas: the file is held once, as its columns)."""
+    sep, engine = _pandas_separator(layout)
     try:
         table = pd.read_csv(
-            io.StringIO(text),
+            path,
             sep=sep,
             header=None,
-            skiprows=1,
+            skiprows=1 if layout.header else 0,
             dtype=str,
             keep_default_na=False,
             na_filter=False,
-            engine="c",
+            engine=engine,
+            encoding="utf-8-sig",
         )
+    except UnicodeDecodeError:
+        raise _encoding_error(path) from None
     except pd.errors.EmptyDataError:
-        table = pd.DataFrame(columns=range(len(names)), dtype=str)
+        table = pd.DataFrame(columns=range(len(layout.names)), dtype=str)
     except pd.errors.ParserError as error:
-        raise _field_count_error(path, text, sep, len(names), error) from None
-    if table.shape[1] != len(names):
-        raise _field_count_error(path, text, sep, len(names), None)
-    return table, names, where
+        raise _field_count_error(path, layout, error) from None
+    if table.shape[1] != len(layout.names):
+        raise _field_count_error(path, layout, None)
+    return table
+
+
+def _encoding_error(path: Path) -> DataError:
+    """The first byte that is not UTF-8: its line and position, and how to convert."""
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            try:
+                line.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                bad = line[error.start : error.end]
+                hint = ""
+                if number == 1 and line.startswith(b"PAR1"):
+                    hint = " It looks like Parquet: set data-format=parquet, or name it .parquet."
+                return DataError(
+                    f"{path}: line {number}, byte {error.start + 1}: {bad!r} is not UTF-8.{hint} "
+                    f"Re-save the file as UTF-8, e.g. iconv -f latin1 -t utf-8 {path.name} > "
+                    f"utf8-{path.name}, and point data-file at the new file."
+                )
+    return DataError(f"{path}: the file is not UTF-8 text. Re-save it as UTF-8.")
 
 
 def _column_name(path: Path, field: str, fmt: str) -> str:
@@ -219,7 +274,7 @@ def _column_name(path: Path, field: str, fmt: str) -> str:
     return name
 
 
-def _check_header(path: Path, header: list[str], fmt: str, parquet: bool) -> None:
+def _check_header(path: Path, header: list[str], parquet: bool) -> None:
     seen: dict[str, int] = {}
     for position, name in enumerate(header, start=1):
         if name in seen:
@@ -231,39 +286,23 @@ def _check_header(path: Path, header: list[str], fmt: str, parquet: bool) -> Non
         seen[name] = position
 
 
-def _missing_column(
-    path: Path, role: str, name: str, header: list[str], parquet: bool
-) -> DataError:
-    close = difflib.get_close_matches(name, header, n=1)
-    suggestion = close[0] if close else header[0]
-    fix = f"set {role}-column to the column that holds them, e.g. {role}-column='{suggestion}'"
-    if role == "timestamp":
-        fix += ", or timestamp-column='' to let the line order stand in for time"
-    if role == "rating":
-        fix += ", or rating-column='' to take every row as a positive"
-    where = "the file's columns" if parquet else "line 1 (the header)"
-    return DataError(
-        f"{path}: {where} has no column {name!r} ({role}-column); it has {header}: {fix}."
-    )
-
-
 def _check_repeated_header(
     path: Path,
     columns: dict[str, pd.Series],
     names: list[str],
-    table: pd.DataFrame,
+    found: dict[str, int],
     fmt: str,
     where: Callable[[int], str],
 ) -> None:
     """A data row equal to the header in the id columns: files concatenated with headers."""
-    if where is _row_of or table.empty:
+    if columns["user"].empty:
         return
-    tokens = [f"{n}:token" for n in names] if fmt == "inter" else names
+    marks = {}
+    for role in ("user", "item"):
+        name = names[found[role]]
+        marks[role] = {name, f"{name}:token"} if fmt == "inter" else {name}
     user, item = (columns[r].astype(str).str.strip() for r in ("user", "item"))
-    repeats = np.flatnonzero(
-        ((user == tokens[0]) | (user == names[0])).to_numpy()
-        & ((item == tokens[1]) | (item == names[1])).to_numpy()
-    )
+    repeats = np.flatnonzero((user.isin(marks["user"]) & item.isin(marks["item"])).to_numpy())
     if len(repeats):
         raise DataError(
             f"{path}: {where(int(repeats[0]))} repeats the header ({len(repeats)} such "
@@ -276,37 +315,50 @@ def _row_of(row: int) -> str:
     return f"row {row + 1}"
 
 
-def _records(text: str, sep: str):
-    """(first line, fields) of each data record after the header; blank lines skipped, as
-    pandas skips them."""
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
-    next(reader, None)
-    end = reader.line_num
-    for record in reader:
-        start, end = end + 1, reader.line_num
-        if not record or (len(record) == 1 and not record[0].strip()):
-            continue
-        yield start, record
+def _records(path: Path, layout: Layout) -> Iterator[tuple[int, list[str]]]:
+    """(first line, fields) of each data record (after the header); blank lines skipped, as
+    pandas skips them. Read from the file as it goes: only an error asks for it."""
+    with open(path, encoding="utf-8-sig", errors="replace", newline="") as handle:
+        if len(layout.separator) == 1:
+            reader = csv.reader(handle, delimiter=layout.separator)
+            end = 0
+            for record in reader:
+                start, end = end + 1, reader.line_num
+                if record and not (len(record) == 1 and not record[0].strip()):
+                    yield start, record
+            return
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                sep = None if layout.separator == WHITESPACE else layout.separator
+                yield number, line.rstrip("\r\n").split(sep)
 
 
-def _line_of_row(text: str, sep: str, row: int) -> int:
+def _data_records(path: Path, layout: Layout) -> Iterator[tuple[int, list[str]]]:
+    records = _records(path, layout)
+    if layout.header:
+        next(records, None)
+    return records
+
+
+def _line_of_row(path: Path, layout: Layout, row: int) -> int:
     """The line on which data row ``row`` (0-based, as pandas counts) starts."""
-    for index, (line, _) in enumerate(_records(text, sep)):
+    for index, (line, _) in enumerate(_data_records(path, layout)):
         if index == row:
             return line
     return -1
 
 
-def _field_count_error(
-    path: Path, text: str, sep: str, expected: int, error: Exception | None
-) -> DataError:
-    name = {",": "commas", "\t": "tabs"}[sep]
-    for line, record in _records(text, sep):
+def _field_count_error(path: Path, layout: Layout, error: Exception | None) -> DataError:
+    expected = len(layout.names)
+    name = NAMES.get(layout.separator, repr(layout.separator))
+    what = "the header has" if layout.header else "line 1 has"
+    for line, record in _data_records(path, layout):
         if len(record) != expected:
-            shown = sep.join(record)[:80]
+            joiner = " " if layout.separator == WHITESPACE else layout.separator
+            shown = joiner.join(record)[:80]
             return DataError(
-                f"{path}: line {line} has {len(record)} field(s) separated by {name}, the "
-                f"header has {expected}: {shown!r}. Fix the line (quote fields that contain "
-                f"the separator), or set data-format if the file is not separated by {name}."
+                f"{path}: line {line} has {len(record)} field(s) ({name}-separated), {what} "
+                f"{expected}: {shown!r}. Fix the line (quote fields that contain the "
+                f"separator), or set separator if the file is not {name}-separated."
             )
     return DataError(f"{path}: the file could not be parsed ({error}). Check its format.")

@@ -106,6 +106,8 @@ def load_user_file(spec: UserFile, name: str = DATASET_NAME) -> Interactions:
         "file": str(spec.path.resolve()),
         "sha256": columns.sha256,
         "format": spec.resolved_format,
+        "layout": columns.layout,
+        "columns": columns.mapped or {},
         "ids": "integer" if np.issubdtype(data.raw_user_ids.dtype, np.integer) else "string",
         "rows-read": read[0],
         "users-read": read[1],
@@ -149,6 +151,13 @@ def _check_enough(spec: UserFile, columns: FileColumns, kept: _Kept) -> None:
         raise DataError(
             f"{spec.path}: one user is left after filtering (user {only!r}, {rows:,} rows)"
             f"{f' ({removed})' if removed else ''}: a federation needs at least 2 users. "
-            f"{lower + ', or c' if settings else 'C'}heck that user-column "
-            f"('{spec.user_column}') holds the user ids."
+            f"{lower + ', or c' if settings else 'C'}heck that the user ids are in "
+            f"{user_column_read(spec, columns)}."
         )
+
+
+def user_column_read(spec: UserFile, columns: FileColumns) -> str:
+    """The column the user ids were read from, as the message names it."""
+    read = (columns.mapped or {}).get("user", spec.user_column)
+    shown = read if read.startswith("column ") else f"column {read!r}"
+    return f"{shown} (user-column={spec.user_column})"

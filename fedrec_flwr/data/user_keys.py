@@ -17,13 +17,60 @@ FILE_DATASET = "file"
 
 
 class DataFormat(StrEnum):
-    """``data-format``: how the file is read (``auto``: from its suffix)."""
+    """``data-format``: how the file is read (``auto``: Parquet or ``.inter`` by the suffix,
+    else delimited text, its separator and header sniffed)."""
 
     AUTO = "auto"
-    CSV = "csv"
-    TSV = "tsv"
+    TEXT = "text"  # delimited text: separator and header sniffed, or set by their keys
+    CSV = "csv"  # text separated by commas
+    TSV = "tsv"  # text separated by tabs
     PARQUET = "parquet"
     INTER = "inter"  # RecBole's atomic files
+
+
+class Header(StrEnum):
+    """``header``: does line 1 name the columns (``auto``: sniffed)?"""
+
+    AUTO = "auto"
+    TRUE = "true"
+    FALSE = "false"  # the columns are named by position: 1, 2, ...
+
+
+def header_from_boolean(value: Any) -> str | None:
+    """``header = false`` (a TOML boolean) is ``"false"``."""
+    return str(value).lower() if isinstance(value, bool) else None
+
+
+#: ``separator`` by name; "whitespace" (or "space", or " ") is any run of spaces and tabs.
+WHITESPACE = "whitespace"
+SEPARATORS = {
+    "comma": ",",
+    "tab": "\t",
+    "\\t": "\t",
+    "semicolon": ";",
+    "pipe": "|",
+    "space": WHITESPACE,
+    " ": WHITESPACE,
+    WHITESPACE: WHITESPACE,
+}
+AUTO = "auto"
+
+
+def separator_of(setting: str) -> str:
+    """The separator that ``separator`` names: its character(s), :data:`WHITESPACE`, or
+    ``auto`` (sniffed)."""
+    return SEPARATORS.get(setting, setting)
+
+
+def check_separator(setting: str) -> None:
+    sep = separator_of(setting)
+    if sep in (AUTO, WHITESPACE) or (0 < len(sep) <= 3 and not any(c.isalnum() for c in sep)):
+        return
+    raise ConfigError(
+        f"separator={setting!r} is no separator: give auto (sniffed), comma, tab, semicolon, "
+        "pipe, whitespace (any run of spaces and tabs) or the character(s) themselves, e.g. "
+        "separator=';' or separator='::'."
+    )
 
 
 class IdType(StrEnum):
@@ -46,14 +93,14 @@ def check_file_settings(config: Any) -> None:
     if not config.data_file:
         raise ConfigError(
             "dataset='file' reads data-file, which is empty: set data-file to your "
-            "interaction file (CSV, TSV, Parquet or RecBole .inter; docs/own-data.md)."
+            "interaction file (delimited text, Parquet or RecBole .inter; docs/own-data.md)."
         )
     if config.rating_threshold != 0.0 and not config.rating_column:
         raise ConfigError(
             f"rating-threshold={config.rating_threshold} needs a rating column: set "
             "rating-column to the file's column of ratings, or leave rating-threshold at 0."
         )
-    if config.user_column == config.item_column:
+    if config.user_column == config.item_column != AUTO:
         raise ConfigError(
             f"user-column and item-column both name '{config.user_column}': give the "
             "columns of the user ids and of the item ids."
@@ -69,28 +116,55 @@ FILE_KEYS = KeyGroup(
         Key(
             "data-file",
             "",
-            "`file` dataset: the interaction file (CSV, TSV, Parquet or RecBole `.inter`); "
-            "relative to the folder `fedrec` runs in",
+            "`file` dataset: the interaction file (delimited text, Parquet or RecBole "
+            "`.inter`); relative to the folder `fedrec` runs in",
         ),
         Key(
             "data-format",
             "auto",
-            "`file` dataset: how to read it; `auto`: from the suffix",
+            "`file` dataset: how to read it; `auto`: Parquet or `.inter` by the suffix, else "
+            "delimited text (`text`), its separator and header sniffed",
             choices=DataFormat,
         ),
-        Key("user-column", "user_id", "`file` dataset: the column of user ids"),
-        Key("item-column", "item_id", "`file` dataset: the column of item ids"),
+        Key(
+            "separator",
+            AUTO,
+            "`file` dataset, text: `auto` (sniffed), `comma`, `tab`, `semicolon`, `pipe`, "
+            "`whitespace` (any run of spaces and tabs) or the character(s), e.g. `::`",
+            check=check_separator,
+        ),
+        Key(
+            "header",
+            "auto",
+            "`file` dataset, text: does line 1 name the columns; `auto`: sniffed; `false`: "
+            "the columns are named by position, 1, 2, ...",
+            choices=Header,
+            parse=header_from_boolean,
+        ),
+        Key(
+            "user-column",
+            AUTO,
+            "`file` dataset: the column of user ids, by name or position (1, 2, ...); `auto`: "
+            "`user_id` or `user` (any case and punctuation: `userId`), else column 1",
+        ),
+        Key(
+            "item-column",
+            AUTO,
+            "`file` dataset: the column of item ids, by name or position; `auto`: `item_id` or "
+            "`item`, else the first column after the user's",
+        ),
         Key(
             "timestamp-column",
-            "timestamp",
-            "`file` dataset: the column of times (numbers or ISO 8601 dates); empty: the line "
-            "order stands in for time",
+            AUTO,
+            "`file` dataset: the column of times (numbers or ISO 8601 dates), by name or "
+            "position; `auto`: `timestamp`, `time` or `ts` if the file has one; empty, or none "
+            "found: the line order stands in for time",
         ),
         Key(
             "rating-column",
             "",
-            "`file` dataset: a column of ratings, for `rating-threshold`; empty: every row is "
-            "a positive",
+            "`file` dataset: a column of ratings (name or position), for `rating-threshold`; "
+            "empty: every row is a positive",
         ),
         Key(
             "rating-threshold",

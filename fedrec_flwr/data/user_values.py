@@ -29,18 +29,26 @@ class Failure:
         return DataError(f"{self.path}: {self.where(row)}: {column} {value!r} {problem}. {fix}")
 
 
+#: Ids that stand for a missing value (compared without case): refused, not taken as ids.
+MISSING = ("", "nan", "null", "none", "na", "n/a", "<na>", "\\n")
+
+
 def ids(series: pd.Series, id_type: str, role: str, column: str, fail: Failure) -> np.ndarray:
-    """Raw ids: int64 when ``id_type`` is 'integer' (or 'auto' and every id is one)."""
+    """Raw ids: int64 when ``id_type`` is 'integer' (or 'auto' and every id is one). An
+    empty or missing id (``nan``, ``null``, ...: :data:`MISSING`) is refused with its line."""
+    fix = f"Give every row a {role} id, or delete the line."
     if series.isna().any():
         row = int(np.flatnonzero(series.isna().to_numpy())[0])
-        raise fail(row, column, None, "is empty", f"Give every row a {role} id.")
+        raise fail(row, column, None, "is empty", fix)
     if pd.api.types.is_integer_dtype(series.dtype):
         values = series.to_numpy(np.int64)
         return values.astype(str) if id_type == "string" else values
     text = series.astype(str).str.strip()
-    if (text == "").any():
-        row = int(np.flatnonzero((text == "").to_numpy())[0])
-        raise fail(row, column, "", "is empty", f"Give every row a {role} id.")
+    missing = text.str.lower().isin(MISSING).to_numpy()
+    if missing.any():
+        row = int(np.flatnonzero(missing)[0])
+        problem = "is empty" if text.iat[row] == "" else "stands for a missing value"
+        raise fail(row, column, text.iat[row], problem, fix)
     if id_type == "string":
         return text.to_numpy(dtype=object).astype(str)
     pattern = INTEGER if id_type == "integer" else CANONICAL_INTEGER

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,13 +18,13 @@ from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.data.device import DeviceData
 from fedrec_flwr.data.loaders import _LASTFM_DATES, _local_midnight_ms, _read_table
 from fedrec_flwr.data.prepared import PreparedData, prepare
-from fedrec_flwr.data.user_dataset import file_sha256
+from fedrec_flwr.data.user_file import file_sha256
 from fedrec_flwr.results import TIMING_COLUMNS
 from fedrec_flwr.server_app import run_federation
 from fedrec_lab.export import export_devices
 from fedrec_lab.export import main as export_main
+from fedrec_lab.launch import PROJECT, check_run_config, run
 from fedrec_lab.launch import ConfigError as LaunchConfigError
-from fedrec_lab.launch import check_run_config, run
 from fedrec_lab.local_grid import LocalGrid
 
 pytestmark = pytest.mark.usefixtures("private_cache")
@@ -168,3 +171,79 @@ def test_fedrec_refuses_a_bad_file_before_anything_starts(tmp_path):
     assert not results.exists()
     card = check_run_config(file_keys(small_file(tmp_path)))
     assert card[0].startswith("dataset card: file ") and "users 12  items" in card[1]
+
+
+# --- a file of any shape, in one line typed in bash ------------------------------------------
+
+
+def shaped_file(folder: Path, shape: str, users: int = 12, per_user: int = 6) -> Path:
+    """A generated ratings file of ``shape``: its separator, whether it has a header line and
+    a time column."""
+    rows = [
+        (u, (3 * u + k) % 20, 4, 1_000 + 10 * u + k) for u in range(users) for k in range(per_user)
+    ]
+    layouts = {  # separator, header, with times, suffix
+        "whitespace": (" ", None, False, ".txt"),
+        "whitespace-header-times": ("  ", "user item rating timestamp", True, ".dat"),
+        "semicolon-header": (";", "userId;movieId;rating", False, ".csv"),
+        "semicolon-times": (";", None, True, ".csv"),
+        "tab-header-times": ("\t", "user_id\titem_id\trating\ttimestamp", True, ".tsv"),
+        "tab": ("\t", None, False, ".data"),
+    }
+    sep, header, times, suffix = layouts[shape]
+    lines = [header] if header else []
+    lines += [sep.join(map(str, row if times else row[:3])) for row in rows]
+    path = folder / f"ratings {shape}{suffix}"  # a space in the name: quoted once in bash
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def typed_in_bash(line: str, cwd: Path) -> list[str]:
+    """The arguments bash gives ``fedrec`` for ``line`` (a shell function records them)."""
+    record = cwd / "argv"
+    script = f'fedrec() {{ printf "%s\\0" "$@" > "{record}"; }}\n{line}'
+    subprocess.run(["bash", "-c", script], cwd=cwd, check=True, timeout=30)
+    return record.read_bytes().decode().split("\0")[:-1]
+
+
+SHAPES = ("whitespace", "whitespace-header-times", "semicolon-header", "semicolon-times",
+          "tab-header-times", "tab")  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_file_of_any_shape_is_checked_from_one_line_in_bash(tmp_path, shape, capsys, monkeypatch):
+    from fedrec_lab.launch.command import main as fedrec_run
+
+    path = shaped_file(tmp_path, shape)
+    argv = typed_in_bash(f'fedrec run --check dataset=file data-file="{path.name}"', tmp_path)
+    assert argv[1:] == ["--check", "dataset=file", f"data-file={path.name}"]
+    monkeypatch.chdir(tmp_path)  # outside the project: FEDREC_PROJECT names it
+    monkeypatch.setenv("FEDREC_PROJECT", str(PROJECT))
+    assert fedrec_run(argv[1:]) == 0, capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "users 12  items 20  interactions 72" in said
+    assert ("time: column 'timestamp'" in said) == ("times" in shape and "header" in shape)
+    assert "the run can start" in said
+
+
+@pytest.mark.slow
+def test_fedrec_runs_a_headerless_whitespace_file_from_one_line_in_bash(tmp_path):
+    """A file with no header and no times, its name with a space, through the real entry
+    point typed in bash: the run completes, its folder and summary.json name the file."""
+    path = shaped_file(tmp_path, "whitespace")
+    script = Path(sys.executable).with_name("fedrec")
+    line = f'"{script}" run dataset=file data-file="{path.name}" num-server-rounds=2 eval-every=1'
+    env = {
+        **os.environ,
+        "FEDREC_CACHE_DIR": str(tmp_path / "cache"),
+        "FEDREC_PROJECT": str(PROJECT),
+    }
+    done = subprocess.run(
+        ["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    assert run_dir.name.startswith("pfedrec-file-ratings-whitespace-strict-seed0-")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["data-file"] == str(path) and summary["rounds"] == 2
+    assert summary["data-file-sha256"] == file_sha256(path)

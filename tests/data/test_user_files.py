@@ -18,7 +18,7 @@ from fedrec_flwr.data.loaders import (
     load_ml100k,
 )
 from fedrec_flwr.data.prepared import PreparedData, leave_one_out
-from fedrec_flwr.data.user_file import UserFile
+from fedrec_flwr.data.user_file import UserFile, read_columns
 from fedrec_flwr.data.user_filters import load_user_file
 
 ROWS = [  # user, item, timestamp, rating
@@ -44,6 +44,16 @@ def write(tmp_path: Path, name: str, text: str | bytes) -> Path:
 
 def load(path: Path, **options) -> Interactions:
     return load_user_file(UserFile(path, **options))
+
+
+def read(path: Path, **options) -> list[tuple]:
+    """The (user, item, time) rows a file is read as, before any filter (one user is
+    enough)."""
+    columns = read_columns(UserFile(path, **options))
+    rows = zip(
+        columns.user.tolist(), columns.item.tolist(), columns.timestamp.tolist(), strict=True
+    )
+    return list(rows)
 
 
 def rows_of(data: Interactions) -> list[tuple]:
@@ -81,11 +91,11 @@ def test_csv_tsv_inter_and_parquet_give_the_same_rows(tmp_path: Path) -> None:
     assert rows_of(load(tmp_path / "x.parquet")) == expected
 
 
-def test_the_format_comes_from_data_format_when_the_suffix_says_nothing(tmp_path: Path) -> None:
-    path = write(tmp_path, "ratings.txt", "user_id\titem_id\ttimestamp\n1\t2\t3\n2\t2\t4\n")
-    with pytest.raises(DataError, match=r"ratings.txt: cannot tell the format.*data-format"):
-        load(path)
-    assert rows_of(load(path, format="tsv")) == [(1, 2, 3), (2, 2, 4)]
+def test_any_suffix_reads_as_delimited_text(tmp_path: Path) -> None:
+    text = "user_id\titem_id\ttimestamp\n1\t2\t3\n2\t2\t4\n"
+    for name in ("ratings.txt", "ratings.dat", "ratings", "ratings.tsv", "ratings.csv"):
+        assert rows_of(load(write(tmp_path, name, text))) == [(1, 2, 3), (2, 2, 4)]
+    assert rows_of(load(write(tmp_path, "x.txt", text), format="tsv")) == [(1, 2, 3), (2, 2, 4)]
 
 
 def test_column_mapping_and_quoted_fields(tmp_path: Path) -> None:
@@ -93,6 +103,90 @@ def test_column_mapping_and_quoted_fields(tmp_path: Path) -> None:
     data = load(write(tmp_path, "x.csv", text), user_column="who", item_column="what",
                 timestamp_column="when, unix")  # fmt: skip
     assert rows_of(data) == [("Smith, J", "x", 3), ("Lee, K", "y", 1)]
+
+
+# --- any delimited file: separator, header and columns sniffed --------------------------------
+
+SHAPES = {  # name: (file text, the rows it holds as (user, item, time))
+    "whitespace, no header, no times": (
+        "196  242 3\n186 302\t3\n\n196 377 1\n",
+        [(196, 242, 0), (186, 302, 1), (196, 377, 2)],
+    ),
+    "tabs, no header, times in column 4": (
+        "196\t242\t3\t881250949\n186\t302\t3\t891717742\n",
+        [(196, 242, 0), (186, 302, 1)],  # no header: the time column is not guessed
+    ),
+    "semicolons, header, decimal commas, times": (
+        "userId;movieId;rating;timestamp\n1;31;2,5;1260759144\n1;10;4,0;1260759100\n",
+        [(1, 31, 1260759144), (1, 10, 1260759100)],
+    ),
+    "semicolons, header, no times": (
+        "user;item;rating\nu1;a;5\nu1;b;4\n",
+        [("u1", "a", 0), ("u1", "b", 1)],
+    ),
+    "tabs, header, times": (
+        "user_id\titem_id\ttimestamp\nu1\ta\t9\nu2\tb\t8\n",
+        [("u1", "a", 9), ("u2", "b", 8)],
+    ),
+    "whitespace, header, aligned": (
+        "  user   item  rating\n  u1     a     5\n  u10    b     4\n",
+        [("u1", "a", 0), ("u10", "b", 1)],
+    ),
+    "commas, no header": ("1,5\n2,6\n1,6\n", [(1, 5, 0), (2, 6, 1), (1, 6, 2)]),
+    "pipes, header": ("User ID|Item ID\n7|8\n", [(7, 8, 0)]),
+    "double colons, no header (MovieLens .dat)": (
+        "1::1193::5::978300760\n1::661::3::978302109\n",
+        [(1, 1193, 0), (1, 661, 1)],
+    ),
+    "commas, text header of unusual names": (
+        "visitor,article\nalice,x\nbob,x\nalice,y\n",
+        [("alice", "x", 0), ("bob", "x", 1), ("alice", "y", 2)],
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_a_delimited_file_of_any_shape_reads_with_no_key(tmp_path: Path, shape: str) -> None:
+    text, rows = SHAPES[shape]
+    for suffix in (".txt", ".dat", ".csv"):
+        assert read(write(tmp_path, f"ratings{suffix}", text)) == rows, suffix
+
+
+def test_the_card_says_how_the_file_was_read(tmp_path: Path) -> None:
+    text = "userId;movieId;rating\n" + "".join(f"u{u};i{i};4\n" for u in range(3) for i in range(4))
+    data = load(write(tmp_path, "x.csv", text))
+    card = "\n".join(card_lines(card_of(data, leave_one_out(data, dedupe=True), "strict")))
+    assert "read semicolon-separated (sniffed), header line 1 (sniffed)" in card
+    assert "columns: user column 'userId', item column 'movieId'; time: the line order" in card
+    text = "".join(f"{u} {i} 5 99\n" for u in range(3) for i in range(4))
+    headless = load(write(tmp_path, "y.txt", text))
+    card = "\n".join(card_lines(card_of(headless, leave_one_out(headless, True), "strict")))
+    assert "whitespace-separated (sniffed), no header line: columns by position" in card
+    assert "columns: user column 1, item column 2; time: the line order" in card
+
+
+def test_separator_header_and_positions_override_the_sniffing(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.txt", "196\t242\t3\t881250949\n186\t302\t3\t891717742\n")
+    assert read(path, timestamp_column="4") == [(196, 242, 881250949), (186, 302, 891717742)]
+    assert read(path, user_column="2", item_column="1") == [(242, 196, 0), (302, 186, 1)]
+    words = write(tmp_path, "w.txt", "alice x\nbob y\n")  # no name, no repeat: no header
+    assert read(words) == [("alice", "x", 0), ("bob", "y", 1)]
+    assert read(words, header="true") == [("bob", "y", 0)]
+    sniffed = write(tmp_path, "s.txt", "u1;a,b\nu2;c,d\n")  # 2 fields either way: comma
+    assert read(sniffed)[0] == ("u1;a", "b", 0)
+    assert read(sniffed, separator="semicolon")[0] == ("u1", "a,b", 0)
+    assert read(sniffed, separator=";")[0] == ("u1", "a,b", 0)
+    with pytest.raises(ValueError, match="separator='abc' is no separator"):
+        UserFile(sniffed, separator="abc")
+
+
+@pytest.mark.parametrize("missing", ["nan", "NaN", "null", "NULL", "None", "NA", "", "\\N"])
+def test_a_missing_id_is_refused_with_its_line(tmp_path: Path, missing: str) -> None:
+    text = f"user_id,item_id\n1,2\n1,3\n2,{missing}\n"
+    with pytest.raises(DataError) as error:
+        load(write(tmp_path, "x.csv", text))
+    assert f"line 4: item_id {missing!r} " in str(error.value)
+    assert "Give every row a item id" in str(error.value)
 
 
 # --- ids ----------------------------------------------------------------------------------
@@ -208,12 +302,31 @@ def test_the_card_counts_the_split_and_what_each_filter_removed(tmp_path: Path) 
 def test_a_missing_column_names_the_header_and_the_key_to_set(tmp_path: Path) -> None:
     path = write(tmp_path, "x.csv", "user,item_id,timestamp\n1,2,3\n")
     with pytest.raises(DataError) as error:
-        load(path)
+        load(path, user_column="user_id")
     message = str(error.value)
     assert f"{path}: line 1 (the header) has no column 'user_id'" in message
-    assert "user-column='user'" in message
-    with pytest.raises(DataError, match="timestamp-column=''"):
-        load(write(tmp_path, "y.csv", "user_id,item_id\n1,2\n"))
+    assert "e.g. user-column=user" in message
+
+
+def test_the_suggestion_is_the_closest_name_and_never_another_roles_column(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path, "x.csv", "user,item,time_s\nu1,a,1\n")
+    with pytest.raises(DataError) as error:
+        load(path, timestamp_column="ts")
+    message = str(error.value)
+    assert "e.g. timestamp-column=time_s, or timestamp-column=''" in message
+    with pytest.raises(DataError) as error:  # nothing like it: no column is claimed to fit
+        load(path, timestamp_column="when")
+    assert "timestamp-column=user" not in str(error.value)
+    assert "timestamp-column='' to let the line order stand in" in str(error.value)
+    with pytest.raises(DataError) as error:  # the user's column is taken: never suggested
+        load(write(tmp_path, "y.csv", "user,time_s\nu1,1\n"), item_column="item_id")
+    assert "item-column=user" not in str(error.value)
+    assert "item-column=time_s (if that column holds them)" in str(error.value)
+    headless = write(tmp_path, "z.txt", "1 2 3\n1 3 4\n2 2 5\n")
+    with pytest.raises(DataError, match=r"no header line .* columns are 1 to 3: set item-column"):
+        load(headless, item_column="article")
 
 
 def test_non_integer_ids_where_integers_are_required_name_the_line(tmp_path: Path) -> None:
@@ -268,7 +381,7 @@ def test_an_encoding_error_names_the_line_and_how_to_convert(tmp_path: Path) -> 
 
 def test_other_malformed_lines_name_their_line(tmp_path: Path) -> None:
     fields = write(tmp_path, "a.csv", "user_id,item_id,timestamp\n1,2,3\n1,2,3,4\n")
-    with pytest.raises(DataError, match=r"line 3 has 4 field\(s\) separated by commas"):
+    with pytest.raises(DataError, match=r"line 3 has 4 field\(s\) \(comma-separated\)"):
         load(fields)
     stamp = write(tmp_path, "b.csv", "user_id,item_id,timestamp\n1,2,3\n1,2,soon\n")
     with pytest.raises(DataError, match=r"line 3: timestamp 'soon' is not a number or an ISO"):

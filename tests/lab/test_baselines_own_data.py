@@ -32,7 +32,18 @@ def test_ml100k_written_out_gets_the_named_datasets_rows(real_data_dir, tmp_path
 
 def test_a_bad_file_stops_the_command_with_its_message(tmp_path):
     (tmp_path / "x.csv").write_text("user_id,item_id\n1,2\n")
-    with pytest.raises(SystemExit, match=r"x.csv: line 1 \(the header\) has no column 'timestamp'"):
+    with pytest.raises(SystemExit, match=r"x.csv: line 1 \(the header\) has no column 'ts'"):
+        main(
+            [
+                "--dataset",
+                "file",
+                "--data-file",
+                str(tmp_path / "x.csv"),
+                "--timestamp-column",
+                "ts",
+            ]
+        )
+    with pytest.raises(SystemExit, match=r"x.csv: one user is left after filtering"):
         main(["--dataset", "file", "--data-file", str(tmp_path / "x.csv")])
 
 
