@@ -296,6 +296,109 @@ def test_the_project_speaks_of_itself_only() -> None:
     )
 
 
+def test_the_own_data_guide_is_instructions() -> None:
+    """Instructions, at most 1,500 words: measured reports are linked (results pages), not
+    pasted."""
+    text = (DOCS / "own-data.md").read_text()
+    words = len(text.split())
+    assert words <= 1500, f"docs/own-data.md has {words} words: move detail to a linked page"
+    assert not SNIPPET.search(text), "docs/own-data.md: link results pages, do not include them"
+
+
+# --- the docs describe what is, not how it came to be ------------------------------------------
+
+#: Words that tell the project's history ("The presets now take ...", "these tables predate
+#: ...", "They were run before the pruner was asked ..."): what changed belongs in
+#: CHANGELOG.md, the pages say what is.
+HISTORY_WORDS = re.compile(
+    r"\b(?:now|earlier|predates?|predated|no longer|formerly|previously|nowadays)\b"
+    r"|\bbefore the\b[^.]{0,80}?\b(?:was|were)\b",
+    re.IGNORECASE,
+)
+#: Where a history word is no history, page by page: the text it must sit in, and why.
+HISTORY_ALLOWED: dict[str, tuple[str, ...]] = {}
+CODE = re.compile(r"`[^`]*`")
+
+
+def prose_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, text) of the prose of a Markdown page: fenced blocks, HTML comments and
+    inline code left out (a code sample's words are no history)."""
+    found, fenced, comment = [], False, False
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fenced = not fenced
+            continue
+        if stripped.startswith("<!--"):
+            comment = "-->" not in stripped
+            continue
+        if comment:
+            comment = "-->" not in stripped
+            continue
+        if not fenced:
+            found.append((number, CODE.sub("", line)))
+    return found
+
+
+def history_phrases(name: str, text: str) -> list[str]:
+    allowed = HISTORY_ALLOWED.get(name, ())
+    lines = prose_lines(text)
+    # a sentence may run over two lines ("before the pruner / was asked"): look at each line
+    # with the next one joined
+    found = []
+    for index, (number, line) in enumerate(lines):
+        joined = line + " " + (lines[index + 1][1] if index + 1 < len(lines) else "")
+        match = HISTORY_WORDS.search(joined)
+        if match and match.start() < len(line) and not any(a in joined for a in allowed):
+            found.append(f"{name}:{number}: {match.group(0)!r} in {line.strip()[:90]}")
+    return found
+
+
+def test_the_pages_tell_no_history() -> None:
+    found = []
+    for page in markdown_pages():
+        name = str(page.relative_to(ROOT))
+        if name != "docs/changelog.md":  # the changelog is history, by design
+            found += history_phrases(name, page.read_text())
+    assert not found, (
+        "the pages say what is; what changed goes in CHANGELOG.md. Rephrase:\n" + "\n".join(found)
+    )
+
+
+def test_history_words_are_found_in_prose_and_not_in_code() -> None:
+    page = (
+        "The presets now take lr 2.\nThese tables predate the speedups.\n"
+        "They were run before the pruner\nwas asked after every round.\n"
+        "```bash\nfedrec run now=1\n```\nA line earlier in the file, `now` in code.\n"
+    )
+    found = history_phrases("x.md", page)
+    assert [f.split(":")[1] for f in found] == ["1", "2", "3", "8"]
+
+
+# --- every preset is on its method's page -------------------------------------------------------
+
+
+def presets_by_method() -> dict[str, list[str]]:
+    """Each method's presets (conf/*.toml, resolved: a plug-in preset counts for its base's
+    method)."""
+    from fedrec_lab.presets import resolve
+
+    found: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "conf").glob("*.toml")):
+        found.setdefault(resolve(path)["method"], []).append(path.name)
+    return found
+
+
+def test_every_preset_is_listed_on_its_method_page() -> None:
+    missing = []
+    for method, presets in presets_by_method().items():
+        page = DOCS / "methods" / f"{method}.md"
+        assert page.is_file(), f"method {method} (presets {presets}) has no page {page}"
+        text = page.read_text()
+        missing += [f"{page.relative_to(ROOT)}: {name}" for name in presets if name not in text]
+    assert not missing, "list each preset of a method on its page:\n" + "\n".join(missing)
+
+
 if __name__ == "__main__":
     if sys.argv[1:] != ["--update"]:
         sys.exit("usage: python tests/lab/test_docs.py --update")
