@@ -51,9 +51,14 @@ def machine() -> str:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT, capture_output=True, text=True
-    ).stdout.strip()
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=PROJECT, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += " with uncommitted changes"
     return (
         f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC at commit {commit or 'unknown'} on "
         f"{os.cpu_count()} cores ({model}), Python {platform.python_version()}, torch "
