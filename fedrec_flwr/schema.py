@@ -18,7 +18,6 @@ import dataclasses
 import difflib
 import enum
 import math
-import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import FrozenInstanceError, dataclass, field
 from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
@@ -121,35 +120,6 @@ class Key:
             f"({type(value).__name__})."
         )
 
-    def from_text(self, text: str) -> Scalar:
-        """The value of ``key=text`` on a command line, read as the key's type.
-
-        A string key takes the text as it is (``dataset=file``, ``data-file=my logs.csv``
-        once the shell has removed its quotes), or the string of a quoted TOML literal
-        (``dataset='file'``). A number or boolean is read as a TOML literal (``1e-3``,
-        ``true``), then as Python reads a number (``.5``); else ConfigError, naming the type.
-        """
-        literal = toml_literal(text)
-        if self.type is str:
-            if isinstance(literal, str):
-                return literal
-            if literal is not None and self.parse is not None:
-                parsed = self.parse(literal)
-                if parsed is not None:
-                    return parsed
-            return text
-        if literal is None and self.type in (int, float):
-            literal = python_number(text)
-        if literal is None and self.type is bool and text.strip().lower() in ("true", "false"):
-            literal = text.strip().lower() == "true"
-        if literal is None:
-            kind = {bool: "true or false", int: "an integer", float: "a number"}[self.type]
-            raise ConfigError(
-                f"{self.name}={text!r}: {self.name} takes {kind}, e.g. "
-                f"{self.name}={str(self.default).lower() if self.type is bool else self.default}."
-            )
-        return self.coerce(literal)
-
     def validate(self, value: Any) -> None:
         """Raise :class:`ConfigError` if ``value`` is not a choice, outside the range or
         refused by the check."""
@@ -178,41 +148,6 @@ class Key:
                 + (f" ({self.range})" if self.range is not None else "")
                 + f", e.g. the default {self.name} = {self.default!r}."
             )
-
-
-def toml_literal(text: str) -> Any:
-    """``text`` read as one TOML value (``'file'``, ``0.5``, ``true``), None if it is none."""
-    try:
-        parsed = tomllib.loads(f"v = {text}")
-    except tomllib.TOMLDecodeError:
-        return None
-    return parsed["v"] if list(parsed) == ["v"] else None
-
-
-def python_number(text: str) -> int | float | None:
-    """``text`` as Python reads an integer, else a float (``.5``, ``1.``); None if neither."""
-    for kind in (int, float):
-        try:
-            return kind(text.strip())
-        except ValueError:
-            continue
-    return None
-
-
-def assignment(item: str, keys: Mapping[str, Key]) -> tuple[str, Scalar]:
-    """``key=value`` of a command line: (key, value read as the key's type,
-    :meth:`Key.from_text`). A key not in ``keys`` takes a TOML literal, else the text (the
-    configuration's check names it). ConfigError if ``item`` is not ``key=value``."""
-    name, sep, text = item.partition("=")
-    name = name.strip()
-    if not sep or not name:
-        raise ConfigError(
-            f"'{item}' is not key=value: give each setting as key=value, e.g. seed=1."
-        )
-    if name in keys:
-        return name, keys[name].from_text(text)
-    literal = toml_literal(text)
-    return name, text if literal is None else literal
 
 
 @dataclass(frozen=True)

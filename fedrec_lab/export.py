@@ -123,7 +123,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def check_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, RunConfig]:
+    """The arguments of ``main`` and the run configuration they make, checked (SystemExit
+    or ConfigError if not); no data is read."""
     args = _parser().parse_args(argv)
     config = RunConfig.from_mapping(
         {
@@ -141,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
             },
         }
     )
+    return args, config
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, config = check_arguments(argv)
     folders = export_devices(config, args.num_partitions, args.out)
     summary = json.loads((Path(args.out) / "export.json").read_text())
     print(

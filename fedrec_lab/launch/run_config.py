@@ -24,12 +24,12 @@ class ConfigError(ValueError):
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     """``key=value`` items of a command line, each value read as its key's declared type
-    (:meth:`fedrec_flwr.schema.Key.from_text`): ``dataset=file``, ``data-file=logs/x.csv``
+    (:func:`fedrec_flwr.key_text.value_from_text`): ``dataset=file``, ``data-file=logs/x.csv``
     and ``seed=1`` as typed in a shell, TOML literals (``dataset='file'``) too. Raises
     :class:`ConfigError` for an item that is not ``key=value`` or a value not of its type."""
     from fedrec_flwr.config import RunConfig  # imports torch: only when a run is configured
+    from fedrec_flwr.key_text import assignment
     from fedrec_flwr.schema import ConfigError as SchemaError
-    from fedrec_flwr.schema import assignment
 
     keys = {key.name: key for key in RunConfig.declared_keys()}
     config: dict[str, Any] = {}
