@@ -49,6 +49,10 @@ COMMANDS = {
         "fedrec_lab.baselines.command", "centralized and local-only reference rows"
     ),
     "presets": Command("fedrec_lab.presets", "build, check or show the presets in conf/"),
+    "analyze": Command(
+        "fedrec_lab.analysis.command",
+        "a run at its best round: generalization gap, sharpness, item views; the SAM table",
+    ),
     "export": Command("fedrec_lab.export", "write one data folder per device (its users' rows)"),
 }
 

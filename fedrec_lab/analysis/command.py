@@ -1,0 +1,161 @@
+"""``fedrec analyze``: what a run's model looks like at its best validation round.
+
+    fedrec analyze replay RUN_DIR --data-dir DIR            # its best round's model, again
+    fedrec analyze sharpness RUN_DIR --data-dir DIR         # gap, Hessian, rho-sharpness, plot
+    fedrec analyze item-views RUN_DIR --data-dir DIR        # own vs global vs random item rows
+    fedrec analyze sam-table --data-dir DIR --out bench/results   # the SAM table
+
+A run made with ``keep-best-state = true`` is read as it is; any other finished run is
+replayed to its best round into ``--work`` first (:mod:`fedrec_lab.analysis.state`: checked
+against the run's metrics). Without ``--out`` the records go to ``./fedrec-out/analyze``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from fedrec_lab.analysis import cells as sam_cells
+from fedrec_lab.analysis import item_views, landscape, sam_table
+from fedrec_lab.analysis.state import has_state, load_best_state, replay, replay_difference
+from fedrec_lab.scratch import HelpFormatter, add_data_dir, add_out, scratch_out, wrote
+
+WORK = scratch_out("replays")
+
+
+def _state_of(run_dir: Path, work: Path, data_dir: str) -> tuple[Path, dict | None]:
+    """(folder holding the run's best state, the replay's check or None)."""
+    if has_state(run_dir):
+        return run_dir, None
+    folder = replay(run_dir, work, data_dir)
+    return folder, replay_difference(run_dir, folder)
+
+
+def _radii(args) -> dict[str, float] | None:
+    if args.rho_private is None and args.rho_shared is None:
+        return None
+    return {"private": args.rho_private or 0.0, "shared": args.rho_shared or 0.0}
+
+
+def cmd_replay(args) -> int:
+    folder, check = _state_of(Path(args.run_dir), args.work, args.data_dir)
+    print(json.dumps({"state": str(folder), "check": check}, indent=1))
+    return 0 if check is None or check["metrics_equal"] else 1
+
+
+def cmd_sharpness(args) -> int:
+    folder, check = _state_of(Path(args.run_dir), args.work, args.data_dir)
+    best = load_best_state(folder, args.data_dir)
+    record = landscape.analyze(best, _radii(args), args.users)
+    record["run"] = Path(args.run_dir).name
+    record["replay"] = check
+    path = landscape.write(record, args.out)
+    shown = {k: v for k, v in record.items() if not isinstance(v, list)}
+    print(json.dumps(shown, indent=1))
+    wrote(path, "record")
+    return 0
+
+
+def cmd_item_views(args) -> int:
+    for run_dir in map(Path, args.run_dirs):
+        folder, check = _state_of(run_dir, args.work, args.data_dir)
+        best = load_best_state(folder, args.data_dir)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        record = item_views.analyze(best, summary)
+        record["run"] = run_dir.name
+        record["replay"] = check
+        path = item_views.write(record, args.out)
+        print(run_dir.name, json.dumps(record["views"]), flush=True)
+        wrote(path, "record")
+    return 0
+
+
+def cmd_sam_table(args) -> int:
+    records = args.out / "sam" / "records"
+    runs = args.runs
+    cells = sam_cells.sam_cells(
+        tuple(args.methods) if args.methods else None,
+        tuple(args.datasets),
+        tuple(args.protocols),
+        tuple(args.seeds),
+    )
+    if not args.report_only:
+        for cell in cells:
+            if sam_table.record_path(records, cell).exists():
+                continue
+            started = time.time()
+            folder, how = sam_cells.ensure_state(cell, runs, args.work, args.data_dir)
+            check = replay_difference(runs / cell.name, folder) if how == "replayed" else None
+            twin = sam_cells.SamCell(cell.method, True, cell.dataset, cell.protocol, cell.seed)
+            radii = sam_cells.sam_radii(twin)
+            record = landscape.analyze(load_best_state(folder, args.data_dir), radii, args.users)
+            record["run"], record["replay"] = cell.name, check
+            landscape.write_record(record, records)
+            print(f"{cell.name}: {how}, analysed in {time.time() - started:.0f} s", flush=True)
+    command = "python -m fedrec_lab.analysis sam-table " + " ".join(
+        shlex.quote(a) for a in sys.argv[2:] if a != "--report-only"
+    )
+    rows = sam_table.table_rows(runs, records, tuple(args.seeds))
+    out = args.out / "sam-table.md"
+    out.write_text(sam_table.markdown(rows, command))
+    (args.out / "sam-table.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    wrote(out, "table")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedrec analyze",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=HelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p, out: bool = True):
+        add_data_dir(p)
+        p.add_argument("--work", type=Path, default=WORK, help="where replays run")
+        if out:
+            add_out(p, "analyze", "the records")
+
+    p = sub.add_parser("replay", help="replay a run to its best round (checked)")
+    p.add_argument("run_dir")
+    common(p, out=False)
+    p.set_defaults(run=cmd_replay)
+
+    p = sub.add_parser("sharpness", help="gap, top Hessian eigenvalue, rho-sharpness, plot")
+    p.add_argument("run_dir")
+    common(p)
+    p.add_argument("--users", type=int, default=landscape.USERS, help="users measured")
+    p.add_argument("--rho-private", type=float, default=None, help="default: the run's")
+    p.add_argument("--rho-shared", type=float, default=None, help="default: the run's")
+    p.set_defaults(run=cmd_sharpness)
+
+    p = sub.add_parser("item-views", help="own vs global vs random item rows (PFedRec Fig. 3)")
+    p.add_argument("run_dirs", nargs="+")
+    common(p)
+    p.set_defaults(run=cmd_item_views)
+
+    p = sub.add_parser("sam-table", help="each method with and without SAM")
+    common(p)
+    p.add_argument("--runs", type=Path, default=Path("bench/results/runs"))
+    p.add_argument("--methods", nargs="+", default=None)
+    p.add_argument("--datasets", nargs="+", default=list(sam_cells.DATASETS))
+    p.add_argument("--protocols", nargs="+", default=list(sam_cells.PROTOCOLS))
+    p.add_argument("--seeds", nargs="+", type=int, default=list(sam_cells.SEEDS))
+    p.add_argument("--users", type=int, default=landscape.USERS, help="users measured")
+    p.add_argument("--report-only", action="store_true", help="write the table, run nothing")
+    p.set_defaults(run=cmd_sam_table)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,205 @@
+"""The SAM table: each method with and without SAM, both datasets and protocols, seeds 0-2.
+
+Per cell (:mod:`fedrec_lab.analysis.cells`): its run's test HR@10 (``summary.json``), and at
+its best round the generalization gap (mean over users of ``val-loss - fit-loss``), the top
+Hessian eigenvalue of the local loss and the rho-sharpness (means over the sampled users;
+:mod:`fedrec_lab.analysis.landscape`). A pair (without, with SAM) measures its rho-sharpness
+at the radii of its SAM run. Per row: mean ± std over the seeds of each run's figure, and the
+difference SAM minus no SAM with a paired bootstrap interval over users (each user's value
+averaged over the seeds: every user for HR@10 and the gap, the sampled users for the
+sharpness measures; :func:`fedrec_lab.stats.paired_difference`).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedrec_lab import stats
+from fedrec_lab.analysis.cells import PAIRS, SamCell
+
+#: The table's measures: (record key of a run's figure, per-user key, label, scale).
+MEASURES = (
+    ("hr@10", "hr", "test HR@10 (%)", 100.0),
+    ("gap", "gap", "gap (val - fit BCE)", 1.0),
+    ("mean_lambda_max", "lambda_max", "top Hessian eigenvalue", 1.0),
+    ("mean_rho_sharpness", "rho_sharpness", "rho-sharpness", 1.0),
+)
+
+
+def record_path(records: Path, cell: SamCell) -> Path:
+    return records / f"{cell.name}.json"
+
+
+def run_figures(cell: SamCell, runs: Path, records: Path) -> dict[str, Any] | None:
+    """A cell's figures and per-user values, or None while its record is missing."""
+    path = record_path(records, cell)
+    summary_file = runs / cell.name / "summary.json"
+    if not path.exists() or not summary_file.exists():
+        return None
+    record = json.loads(path.read_text())
+    summary = json.loads(summary_file.read_text())
+    users, columns = stats.read_per_user(runs / cell.name)
+    sampled = record["sampled"]
+    return {
+        "hr@10": summary["test"]["hr@10"],
+        "gap": record["gap"],
+        "mean_lambda_max": record["mean_lambda_max"],
+        "mean_rho_sharpness": record["mean_rho_sharpness"],
+        "best_round": summary["best_round"],
+        "per_user": {
+            "hr": (users, columns["test-hr@10"]),
+            "gap": (np.asarray(record["users"]), np.asarray(record["user_gap"])),
+            "lambda_max": (
+                np.array([m["user"] for m in sampled]),
+                np.array([m["lambda_max"] for m in sampled]),
+            ),
+            "rho_sharpness": (
+                np.array([m["user"] for m in sampled]),
+                np.array([m["rho_sharpness"] for m in sampled]),
+            ),
+        },
+        "radii": record["radii"],
+        "replay": record.get("replay"),
+    }
+
+
+def _averaged(per_seed: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Each user's value averaged over the seeds, for the users every seed has."""
+    common = per_seed[0][0]
+    for users, _ in per_seed[1:]:
+        common = np.intersect1d(common, users)
+    total = np.zeros(len(common))
+    for users, values in per_seed:
+        order = np.argsort(users)
+        total += np.asarray(values, float)[order][np.searchsorted(users[order], common)]
+    return common, total / len(per_seed)
+
+
+def _mean_std(values: list[float], scale: float) -> str:
+    if not values:
+        return "-"
+    scaled = [scale * v for v in values]
+    if len(scaled) == 1:
+        return f"{scaled[0]:.3g}" if scale == 1.0 else f"{scaled[0]:.2f}"
+    mean, std = statistics.mean(scaled), statistics.stdev(scaled)
+    if scale == 1.0:
+        return f"{mean:.3g} ± {std:.2g}"
+    return f"{mean:.2f} ± {std:.2f}"
+
+
+def row(
+    method: str, dataset: str, protocol: str, seeds: Iterable[int], runs: Path, records: Path
+) -> dict[str, Any]:
+    """One row: both sides' figures over the seeds that have both, and the paired intervals."""
+    sides: dict[bool, list[dict]] = {False: [], True: []}
+    seeds_done = []
+    for seed in seeds:
+        pair = [
+            run_figures(SamCell(method, sam, dataset, protocol, seed), runs, records)
+            for sam in (False, True)
+        ]
+        if all(p is not None for p in pair):
+            seeds_done.append(seed)
+            for sam, figures in zip((False, True), pair, strict=True):
+                sides[sam].append(figures)
+    out: dict[str, Any] = {
+        "method": method,
+        "dataset": dataset,
+        "protocol": protocol,
+        "seeds": seeds_done,
+        "radii": sides[True][0]["radii"] if seeds_done else None,
+    }
+    for key, per_user, _, scale in MEASURES:
+        out[key] = {
+            "without": [f[key] for f in sides[False]],
+            "with": [f[key] for f in sides[True]],
+        }
+        if seeds_done:
+            a = _averaged([f["per_user"][per_user] for f in sides[True]])
+            b = _averaged([f["per_user"][per_user] for f in sides[False]])
+            d = stats.paired_difference(*a, *b)
+            out[key]["difference"] = {
+                k: (scale * v if k in ("mean", "low", "high") else v) for k, v in d.items()
+            }
+    return out
+
+
+def table_rows(runs: Path, records: Path, seeds=(0, 1, 2)) -> list[dict[str, Any]]:
+    from fedrec_lab.analysis.cells import DATASETS, PROTOCOLS
+
+    return [
+        row(method, dataset, protocol, seeds, runs, records)
+        for method, _, _ in PAIRS
+        for dataset in DATASETS
+        for protocol in PROTOCOLS
+    ]
+
+
+def _difference(d: dict | None, scale: float) -> str:
+    if not d:
+        return "-"
+    fmt = "{:+.2f}" if scale != 1.0 else "{:+.3g}"
+    return f"{fmt.format(d['mean'])} [{fmt.format(d['low'])}, {fmt.format(d['high'])}]"
+
+
+def verdict(rows: list[dict[str, Any]]) -> list[str]:
+    """Counts of rows where SAM's interval lies below, above or across 0, per measure."""
+    lines = []
+    for key, _, label, _ in MEASURES:
+        below = above = across = 0
+        for r in rows:
+            d = r[key].get("difference")
+            if not d:
+                continue
+            if d["high"] < 0:
+                below += 1
+            elif d["low"] > 0:
+                above += 1
+            else:
+                across += 1
+        lines.append(
+            f"- {label}: SAM lower beyond the interval in {below} rows, higher in {above}, "
+            f"within in {across} (of {below + above + across})."
+        )
+    return lines
+
+
+def markdown(rows: list[dict[str, Any]], command: str) -> str:
+    names = {"ml-100k": "ML-100K", "lastfm-2k": "Last.fm-2K"}
+    header = ["method", "dataset", "protocol", "seeds", "radii (private / shared)"]
+    for _, _, label, _ in MEASURES:
+        header += [f"{label}: without", "with", "SAM - without [95 % CI]"]
+    lines = [
+        "# SAM: what it does, measured",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for r in rows:
+        radii = " / ".join(f"{v:g}" for v in r["radii"]) if r["radii"] else "-"
+        cells = [
+            r["method"],
+            names.get(r["dataset"], r["dataset"]),
+            r["protocol"],
+            str(len(r["seeds"])),
+            radii,
+        ]
+        for key, _, _, scale in MEASURES:
+            cells += [
+                _mean_std(r[key]["without"], scale),
+                _mean_std(r[key]["with"], scale),
+                _difference(r[key].get("difference"), scale),
+            ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Across the rows:", "", *verdict(rows), ""]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,145 @@
+"""``fedrec analyze``: replays reproduce their run, the sharpness measures are right on losses
+whose answers are known, the analyses read the model evaluation used."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from fedrec_flwr.client_app import app as client_app
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.server_app import run_federation
+from fedrec_lab.analysis import item_views, landscape, sam_table
+from fedrec_lab.analysis.sharpness import LocalLoss, rho_sharpness, sample_users, top_eigen
+from fedrec_lab.analysis.state import has_state, load_best_state, replay, replay_difference
+from fedrec_lab.local_grid import LocalGrid
+
+SMALL = {
+    "dataset": "synthetic",
+    "synthetic-users": 24,
+    "synthetic-items": 300,
+    "synthetic-mean-degree": 12,
+    "num-server-rounds": 4,
+    "batch-size": 32,
+    "item-lr": 0.5,
+}
+
+pytestmark = pytest.mark.usefixtures("private_cache")
+
+
+def run(folder, **overrides):
+    config = {**SMALL, "results-dir": str(folder), "run-name": "run", **overrides}
+    run_federation(LocalGrid(client_app, config, num_nodes=2), RunConfig.from_mapping(config))
+    return folder / "run"
+
+
+def rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# --------------------------------------------------------------- the measures, known answers
+def quadratic(matrix: np.ndarray, groups: list[str]) -> LocalLoss:
+    a = torch.from_numpy(matrix)
+
+    def fn(theta):
+        x = torch.cat([t.reshape(-1) for t in theta])
+        return 0.5 * x @ a @ x + x.sum()
+
+    theta = [torch.zeros(1, dtype=torch.float64) for _ in groups]
+    return LocalLoss([f"p{i}" for i in range(len(groups))], groups, theta, fn)
+
+
+def test_power_iteration_finds_the_top_eigenvalue():
+    rng = np.random.default_rng(0)
+    basis, _ = np.linalg.qr(rng.standard_normal((5, 5)))
+    matrix = basis @ np.diag([4.0, 1.0, 0.5, 0.2, 0.1]) @ basis.T
+    value, vector, runs = top_eigen(quadratic(matrix, ["shared"] * 5), rng, iterations=200)
+    assert 1 < runs <= 200
+    assert value == pytest.approx(4.0, rel=1e-3)
+    found = torch.cat([v.reshape(-1) for v in vector]).numpy()
+    assert abs(found @ basis[:, 0]) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_rho_sharpness_is_the_ascent_on_each_groups_sphere():
+    """L = 0.5 x'x + sum(x) at 0, radii per group: SAM's point rho g/|g| per group raises
+    the loss by rho |g| + rho^2 / 2 in each; a group with radius 0 does not move."""
+    loss = quadratic(np.eye(4), ["private", "private", "shared", "shared"])
+    worst, first = rho_sharpness(loss, {"private": 0.1, "shared": 0.0}, steps=3)
+    expected = 0.1 * np.sqrt(2) + 0.5 * 0.01
+    assert first == pytest.approx(expected)
+    assert worst == pytest.approx(expected)  # the gradient stays aligned: no higher point
+    both, _ = rho_sharpness(loss, {"private": 0.1, "shared": 0.2}, steps=1)
+    assert both == pytest.approx(expected + 0.2 * np.sqrt(2) + 0.5 * 0.04)
+
+
+def test_sampled_users_do_not_depend_on_the_run():
+    assert np.array_equal(sample_users(100, 8), sample_users(100, 8))
+    assert len(set(sample_users(100, 8))) == 8 and len(sample_users(5, 8)) == 5
+
+
+# --------------------------------------------------------------------- runs and their states
+@pytest.mark.parametrize("protocol", ["paper", "strict"])
+def test_a_replay_reproduces_the_runs_best_round(tmp_path, protocol):
+    original = run(tmp_path / "runs", protocol=protocol)
+    folder = replay(original, tmp_path / "work")
+    assert has_state(folder)
+    check = replay_difference(original, folder)
+    assert check["metrics_equal"] and check["max_abs"] == 0.0
+    best = json.loads((original / "summary.json").read_text())["best_round"]
+    assert len(rows(folder / "rounds.csv")) == best  # it stops at the best round
+    assert replay(original, tmp_path / "work") == folder  # reused, not run again
+
+
+def test_the_gap_of_the_analysis_is_the_runs(tmp_path):
+    folder = run(tmp_path / "runs", **{"keep-best-state": True, "eval-loss": True})
+    best = load_best_state(folder)
+    record = landscape.analyze(best, {"private": 0.05, "shared": 0.05}, users=3, iterations=5)
+    (at_best,) = [r for r in rows(folder / "rounds.csv") if int(r["round"]) == best.round]
+    assert record["gap"] == pytest.approx(float(at_best["gap"]), rel=1e-9)
+    assert record["fit_loss"] == pytest.approx(float(at_best["fit-loss"]), rel=1e-9)
+    assert len(record["sampled"]) == 3 and record["mean_lambda_max"] > 0
+    assert all(m["rho_sharpness"] >= m["rho_sharpness_first_step"] for m in record["sampled"])
+    landscape.write(record, tmp_path / "out")
+    assert (tmp_path / "out" / "run.png").exists()
+
+
+def test_a_run_without_sam_needs_radii(tmp_path):
+    folder = run(tmp_path / "runs", **{"keep-best-state": True})
+    with pytest.raises(ValueError, match="trains without SAM"):
+        landscape.analyze(load_best_state(folder), None, users=1)
+
+
+@pytest.mark.parametrize("method", ["pfedrec", "fedrap"])
+def test_item_views_own_is_the_runs_evaluation(tmp_path, method):
+    folder = run(
+        tmp_path / "runs",
+        method=method,
+        protocol="paper",
+        **{"keep-best-state": True, "eval-loss": True},
+    )
+    summary = json.loads((folder / "summary.json").read_text())
+    record = item_views.analyze(load_best_state(folder), summary)
+    assert record["own_equals_run"]
+    views = record["views"]
+    assert views["global"] != views["own"] and views["random"] != views["own"]
+
+
+def test_item_views_refuse_a_paper_state_without_every_tuned_row(tmp_path):
+    folder = run(tmp_path / "runs", protocol="paper", **{"keep-best-state": True})
+    with pytest.raises(ValueError, match="random view needs every tuned row"):
+        item_views.analyze(load_best_state(folder), {})
+
+
+def test_derangement_has_no_fixed_point():
+    pi = item_views.derangement(3, 50)
+    assert sorted(pi) == list(range(50)) and not np.any(pi == np.arange(50))
+
+
+def test_users_averaged_over_seeds_for_the_paired_interval():
+    users, values = sam_table._averaged(
+        [(np.array([1, 2, 3]), np.array([1.0, 2.0, 3.0])), (np.array([3, 2]), [5.0, 4.0])]
+    )
+    assert users.tolist() == [2, 3] and values.tolist() == [3.0, 4.0]
