@@ -58,6 +58,11 @@ class PreparedData:
     test_item: np.ndarray
     source_user: np.ndarray
 
+    def local(self, users: np.ndarray) -> np.ndarray:
+        """Positions of global user ids in the split's per-user arrays: the ids themselves
+        (a device's folder holds only its users: :meth:`DeviceData.local`)."""
+        return np.asarray(users, dtype=np.int64)
+
     def train_positives(self, user: int) -> np.ndarray:
         """The user's train rows (items; repeats kept under the paper protocol unless
         ``train-pairs = "distinct"``)."""

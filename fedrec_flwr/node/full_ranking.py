@@ -136,8 +136,9 @@ def train_csr(prepared: PreparedData, users: np.ndarray) -> tuple[np.ndarray, np
     """(owner, items): each of ``users``' train positives (``owner``: its index in
     ``users``), user after user, from the split's CSR (no loop over users)."""
     users = np.asarray(users, dtype=np.int64)
+    at = np.asarray(prepared.local(users), dtype=np.int64)  # a device's folder: its own rows
     indptr = np.asarray(prepared.train_indptr, dtype=np.int64)
-    starts, counts = indptr[users], indptr[users + 1] - indptr[users]
+    starts, counts = indptr[at], indptr[at + 1] - indptr[at]
     items = np.asarray(prepared.train_items)[run_indices(starts, counts)].astype(np.int64)
     return np.repeat(np.arange(len(users), dtype=np.int64), counts), items
 

@@ -250,8 +250,9 @@ def round_draws(
         return RoundDraws.from_pairs(
             users, users_round_items(prepared, config, users, server_round)
         )
+    at = np.asarray(prepared.local(users), dtype=np.int64)  # a device's folder: its own rows
     indptr = np.asarray(prepared.train_indptr, dtype=np.int64)
-    first, positives = indptr[users], indptr[users + 1] - indptr[users]
+    first, positives = indptr[at], indptr[at + 1] - indptr[at]
     sizes = config.num_negatives * positives
     counts, excluded = negative_exclusions(prepared, config, users)
     n = prepared.num_items

@@ -90,18 +90,23 @@ def test_each_folder_holds_only_its_users_rows(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("protocol", "keep"), [("strict", "tuned"), ("paper", "tuned"), ("strict", "positives")]
+    ("protocol", "keep", "sampler"),
+    [
+        ("strict", "tuned", "keyed-numpy"),
+        ("paper", "tuned", "keyed-numpy"),
+        ("strict", "positives", "keyed-numpy"),
+        ("strict", "tuned", "counter"),
+    ],
 )
 def test_exported_folders_give_the_shared_runs_metrics_exactly(
-    tmp_path, monkeypatch, protocol, keep
+    tmp_path, monkeypatch, protocol, keep, sampler
 ):
     folders = export(tmp_path, 3, protocol=protocol)
-    federate(tmp_path / "shared", 3, protocol=protocol, **{"keep-personal-rows": keep})
+    keys = {"keep-personal-rows": keep, "negative-sampler": sampler}
+    federate(tmp_path / "shared", 3, protocol=protocol, **keys)
     # The device run starts from an empty cache: nothing may prepare the whole dataset.
     monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "device-cache"))
-    summary = federate(
-        tmp_path / "device", 3, folders, protocol=protocol, **{"keep-personal-rows": keep}
-    )
+    summary = federate(tmp_path / "device", 3, folders, protocol=protocol, **keys)
     assert rounds(tmp_path / "device") == rounds(tmp_path / "shared")
     assert summary["num_users"] == 30 and summary["num_items"] == 400
     assert not (tmp_path / "device-cache").exists()
