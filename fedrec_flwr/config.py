@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrec_flwr.aggregation import DefenceKeys
-from fedrec_flwr.data.registry import DATA_KEYS, dataset_key_groups
+from fedrec_flwr.data.registry import DataKeys, dataset_key_groups
 from fedrec_flwr.methods import Method, build_method, methods
 from fedrec_flwr.methods.plgc import PLGC_KEYS
 from fedrec_flwr.methods.plugins import DUAL_KEYS
@@ -94,7 +94,7 @@ def key_groups() -> tuple[AnyGroup, ...]:
     return (
         METHOD_KEYS,
         DUAL_KEYS,
-        DATA_KEYS,
+        DataKeys,
         TrainingKeys,
         NegativeSamplerKeys,
         OutputKeys,

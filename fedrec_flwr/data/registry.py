@@ -1,7 +1,7 @@
 """The one list of datasets: each one's file, loader, download source, description and keys.
 
 Everything else derives from :data:`DATASETS`: the names the ``dataset`` key accepts
-(:data:`DATA_KEYS`), the download table (``download.DATASETS``, the datasets with a source),
+(:class:`DataKeys`), the download table (``download.DATASETS``, the datasets with a source),
 the loader table (``loaders.LOADERS``) and the run-config keys of a dataset (its
 ``config_keys``, checked when it is the run's dataset). Add a dataset here, write its loader in
 :mod:`fedrec_flwr.data.loaders`, and add its row to the README's dataset table.
@@ -21,8 +21,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedrec_flwr.data.user_keys import FILE_DATASET, FILE_KEYS
-from fedrec_flwr.schema import POSITIVE, ConfigError, Key, KeyGroup, Range
+from fedrec_flwr.data.user_keys import FILE_DATASET, FileKeys
+from fedrec_flwr.schema import POSITIVE, ConfigError, Group, Range, key
 
 if TYPE_CHECKING:
     from fedrec_flwr.data.interactions import Interactions
@@ -68,7 +68,7 @@ class DatasetSpec:
     loader: str | None  # name of the function in fedrec_flwr.data.loaders that reads the file
     source: DatasetSource | None  # folder, file, download URL and checksums
     description: str  # one line
-    config_keys: KeyGroup | None = None
+    config_keys: type[Group] | None = None
 
     def __post_init__(self) -> None:
         if (self.loader is None) != (self.source is None):
@@ -106,27 +106,33 @@ def check_synthetic(config: Any) -> None:
         )
 
 
-SYNTHETIC_KEYS = KeyGroup(
-    title="Synthetic dataset",
-    owner=__name__,
-    applies=lambda config: config.dataset == "synthetic",
-    check=check_synthetic,
-    keys=(
-        Key("synthetic-users", 1000, "`synthetic` dataset: users", range=POSITIVE),
-        Key(
-            "synthetic-items",
-            2000,
-            "`synthetic` dataset: items (at least twice `synthetic-mean-degree`)",
-        ),
-        Key(
-            "synthetic-mean-degree",
-            50,
-            "`synthetic` dataset: mean items per user",
-            range=Range(5),
-            why=" (every synthetic user has >= 5 items)",
-        ),
-    ),
-)
+def is_synthetic(config: Any) -> bool:
+    return config.dataset == "synthetic"
+
+
+class SyntheticKeys(Group):
+    title = "Synthetic dataset"
+
+    synthetic_users: int = key(
+        default=1000,
+        help="`synthetic` dataset: users",
+        range=POSITIVE,
+    )
+    synthetic_items: int = key(
+        default=2000,
+        help="`synthetic` dataset: items (at least twice `synthetic-mean-degree`)",
+    )
+    synthetic_mean_degree: int = key(
+        default=50,
+        help="`synthetic` dataset: mean items per user",
+        range=Range(5),
+        why=" (every synthetic user has >= 5 items)",
+    )
+
+    check = check_synthetic
+
+    applies = is_synthetic
+
 
 # Where the checksums come from (none could be re-checked here: no network):
 # - ml-100k.zip, ml-1m.zip: sha256 pinned alike by many independent projects (the keras-rs
@@ -208,14 +214,14 @@ _SPECS = (
         loader=None,
         source=None,
         description="seeded synthetic data: power-law degrees, clustered tastes (synthetic-*)",
-        config_keys=SYNTHETIC_KEYS,
+        config_keys=SyntheticKeys,
     ),
     DatasetSpec(
         name=FILE_DATASET,
         loader=None,  # read by fedrec_flwr.data.user_dataset, configured by its keys
         source=None,
         description="your own interaction file: CSV, TSV, Parquet or RecBole .inter (data-file)",
-        config_keys=FILE_KEYS,
+        config_keys=FileKeys,
     ),
 )
 
@@ -232,37 +238,31 @@ def dataset_names() -> list[str]:
     return list(DATASETS)
 
 
-def dataset_key_groups() -> tuple[KeyGroup, ...]:
+def dataset_key_groups() -> tuple[type[Group], ...]:
     """The run-config keys of each dataset that has some, in the registry's order."""
     return tuple(spec.config_keys for spec in DATASETS.values() if spec.config_keys is not None)
 
 
 #: Which dataset, and where its files are.
-DATA_KEYS = KeyGroup(
-    title="Data",
-    owner=__name__,
-    keys=(
-        Key(
-            "dataset",
-            "ml-100k",
-            "the dataset (`docs/getting-started.md`: where each one is read from)",
-            choices=dataset_names,
-        ),
-        Key(
-            "data-dir",
-            "",
-            "folder with one sub-folder per dataset; empty: `$FEDREC_DATA_DIR`, else download "
-            "into the cache",
-        ),
-        Key(
-            "train-pairs",
-            "all",
-            "a user's train rows: `all` (under `paper`, a repeated (user, item) pair stays one "
-            "row per repeat: Last.fm-2K has one row per tag assignment) or `distinct` (one row "
-            "per pair, the first in file order: the train positives of FedRecGEL's reference "
-            "code); the held-out items, evaluation negatives and users are the same either way; "
-            "under `strict`, whose pairs are already distinct, both give the same split",
-            choices=TrainPairs,
-        ),
-    ),
-)
+class DataKeys(Group):
+    title = "Data"
+
+    dataset: str = key(
+        default="ml-100k",
+        help="the dataset (`docs/getting-started.md`: where each one is read from)",
+        choices=dataset_names,
+    )
+    data_dir: str = key(
+        default="",
+        help="folder with one sub-folder per dataset; empty: `$FEDREC_DATA_DIR`, else download "
+        "into the cache",
+    )
+    train_pairs: str = key(
+        default="all",
+        help="a user's train rows: `all` (under `paper`, a repeated (user, item) pair stays one "
+        "row per repeat: Last.fm-2K has one row per tag assignment) or `distinct` (one row "
+        "per pair, the first in file order: the train positives of FedRecGEL's reference "
+        "code); the held-out items, evaluation negatives and users are the same either way; "
+        "under `strict`, whose pairs are already distinct, both give the same split",
+        choices=TrainPairs,
+    )

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedrec_flwr.data.interactions import DataError
-from fedrec_flwr.data.user_keys import FILE_DATASET, FILE_KEYS
+from fedrec_flwr.data.user_keys import FILE_DATASET, FileKeys
 
 if TYPE_CHECKING:  # the reader imports pandas: only where a file is read
     from fedrec_flwr.data.interactions import Interactions
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the reader imports pandas: only where a file is read
 # run-config key -> UserFile field, where they differ (else the key in snake_case).
 _FIELDS = {"data-file": "path", "data-format": "format"}
 KEYS: dict[str, tuple[str, Any]] = {  # run-config key -> (UserFile field, default)
-    key.name: (_FIELDS.get(key.name, key.field), key.default) for key in FILE_KEYS.keys
+    key.name: (_FIELDS.get(key.name, key.field), key.default) for key in FileKeys.keys
 }
 _SHA256: dict[tuple[str, int, int], str] = {}
 

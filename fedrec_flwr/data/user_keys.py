@@ -1,6 +1,6 @@
 """The run-config keys of the dataset ``file``: a user's own interaction file.
 
-Declared here, next to the data registry that lists the dataset (:data:`FILE_KEYS`), and
+Declared here, next to the data registry that lists the dataset (:class:`FileKeys`), and
 checked only when ``dataset = "file"``. ``docs/own-data.md`` describes them for users;
 :mod:`fedrec_flwr.data.user_dataset` turns them into a
 :class:`~fedrec_flwr.data.user_file.UserFile`. Imports nothing heavy (the registry imports it).
@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Key, KeyGroup
+from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Group, key
 
 FILE_DATASET = "file"
 
@@ -107,95 +107,85 @@ def check_file_settings(config: Any) -> None:
         )
 
 
-FILE_KEYS = KeyGroup(
-    title="Your own file (dataset `file`, docs/own-data.md)",
-    owner=__name__,
-    applies=lambda config: config.dataset == FILE_DATASET,
-    check=check_file_settings,
-    keys=(
-        Key(
-            "data-file",
-            "",
-            "`file` dataset: the interaction file (delimited text, Parquet or RecBole "
-            "`.inter`); relative to the folder `fedrec` runs in",
-        ),
-        Key(
-            "data-format",
-            "auto",
-            "`file` dataset: how to read it; `auto`: Parquet or `.inter` by the suffix, else "
-            "delimited text (`text`), its separator and header sniffed",
-            choices=DataFormat,
-        ),
-        Key(
-            "separator",
-            AUTO,
-            "`file` dataset, text: `auto` (sniffed), `comma`, `tab`, `semicolon`, `pipe`, "
-            "`whitespace` (any run of spaces and tabs) or the character(s), e.g. `::`",
-            check=check_separator,
-        ),
-        Key(
-            "header",
-            "auto",
-            "`file` dataset, text: does line 1 name the columns; `auto`: sniffed; `false`: "
-            "the columns are named by position, 1, 2, ...",
-            choices=Header,
-            parse=header_from_boolean,
-        ),
-        Key(
-            "user-column",
-            AUTO,
-            "`file` dataset: the column of user ids, by name or position (1, 2, ...); `auto`: "
-            "`user_id` or `user` (any case and punctuation: `userId`), else column 1",
-        ),
-        Key(
-            "item-column",
-            AUTO,
-            "`file` dataset: the column of item ids, by name or position; `auto`: `item_id` or "
-            "`item`, else the first column after the user's",
-        ),
-        Key(
-            "timestamp-column",
-            AUTO,
-            "`file` dataset: the column of times (numbers or ISO 8601 dates), by name or "
-            "position; `auto`: `timestamp`, `time` or `ts` if the file has one; empty, or none "
-            "found: the line order stands in for time",
-        ),
-        Key(
-            "rating-column",
-            "",
-            "`file` dataset: a column of ratings (name or position), for `rating-threshold`; "
-            "empty: every row is a positive",
-        ),
-        Key(
-            "rating-threshold",
-            0.0,
-            "`file` dataset: rows rated below it are dropped (implicit feedback)",
-        ),
-        Key(
-            "id-type",
-            "auto",
-            "`file` dataset: `integer` ids are sorted numerically, `string` ids as text; "
-            "`auto`: integer if every id is one",
-            choices=IdType,
-        ),
-        Key(
-            "repeated-pairs",
-            "keep-all",
-            "`file` dataset: rows of a repeated (user, item) pair: all, or the newest only",
-            choices=RepeatedPairs,
-        ),
-        Key(
-            "min-user-interactions",
-            0,
-            "`file` dataset: users with fewer rows are dropped (one pass; 0: none)",
-            range=NON_NEGATIVE,
-        ),
-        Key(
-            "k-core",
-            0,
-            "`file` dataset: users and items with fewer rows are dropped until none is left "
-            "(0: none)",
-            range=NON_NEGATIVE,
-        ),
-    ),
-)
+def is_file_dataset(config: Any) -> bool:
+    return config.dataset == FILE_DATASET
+
+
+class FileKeys(Group):
+    title = "Your own file (dataset `file`, docs/own-data.md)"
+
+    data_file: str = key(
+        default="",
+        help="`file` dataset: the interaction file (delimited text, Parquet or RecBole "
+        "`.inter`); relative to the folder `fedrec` runs in",
+    )
+    data_format: str = key(
+        default="auto",
+        help="`file` dataset: how to read it; `auto`: Parquet or `.inter` by the suffix, else "
+        "delimited text (`text`), its separator and header sniffed",
+        choices=DataFormat,
+    )
+    separator: str = key(
+        default=AUTO,
+        help="`file` dataset, text: `auto` (sniffed), `comma`, `tab`, `semicolon`, `pipe`, "
+        "`whitespace` (any run of spaces and tabs) or the character(s), e.g. `::`",
+        check=check_separator,
+    )
+    header: str = key(
+        default="auto",
+        help="`file` dataset, text: does line 1 name the columns; `auto`: sniffed; `false`: "
+        "the columns are named by position, 1, 2, ...",
+        choices=Header,
+        parse=header_from_boolean,
+    )
+    user_column: str = key(
+        default=AUTO,
+        help="`file` dataset: the column of user ids, by name or position (1, 2, ...); `auto`: "
+        "`user_id` or `user` (any case and punctuation: `userId`), else column 1",
+    )
+    item_column: str = key(
+        default=AUTO,
+        help="`file` dataset: the column of item ids, by name or position; `auto`: `item_id` or "
+        "`item`, else the first column after the user's",
+    )
+    timestamp_column: str = key(
+        default=AUTO,
+        help="`file` dataset: the column of times (numbers or ISO 8601 dates), by name or "
+        "position; `auto`: `timestamp`, `time` or `ts` if the file has one; empty, or none "
+        "found: the line order stands in for time",
+    )
+    rating_column: str = key(
+        default="",
+        help="`file` dataset: a column of ratings (name or position), for `rating-threshold`; "
+        "empty: every row is a positive",
+    )
+    rating_threshold: float = key(
+        default=0.0,
+        help="`file` dataset: rows rated below it are dropped (implicit feedback)",
+    )
+    id_type: str = key(
+        default="auto",
+        help="`file` dataset: `integer` ids are sorted numerically, `string` ids as text; "
+        "`auto`: integer if every id is one",
+        choices=IdType,
+    )
+    repeated_pairs: str = key(
+        default="keep-all",
+        help="`file` dataset: rows of a repeated (user, item) pair: all, or the newest only",
+        choices=RepeatedPairs,
+    )
+    min_user_interactions: int = key(
+        default=0,
+        help="`file` dataset: users with fewer rows are dropped (one pass; 0: none)",
+        range=NON_NEGATIVE,
+    )
+    k_core: int = key(
+        default=0,
+        help="`file` dataset: users and items with fewer rows are dropped until none is left "
+        "(0: none)",
+        range=NON_NEGATIVE,
+    )
+
+    check = check_file_settings
+
+    applies = is_file_dataset

@@ -272,7 +272,7 @@ def test_registry_readme_and_run_config_agree() -> None:
     assert set(table) == set(names)
     candidates = {*names, *table, "nope", "ml100k"}
     assert {name for name in candidates if run_config_accepts(name)} == set(names)
-    (dataset_key,) = [key for key in registry.DATA_KEYS.keys if key.name == "dataset"]
+    (dataset_key,) = [key for key in registry.DataKeys.keys if key.name == "dataset"]
     assert dataset_key.choice_values() == tuple(names)
     # the configuration reference lists them in order (python -m fedrec_lab.configref)
     reference = (PROJECT / "docs" / "reference" / "configuration.md").read_text()

@@ -1,0 +1,77 @@
+"""Where a method's parameters live: the name lists the node, the messages and the server
+read, computed once per method object from its roles (:meth:`Method.roles`), its private
+parameters (:meth:`Method.init_private`) and its dense ones (:meth:`Method.init_dense`).
+
+They are functions of the (possibly composed) method, not members of it: a plug-in that
+wraps a method and adds parameters (PLGC) is counted by the same code.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedrec_flwr.methods.base import Method
+from fedrec_flwr.methods.parts import ROW_ROLES, ROWS, Role
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A method's parameters by where they live.
+
+    - ``roles``: the role of every parameter;
+    - ``private``: the private parameters (stacked per user), those of ``init_private``;
+    - ``dense``: the method's dense parameters, those of ``init_dense`` (shared-dense, or
+      private under dual personalisation);
+    - ``shared_dense``: those averaged over the round's users;
+    - ``rows``: the flat row tables aligned with the item rows, ``ROWS`` first;
+    - ``private_rows``: per-user rows kept on the device (role ``private-rows``);
+    - ``global_rows``: frozen copies of the received global rows (role ``global-rows``);
+    - ``kept_private``: the per-user parameters kept in the node state (role ``private``).
+    """
+
+    roles: dict[str, Role]
+    private: tuple[str, ...]
+    dense: tuple[str, ...]
+    shared_dense: tuple[str, ...]
+    rows: tuple[str, ...]
+    private_rows: tuple[str, ...]
+    global_rows: tuple[str, ...]
+    kept_private: tuple[str, ...]
+
+    def with_role(self, *roles: Role) -> tuple[str, ...]:
+        """The parameters whose role is one of ``roles``, in role order."""
+        return tuple(name for name, role in self.roles.items() if role in roles)
+
+
+_LAYOUTS: weakref.WeakKeyDictionary[Method, Layout] = weakref.WeakKeyDictionary()
+
+
+def layout(method: Method) -> Layout:
+    """The layout of ``method``, computed on first use (the names do not change, computing
+    them initialises parameters, and the node reads them on every message)."""
+    found = _LAYOUTS.get(method)
+    if found is None:
+        found = _LAYOUTS[method] = _computed(method)
+    return found
+
+
+def _computed(method: Method) -> Layout:
+    roles = method.roles()
+
+    def with_role(*wanted: Role) -> tuple[str, ...]:
+        return tuple(name for name, role in roles.items() if role in wanted)
+
+    rows = (ROWS, *(n for n, r in roles.items() if r in ROW_ROLES and n != ROWS))
+    return Layout(
+        roles=roles,
+        private=tuple(method.init_private(np.empty(0, np.int64))),
+        dense=tuple(method.init_dense()),
+        shared_dense=with_role(Role.SHARED_DENSE),
+        rows=rows,
+        private_rows=with_role(Role.PRIVATE_ROWS),
+        global_rows=with_role(Role.GLOBAL_ROWS),
+        kept_private=with_role(Role.PRIVATE),
+    )
