@@ -21,16 +21,16 @@ from fedrec_flwr.messages import (
     record_arrays,
     reply,
 )
-from fedrec_flwr.node import context_state, state_store
+from fedrec_flwr.node import context_state, secure_node, state_store
 from fedrec_flwr.node import timing as node_timing
 from fedrec_flwr.node.faults import inject_fault
 from fedrec_flwr.node.runtime import NodeRuntime, NodeState
-from fedrec_flwr.privacy import secagg, secagg_trust
+from fedrec_flwr.privacy import secagg_dropout, secagg_trust
 
 app = ClientApp(mods=node_timing.mods(lambda context: node_runtime(context)))
 STATE_KEY = context_state.STATE_KEY
 SECAGG_KEY = "secagg-key"  # the node's X25519 private key (secure-aggregation)
-SECAGG_ROUND = "secagg-round"  # the run and round this node last masked for
+SECAGG_ROUND = "secagg-round"  # the round this node last answered, what its unmask needs
 #: Node config: the identity key file (a SuperNode's authentication key serves) and the
 #: roster folder of every partition's identity public key (``<partition>.pub``).
 IDENTITY_KEY, ROSTER = "secagg-identity-key", "secagg-roster"
@@ -146,30 +146,14 @@ def hello(msg: Message, context: Context) -> Message:
         "num-items": runtime.prepared.num_items,
     }
     _with_request(runtime, 0, arrays, metrics)
-    if run.secure_aggregation:
-        arrays.update(_key_pair(msg, context, runtime))
+    if run.secure_aggregation:  # a fresh key pair; the public key signed, to the server
+        identity = str(context.node_config.get(IDENTITY_KEY, "") or "")
+        private, public = secure_node.handshake_keys(
+            run, runtime.partition_id, int(msg.metadata.run_id), identity
+        )
+        context.state[SECAGG_KEY] = array_record(private=private)
+        arrays.update(public)
     return _reply(msg, arrays, metrics, records=known)
-
-
-def _key_pair(msg: Message, context: Context, runtime: NodeRuntime) -> dict[str, np.ndarray]:
-    """A fresh X25519 key pair (kept in the node's state); the public key goes to the
-    server signed by the node's identity key, with the identity's public key."""
-    run, partition = runtime.config, runtime.partition_id
-    key = secagg.private_key(run.seed, partition, run.secure_aggregation_keys)
-    context.state[SECAGG_KEY] = array_record(private=secagg.private_bytes(key))
-    public = secagg.public_bytes(key)
-    identity = secagg_trust.identity_key(
-        run.seed,
-        partition,
-        run.secure_aggregation_keys,
-        str(context.node_config.get(IDENTITY_KEY, "") or ""),
-    )
-    told = secagg_trust.statement(int(msg.metadata.run_id), partition, public)
-    return {
-        "secagg_public": public,
-        "secagg_signature": secagg_trust.sign(identity, told),
-        "secagg_identity": np.frombuffer(secagg_trust.public_identity(identity), np.uint8),
-    }
 
 
 def _received(msg: Message) -> tuple[int, np.ndarray | None, np.ndarray, dict, dict]:
@@ -205,8 +189,7 @@ def train(msg: Message, context: Context) -> Message:
     server_round, item_ids, item_rows, dense, received = _received(msg)
     users = received["train-users"]
     if runtime.config.secure_aggregation:  # refused before any training
-        _claim_round(msg, context, server_round)
-        _check_round(msg, context, runtime, received, server_round)
+        _check_train(msg, context, runtime, received)
     result, state = runtime.train(
         load_state(context, runtime, msg, server_round - 1),
         server_round,
@@ -217,10 +200,9 @@ def train(msg: Message, context: Context) -> Message:
     )
     save_state(context, state)
     state_store.persist_latest(context, runtime, msg, state, server_round)
-    if result.secure is not None:  # one masked vector, nothing else
-        model = (item_rows, dense)
-        vector = _masked(msg, context, runtime, received, result, server_round, model)
-        return _reply(msg, {"secure": vector}, {})
+    if result.secure is not None:  # one masked vector and its sealed shares, nothing else
+        secure = _masked(msg, context, runtime, received, result.secure, (item_rows, dense))
+        return _reply(msg, secure, {})
     arrays = {
         "item_ids": result.item_ids,
         "row_sums": result.row_sums,
@@ -237,78 +219,71 @@ def train(msg: Message, context: Context) -> Message:
     return _reply(msg, arrays, metrics, result.dense_sums)
 
 
-def _claim_round(msg: Message, context: Context, server_round: int) -> None:
-    """Remember that this node answers ``server_round`` of this run; refuse a round it
-    answered already, or an earlier one (two answers of the same masks would show the
-    difference of two uploads), before any training."""
-    run_id = int(msg.metadata.run_id)
-    last = context.state.get(SECAGG_ROUND)
-    if last is not None and int(last["run"]) == run_id and server_round <= int(last["round"]):
-        raise secagg.SecureAggregationError(
-            f"secure aggregation: the server asks for round {server_round} after round "
-            f"{int(last['round'])} of the same run; a repeated round would let it subtract "
-            "two answers under the same masks: refused"
-        )
-    context.state[SECAGG_ROUND] = ConfigRecord({"run": run_id, "round": server_round})
+def _keep(context: Context, name: str, arrays: dict[str, np.ndarray]) -> None:
+    context.state[name] = array_record(**{k.replace("-", "_"): v for k, v in arrays.items()})
 
 
-def _check_round(
-    msg: Message, context: Context, runtime: NodeRuntime, received: dict, server_round: int
-) -> None:
-    """The node's checks of the server's round (:func:`secagg_trust.check_round`)."""
+def _secure_state(context: Context, name: str) -> dict[str, np.ndarray]:
+    record = context.state.get(name)
+    return {} if record is None else record_arrays(record)
+
+
+def _private(context: Context) -> np.ndarray:
     if SECAGG_KEY not in context.state:
         raise RuntimeError(
             "secure aggregation: this node lost the key pair it made at the handshake (its "
             "state was reset), so its masks cannot cancel: restart the run"
         )
-    own = secagg.load_private(record_arrays(context.state[SECAGG_KEY])["private"])
-    run_id, config = int(msg.metadata.run_id), runtime.config
+    return _secure_state(context, SECAGG_KEY)["private"]
+
+
+def _check_train(msg: Message, context: Context, runtime: NodeRuntime, received: dict) -> None:
+    """The node's checks of a secure round before any training (:mod:`secure_node`)."""
+    run_id, server_round = int(msg.metadata.run_id), int(msg.content[CONFIG]["server-round"])
+    config = runtime.config
     folder = str(context.node_config.get(ROSTER, "") or "")
     pinned = context.state.get(PINNED, ConfigRecord())
     roster = secagg_trust.Roster(config.seed, config.secure_aggregation_keys, folder, pinned)
-    secagg_trust.check_round(
-        config=config,
-        server_round=server_round,
-        run_id=run_id,
-        partition=runtime.partition_id,
-        num_partitions=runtime.num_partitions,
-        num_users=runtime.prepared.num_users,
-        own_users=runtime.users,
-        own_public=secagg.public_bytes(own),
-        train_users=received["train-users"],
-        peers=received["secagg-peers"],
-        keys=received["secagg-keys"],
-        signatures=received["secagg-signatures"],
-        identities=received.get("secagg-identities"),
-        roster=roster,
-    )
+    saved = _secure_state(context, SECAGG_ROUND)
+    private = _private(context)
+    secure_node.check_train(runtime, run_id, server_round, private, received, saved, roster)
     context.state[PINNED] = ConfigRecord(roster.pinned)
+    context.state[SECAGG_ROUND] = array_record(round=np.array([run_id, server_round]))
 
 
 def _masked(
-    msg: Message,
-    context: Context,
-    runtime: NodeRuntime,
-    received: dict,
-    result,
-    server_round: int,
-    model: tuple[np.ndarray, dict],
-) -> np.ndarray:
-    """The node's secure-aggregation vector masked towards the round's other participants
-    (``secagg-peers``, ``secagg-keys`` of the train message), under the round's digest
-    (``model``: the table and shared-dense parameters received)."""
-    peers = received["secagg-peers"]
-    digest = secagg_trust.round_digest(int(msg.metadata.run_id), server_round, peers, *model)
-    own = secagg.load_private(record_arrays(context.state[SECAGG_KEY])["private"])
-    return secagg.masked(
-        result.secure,
-        own,
-        runtime.partition_id,
-        peers,
-        received["secagg-keys"],
-        server_round,
-        digest,
+    msg: Message, context: Context, runtime: NodeRuntime, received: dict, vector, model
+) -> dict[str, np.ndarray]:
+    """The masked vector and its self-mask's sealed shares (``model``: the table and
+    shared-dense parameters received, which the masks' derivation holds)."""
+    run_id, server_round = int(msg.metadata.run_id), int(msg.content[CONFIG]["server-round"])
+    cohort = received["secagg-cohort"]
+    digest = secagg_trust.round_digest(run_id, server_round, cohort, *model)
+    k = secagg_dropout.degree(len(cohort), runtime.config.secure_aggregation_neighbours)
+    arrays, state = secure_node.masked_upload(
+        vector, _private(context), runtime.partition_id, received, digest, k, (run_id, server_round)
     )
+    _keep(context, SECAGG_ROUND, state)
+    return arrays
+
+
+@app.query("unmask")
+def unmask(msg: Message, context: Context) -> Message:
+    """Secure aggregation's unmask step (:func:`secure_node.unmask`), answered once a round."""
+    runtime = node_runtime(context)
+    saved = _secure_state(context, SECAGG_ROUND)
+    if secure_node.UNMASKED in saved:  # answered once, whatever the answer
+        flagged = {**saved, secure_node.UNMASKED: np.ones(1, dtype=np.int64)}
+        _keep(context, SECAGG_ROUND, flagged)
+    answer = secure_node.unmask(
+        _private(context),
+        runtime.partition_id,
+        int(msg.metadata.run_id),
+        int(msg.content[CONFIG]["server-round"]),
+        saved,
+        record_arrays(msg.content[ARRAYS]),
+    )
+    return _reply(msg, answer, {"partition-id": runtime.partition_id})
 
 
 @app.evaluate()

@@ -28,6 +28,7 @@ STREAMS = {
     "malicious": 15,
     "secagg-key": 16,
     "secagg-identity": 17,
+    "secagg-graph": 18,
     # the lab's analyses of a run's state (fedrec_lab.analysis)
     "sharpness-users": 40,
     "sharpness-start": 41,

@@ -13,16 +13,14 @@ ring of integers modulo 2^64 (:class:`Layout`):
   the same fixed point;
 - its number of users, of training samples, and its loss sum (``2^16`` fixed point);
 
-plus, for every other node of the round, a pairwise mask: ``+m`` for the node of the lower
-partition id, ``-m`` for the higher, so that the masks cancel exactly in the sum. ``m`` is
-the ChaCha20 keystream under ``HKDF-SHA256(X25519(a, B), round)``: each node makes an X25519
-key pair at the handshake and sends its public key; the server forwards the round's
-participants' keys with the train message (Bonawitz et al., CCS 2017, without the dropout
-recovery: see :mod:`fedrec_flwr.server.secure_rounds`). The sum is exact integer arithmetic,
-so the unmasked total does not depend on the masks, nor on how users are packed into nodes
-(each user's row is rounded on its own). The server subtracts the global rows as the plain
-aggregation does (:func:`~fedrec_flwr.aggregation.row_changes`): the table it computes
-differs from the plain one by at most the fixed point's resolution per coordinate.
+plus masks that cancel in the sum: towards each neighbour of the round's graph a pairwise
+mask (``+m`` from the lower partition id, ``-m`` from the higher; ``m`` the ChaCha20
+keystream under a key agreed with X25519 and derived for the round), and a self-mask the
+unmask step removes (:mod:`~fedrec_flwr.privacy.secagg_dropout`; the node's checks before it
+masks: :mod:`~fedrec_flwr.privacy.secagg_trust`). The sum is exact integer arithmetic, so
+the unmasked total depends neither on the masks nor on how users are packed into nodes;
+the table the server computes differs from the plain one by at most the fixed point's
+resolution per coordinate.
 
 Range: a user's value of one coordinate must stay strictly within ``2^30 / num_users`` (the
 decoded total then stays within half the signed 64-bit range, so a vector shifted by 2^63
@@ -108,6 +106,14 @@ SECAGG_KEYS = KeyGroup(
             2,
             "the fewest other participants a node masks towards: with fewer, it refuses the "
             "round (the sum of too few uploads says too much about each)",
+            range=NON_NEGATIVE,
+        ),
+        Key(
+            "secure-aggregation-neighbours",
+            0,
+            "each node's neighbours on the round's graph (masks and self-mask shares go to "
+            "them; a round survives dropouts while more than half of each survivor's "
+            "neighbours answer); 0 = 2 ceil(1.5 log2 n) for a cohort of n nodes (SecAgg+)",
             range=NON_NEGATIVE,
         ),
         Key(
@@ -221,13 +227,10 @@ class Aggregate:
 
 def decode(layout: Layout, total: np.ndarray, num_users: int, total_users: int) -> Aggregate:
     """The round's sum as one :class:`~fedrec_flwr.aggregation.RowUpload` (the touched rows'
-    sums and counts, the shared-dense sums), whose
-    :func:`~fedrec_flwr.aggregation.row_changes` is the plain aggregation's up to the fixed
-    point's resolution. Refused (:class:`SecureAggregationError`) unless it is the sum of
-    ``num_users`` users (the round's participants, by the public schedule) of a federation
-    of ``total_users``: that many users, every count within 0..num_users, every row no user
-    trained exactly zero, and every value within its users' share of the encoding's range
-    (:func:`value_limit`)."""
+    sums and counts, the shared-dense sums). Refused (:class:`SecureAggregationError`) unless
+    it is the sum of ``num_users`` users (the survivors, by the public schedule) of a
+    federation of ``total_users``: counts within 0..num_users, rows no user trained zero,
+    every value within its users' share of the encoding's range (:func:`value_limit`)."""
     values = signed(total)
     if len(values) != layout.length:
         raise SecureAggregationError(f"the sum has {len(values)} entries, not {layout.length}")

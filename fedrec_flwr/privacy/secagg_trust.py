@@ -45,6 +45,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 )
 
 from fedrec_flwr.partition import participants
+from fedrec_flwr.privacy.secagg_dropout import degree, neighbours
 from fedrec_flwr.seeding import keyed_rng
 
 #: Bytes of a signature as it travels: Ed25519's 64, or P-384 ECDSA's r and s (48 each).
@@ -179,17 +180,33 @@ def check_round(
     own_users: np.ndarray,
     own_public: np.ndarray,
     train_users: np.ndarray,
+    cohort: np.ndarray,
     peers: np.ndarray,
     keys: np.ndarray,
     signatures: np.ndarray,
     identities: np.ndarray | None,
     roster: Roster,
-) -> None:
-    """Refuse (:class:`SecureRoundRefused`) a round that fails a check of the module's doc."""
+) -> np.ndarray:
+    """Refuse (:class:`SecureRoundRefused`) a round that fails a check of the module's doc;
+    return the node's neighbours. ``cohort``: the round's participants as the server lists
+    them; ``peers``: the node and its neighbours on the round's graph
+    (:func:`~fedrec_flwr.privacy.secagg_dropout.neighbours`), with their keys."""
     peers = np.asarray(peers, dtype=np.int64)
     keys = np.asarray(keys, dtype=np.uint8).reshape(len(peers), -1)
     signatures = np.asarray(signatures, dtype=np.uint8).reshape(len(peers), -1)
     refuse = _refusal(partition, server_round)
+    expected, chosen = expected_cohort(config, server_round, num_users, num_partitions)
+    cohort = np.sort(np.asarray(cohort, dtype=np.int64))
+    if not np.array_equal(cohort, expected):
+        refuse(
+            f"the peers {_few(cohort)} are not the round's cohort {_few(expected)} (the "
+            "partitions of the users the public schedule makes train)"
+        )
+    if len(cohort) - 1 < config.secure_aggregation_min_peers:
+        refuse(
+            f"{len(cohort) - 1} other participants, fewer than secure-aggregation-min-peers="
+            f"{config.secure_aggregation_min_peers}"
+        )
     mine = np.flatnonzero(peers == partition)
     if len(mine) != 1 or not np.array_equal(keys[mine[0]], own_public):
         refuse(
@@ -202,17 +219,10 @@ def check_round(
     if len(set(raw)) != len(raw):
         twice = [int(p) for p, k in zip(peers, raw, strict=True) if raw.count(k) > 1]
         refuse(f"one key is listed twice (partitions {twice}): the same mask added and subtracted")
-    cohort, chosen = expected_cohort(config, server_round, num_users, num_partitions)
-    if not np.array_equal(np.sort(peers), cohort):
-        refuse(
-            f"the peers {_few(np.sort(peers))} are not the round's cohort {_few(cohort)} (the "
-            "partitions of the users the public schedule makes train)"
-        )
-    if len(peers) - 1 < config.secure_aggregation_min_peers:
-        refuse(
-            f"{len(peers) - 1} other participants, fewer than secure-aggregation-min-peers="
-            f"{config.secure_aggregation_min_peers}"
-        )
+    k = degree(len(cohort), config.secure_aggregation_neighbours)
+    near = neighbours(config.seed, server_round, cohort, k)[partition]
+    if not np.array_equal(np.sort(peers[peers != partition]), near):
+        refuse(f"the peers {_few(np.sort(peers))} are not its neighbours {_few(near)} on the graph")
     mine_by_schedule = own_users[np.isin(own_users, chosen)]
     if not np.array_equal(np.sort(np.asarray(train_users, np.int64)), mine_by_schedule):
         refuse(
@@ -226,6 +236,7 @@ def check_round(
             refuse(
                 f"the key of partition {peer} is not signed by its identity key: a substituted key"
             )
+    return near
 
 
 def _refusal(partition: int, server_round: int):

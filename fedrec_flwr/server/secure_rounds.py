@@ -1,17 +1,22 @@
 """The server's side of a secure-aggregation round (:mod:`fedrec_flwr.privacy.secagg`).
 
-The train message of every participant carries the full table and the round's participants
-(``secagg-peers``: their partition ids, ``secagg-keys``: their X25519 public keys from the
-handshake). Each replies with one masked vector (``secure``, uint64) and nothing else; the
-server adds the vectors modulo 2^64, the pairwise masks cancel, and only the sum is decoded
+The train message of every participant carries the full table, the round's cohort
+(``secagg-cohort``: every participant's partition id) and the node's neighbours on the
+round's graph with itself (``secagg-peers``), their X25519 public keys from the handshake,
+the keys' signatures and identity keys (:mod:`fedrec_flwr.privacy.secagg_trust`). Each node
+replies with one masked vector (``secure``, uint64) and its self-mask seed's shares sealed for
+their holders (``secagg-shares``), nothing else. The server adds the vectors modulo 2^64,
+asks every node that answered for what removes the masks (the ``unmask`` query: the shares
+it holds of its surviving neighbours' self-masks, its pairwise masks with the neighbours that
+dropped; :mod:`fedrec_flwr.privacy.secagg_dropout`), and decodes only the survivors' sum
 (:func:`~fedrec_flwr.privacy.secagg.decode`) into one upload for
 :meth:`~fedrec_flwr.server.model.ServerModel.apply` (:class:`SecureReader`).
 
-A participant that fails, does not answer in time or sends a malformed vector leaves its
-masks in the others' vectors: the round's shared update is void (the table and shared-dense
-parameters stay as they are; a warning names the nodes). SecAgg+'s recovery of a dropped
-node's masks by secret sharing of its key (Bonawitz et al., CCS 2017; Bell et al., CCS 2020)
-is not implemented.
+A participant that fails, does not answer in time or sends a malformed vector is a dropout:
+the round aggregates the others, exactly. The round is void (the table and shared-dense
+parameters stay as they are; a warning says why) when a survivor's self-mask cannot be
+rebuilt (fewer than ``t`` of its share holders answered the unmask step), when a survivor
+with a dropped neighbour does not answer it, or when the sum does not decode.
 """
 
 from __future__ import annotations
@@ -21,18 +26,18 @@ from logging import WARNING
 from typing import Any
 
 import numpy as np
-from flwr.app import Message
+from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 
-from fedrec_flwr.messages import ARRAYS, record_arrays
-from fedrec_flwr.privacy import secagg
+from fedrec_flwr.messages import ARRAYS, CONFIG, array_record, record_arrays
+from fedrec_flwr.privacy import secagg, secagg_dropout
 from fedrec_flwr.schema import ConfigError
 from fedrec_flwr.server.nodes import NodeInfo
 from fedrec_flwr.server.payloads import TrainOrder
 from fedrec_flwr.server.replies import NodeUpload, ReplyReader
 from fedrec_flwr.server.validation import ReplySchema
 
-__all__ = ["SecureReader", "SecureRounds", "masked_total"]
+__all__ = ["SecureReader", "SecureRounds", "masked_vectors", "unmasked_total"]
 
 
 class SecureRounds:
@@ -40,10 +45,13 @@ class SecureRounds:
     message carries (:meth:`peers`), and a reader of each round's masked replies (calling
     it makes one, as :class:`~fedrec_flwr.server.replies.ReplyReader` is made)."""
 
-    def __init__(self, federation: Any) -> None:
+    def __init__(self, federation: Any, config: Any) -> None:
         self.nodes: Mapping[int, NodeInfo] = federation.nodes
         self.keys: Mapping[int, dict[str, np.ndarray]] = federation.public_keys
         self.num_users: int = federation.num_users
+        self.config = config
+        self.graph: dict[int, np.ndarray] = {}  # the round's: partition -> its neighbours
+        self.threshold, self.grid, self.by_partition = 0, None, {}
 
     @staticmethod
     def check_size(config: Any, num_partitions: int) -> None:
@@ -56,15 +64,31 @@ class SecureRounds:
                 "(every node would refuse every round): run more nodes, or lower it"
             )
 
-    def peers(self, node_ids: Iterable[int]) -> dict[str, np.ndarray]:
-        """The round's participants: ``secagg_peers`` (their partition ids, sorted),
-        ``secagg_keys`` (their public keys, ``[p, 32]`` uint8), the keys' signatures and the
-        nodes' identity keys, as the handshake gave them."""
-        order = sorted((self.nodes[node_id].partition_id, node_id) for node_id in node_ids)
-        out = {"secagg_peers": np.array([partition for partition, _ in order], dtype=np.int64)}
+    def peers(self, node_ids: Iterable[int], server_round: int, grid: Any) -> dict[int, dict]:
+        """Each participant's secure-aggregation arrays: ``secagg_cohort`` (every
+        participant's partition id, sorted), ``secagg_peers`` (the node and its neighbours
+        on the round's graph, sorted), their public keys (``[p, 32]`` uint8), the keys'
+        signatures and the nodes' identity keys, as the handshake gave them. ``grid``: where
+        the round's unmask step goes (:class:`SecureReader`)."""
+        by_partition = {self.nodes[node_id].partition_id: node_id for node_id in node_ids}
+        cohort = np.array(sorted(by_partition), dtype=np.int64)
+        k = secagg_dropout.degree(len(cohort), self.config.secure_aggregation_neighbours)
+        self.graph = secagg_dropout.neighbours(self.config.seed, server_round, cohort, k)
+        self.threshold, self.grid, self.by_partition = (
+            secagg_dropout.threshold(k),
+            grid,
+            by_partition,
+        )
         parts = (("key", "keys"), ("signature", "signatures"), ("identity", "identities"))
-        for part, name in parts:
-            out[f"secagg_{name}"] = np.stack([self.keys[node_id][part] for _, node_id in order])
+        out = {}
+        for partition, node_id in by_partition.items():
+            listed = np.array(sorted([partition, *self.graph[partition].tolist()]), np.int64)
+            arrays = {"secagg_cohort": cohort, "secagg_peers": listed}
+            for part, name in parts:
+                arrays[f"secagg_{name}"] = np.stack(
+                    [self.keys[by_partition[int(p)]][part] for p in listed]
+                )
+            out[node_id] = arrays
         return out
 
     def value_limit(self) -> float:
@@ -73,14 +97,14 @@ class SecureRounds:
 
     def __call__(self, server_round: int, nodes, sent, round_log) -> SecureReader:
         reader = SecureReader(server_round, nodes, sent, round_log)
-        reader.total_users = self.num_users
+        reader.rounds = self
         return reader
 
 
 class SecureReader(ReplyReader):
     """Reads a round's masked train replies into one upload: their unmasked sum."""
 
-    total_users = 0  # the federation's users (the encoding's range)
+    rounds: SecureRounds  # the round's graph, threshold and grid
 
     def train_uploads(
         self, replies: Iterable[Message], orders: dict[int, TrainOrder], schema: ReplySchema
@@ -88,13 +112,15 @@ class SecureReader(ReplyReader):
         """The round's sum as one upload (partition -1) with its loss and sample sums, or
         none when a participant's vector is missing (the round is void)."""
         layout = secagg.Layout.of(schema.num_items, schema.row_dim, schema.dense_shapes)
-        num_users = sum(len(order.users) for order in orders.values())
-        total = masked_total(self, replies, orders, layout.length)
-        if total is None:
-            return []
+        users = {self.nodes[n].partition_id: len(order.users) for n, order in orders.items()}
+        answered = masked_vectors(self, replies, orders, layout.length)
         try:
-            aggregate = secagg.decode(layout, total, num_users, self.total_users)
-        except secagg.SecureAggregationError as error:
+            if not answered:
+                raise secagg_dropout.DropoutError("no masked vector arrived")
+            total = unmasked_total(self, answered)
+            survivors = sum(users[p] for p in answered)
+            aggregate = secagg.decode(layout, total, survivors, self.rounds.num_users)
+        except (secagg.SecureAggregationError, secagg_dropout.DropoutError) as error:
             log(WARNING, "round %d: secure aggregation void: %s", self.server_round, error)
             return []
         metrics = {"loss-sum": aggregate.loss_sum, "num-samples": aggregate.num_samples}
@@ -116,34 +142,28 @@ class SecureReader(ReplyReader):
         return list(uploads)
 
 
-def masked_total(
-    reader: ReplyReader,
-    replies: Iterable[Message],
-    orders: dict[int, TrainOrder],
-    length: int,
-) -> np.ndarray | None:
-    """The sum modulo 2^64 of the round's masked vectors (``orders``: the participants,
-    consumed), or None when a participant's vector is missing or malformed (the round is
-    void: logged). Replies are counted in the reader's round log as the plain path does."""
+def masked_vectors(
+    reader: ReplyReader, replies: Iterable[Message], orders: dict[int, TrainOrder], length: int
+) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """The participants' masked vectors and sealed shares, by partition (``orders``: the
+    participants, consumed). A failed, missing or malformed reply is a dropout, counted in
+    the reader's round log as the plain path counts it."""
     round_log, server_round = reader.round_log, reader.server_round
-    vectors, lost = [], []
+    answered = {}
     for reply in replies:
         node_id = reader.sender(reply)
         order = orders.pop(node_id, None)
         if reply.has_error():
             round_log.train_failures += 1
-            lost.append(f"node {node_id} failed ({reply.error.reason})")
+            log(WARNING, "round %d: node %d dropped: %s", server_round, node_id, reply.error.reason)
             continue
         try:
             arrays = record_arrays(reply.content[ARRAYS])
             round_log.bytes_up += reply.content[ARRAYS].count_bytes()
-            vector = arrays.get("secure")
-            if set(arrays) != {"secure"} or vector is None:
-                raise ValueError(f"it carries {sorted(arrays)}, not one 'secure' vector")
-            if vector.dtype != np.uint64 or vector.shape != (length,):
-                raise ValueError(
-                    f"'secure' is {vector.dtype} {vector.shape}, not uint64 ({length},)"
-                )
+            if order is None:  # not a participant: its vector holds no mask of this round
+                raise ValueError("the node was sent no train message this round")
+            partition = reader.nodes[node_id].partition_id
+            _check_shapes(arrays, length, len(reader.rounds.graph[partition]) + 1)
         except ValueError as error:
             round_log.rejected_replies += 1
             log(
@@ -153,25 +173,85 @@ def masked_total(
                 node_id,
                 error,
             )
-            if order is not None:  # a participant: its masks are missing from the sum
-                lost.append(f"node {node_id} sent a malformed vector")
             continue
-        if order is None:  # not a participant: its vector holds no mask of this round
-            round_log.rejected_replies += 1
-            log(WARNING, "round %d: node %d was sent no train message", server_round, node_id)
-            continue
-        vectors.append(vector)
-    missing = sorted(orders)
-    round_log.train_failures += len(missing)
-    lost.extend(f"node {node_id} did not answer in time" for node_id in missing)
-    if lost or not vectors:
+        answered[partition] = (arrays["secure"], arrays["secagg-shares"])
+    round_log.train_failures += len(orders)
+    if orders:
         log(
             WARNING,
-            "round %d: secure aggregation: %s; that participant's masks do not cancel, so the "
-            "round's shared update is void (table and shared-dense parameters unchanged; "
-            "dropout recovery by secret sharing is not implemented)",
+            "round %d: node(s) %s dropped (no answer in time)",
             server_round,
-            "; ".join(lost) or "no vector arrived",
+            sorted(orders),
         )
-        return None
-    return secagg.ring_sum(vectors)
+    return answered
+
+
+def _check_shapes(arrays: dict, length: int, holders: int) -> None:
+    if set(arrays) != {"secure", "secagg-shares"}:
+        raise ValueError(f"it carries {sorted(arrays)}, not 'secure' and 'secagg-shares'")
+    vector, sealed = arrays["secure"], arrays["secagg-shares"]
+    if vector.dtype != np.uint64 or vector.shape != (length,):
+        raise ValueError(f"'secure' is {vector.dtype} {vector.shape}, not uint64 ({length},)")
+    if sealed.dtype != np.uint8 or sealed.shape != (holders, secagg_dropout.SEALED_BYTES):
+        raise ValueError(f"'secagg-shares' is {sealed.dtype} {sealed.shape}, not ({holders}, ...)")
+
+
+def unmasked_total(reader: SecureReader, answered: dict[int, tuple]) -> np.ndarray:
+    """The survivors' exact sum: their vectors added, then the unmask step's answers
+    (:func:`~fedrec_flwr.privacy.secagg_dropout.recover`)."""
+    rounds = reader.rounds
+    graph, survivors = rounds.graph, set(answered)
+    messages = []
+    for partition in sorted(survivors):
+        alive = [int(p) for p in graph[partition] if p in survivors]
+        senders = sorted([partition, *alive])
+        sealed = np.stack([answered[j][1][_holder_row(graph, j, partition)] for j in senders])
+        arrays = {"survivors": np.array(alive, np.int64), "senders": np.array(senders, np.int64)}
+        content = RecordDict(
+            {
+                ARRAYS: array_record(**arrays, sealed=sealed),
+                CONFIG: ConfigRecord({"server-round": reader.server_round}),
+            }
+        )
+        node_id = rounds.by_partition[partition]
+        messages.append(Message(content, dst_node_id=node_id, message_type="query.unmask"))
+    shares: dict[int, list[bytes]] = {p: [] for p in survivors}
+    pairs: dict[tuple[int, int], bytes] = {}
+    for reply in rounds.grid.send_and_receive(messages, timeout=rounds.config.round_timeout):
+        if reply.has_error():
+            log(
+                WARNING,
+                "round %d: an unmask answer failed: %s",
+                reader.server_round,
+                reply.error.reason,
+            )
+            continue
+        arrays = record_arrays(reply.content[ARRAYS])
+        node = int(reply.content["metrics"]["partition-id"])
+        for owner, share in zip(arrays["share-of"].tolist(), arrays["shares"], strict=True):
+            if owner in shares:
+                shares[owner].append(share.tobytes())
+        for dropped, seed in zip(arrays["pair-with"].tolist(), arrays["pair-seeds"], strict=True):
+            if dropped not in survivors and dropped in graph[node]:
+                pairs[(node, dropped)] = seed.tobytes()
+    missing = [
+        (u, d)
+        for u in survivors
+        for d in graph[u].tolist()
+        if d not in survivors and (u, d) not in pairs
+    ]
+    if missing:
+        raise secagg_dropout.DropoutError(
+            f"partition {missing[0][0]} did not hand over its mask with dropped partition "
+            f"{missing[0][1]}"
+        )
+    total = secagg.ring_sum([vector for vector, _ in answered.values()])
+    return secagg_dropout.recover(total, sorted(survivors), shares, pairs, rounds.threshold)
+
+
+def _holder_row(graph: dict[int, np.ndarray], sender: int, holder: int) -> int:
+    """The row of ``holder``'s share in ``sender``'s sealed shares (itself, then its
+    neighbours sorted)."""
+    if holder == sender:
+        return 0
+    return 1 + int(np.searchsorted(graph[sender], holder))

@@ -131,7 +131,7 @@ class FedRecStrategy(Strategy):
         self.model = model
         self.num_users = federation.num_users
         self.nodes: dict[int, NodeInfo] = federation.nodes  # by node id, the planner's too
-        self.secure = SecureRounds(federation) if config.secure_aggregation else None
+        self.secure = SecureRounds(federation, config) if config.secure_aggregation else None
         if self.secure is not None:  # the table holds only what a user can encode
             self.secure.check_size(config, len(federation.nodes))
             model.value_limit = self.secure.value_limit()
@@ -198,12 +198,12 @@ class FedRecStrategy(Strategy):
         self.round_log = RoundLog(round=server_round)
         self.model.start_round()
         self.orders = self.planner.train_orders(server_round)
-        peers = self.secure.peers(self.orders) if self.secure else None  # and their keys
+        peers = self.secure.peers(self.orders, server_round, grid) if self.secure else {}
         messages = []
         for node_id, order in self.orders.items():
             ids = order.item_ids
             rows = self.model.table if ids is None else self.model.table[ids]
-            payload = rows_record(self.model, order.users, ids, rows, peers)
+            payload = rows_record(self.model, order.users, ids, rows, peers.get(node_id))
             config = self._config(server_round)
             messages.append(self._message(node_id, payload, config, MessageType.TRAIN))
         self.sent = messages

@@ -3,7 +3,7 @@ user's node every deviation that reads an upload from an unchecked protocol, thr
 node's own checks (:func:`fedrec_flwr.privacy.secagg_trust.check_round`), in the faithful
 mode's view (each user its own node, partition = user id, ``seeded`` keys as the audit runs):
 
-- ``alone``: peers ``[target]``, no mask added;
+- ``alone``: peers ``[target]``, no mask added (the cohort as the server says it);
 - ``key-twice``: another participant's genuine key and signature under a second partition,
   the same mask added and subtracted;
 - ``substituted``: the server's own keys in place of the other participants', signed with
@@ -25,7 +25,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedrec_flwr.partition import participants
-from fedrec_flwr.privacy import secagg, secagg_trust
+from fedrec_flwr.privacy import secagg, secagg_dropout, secagg_trust
 
 DEVIATIONS = ("alone", "key-twice", "substituted", "others-train-nobody")
 RUN_ID = 0  # the audit's view has no Flower run: the nodes would sign run 0
@@ -58,17 +58,27 @@ def refusals(config: Any, num_users: int, user: int, server_round: int) -> dict[
         seed=seed,
         fraction_train=config.fraction_train,
         secure_aggregation_min_peers=config.secure_aggregation_min_peers,
+        secure_aggregation_neighbours=config.secure_aggregation_neighbours,
     )
-    honest = _honest(seed, chosen)
-    at = int(np.searchsorted(chosen, user))
-    other = int(chosen[0] if chosen[0] != user else chosen[-1])
+    k = secagg_dropout.degree(len(chosen), config.secure_aggregation_neighbours)
+    graph = secagg_dropout.neighbours(seed, server_round, chosen, k)
+    near = np.sort(np.append(graph[user], user))
+    honest = _honest(seed, near)
+    at = int(np.searchsorted(near, user))
+    other = int(graph[user][0])
+    alone = np.array([user])
     deviations = {
-        "alone": (user, _honest(seed, np.array([user])), np.array([user])),
-        "key-twice": (user, _duplicated(honest, at), np.array([user])),
-        "substituted": (user, _substituted(honest, at), np.array([user])),
-        "others-train-nobody": (other, honest, np.array([], dtype=np.int64)),
+        "alone": (user, alone, _honest(seed, alone), alone),
+        "key-twice": (user, chosen, _duplicated(honest, at), alone),
+        "substituted": (user, chosen, _substituted(honest, at), alone),
+        "others-train-nobody": (
+            other,
+            chosen,
+            _honest(seed, np.sort(np.append(graph[other], other))),
+            np.array([], dtype=np.int64),
+        ),
     }
-    for name, (node, listed, train_users) in deviations.items():
+    for name, (node, cohort, listed, train_users) in deviations.items():
         try:
             secagg_trust.check_round(
                 config=view,
@@ -80,6 +90,7 @@ def refusals(config: Any, num_users: int, user: int, server_round: int) -> dict[
                 own_users=np.array([node]),
                 own_public=np.frombuffer(_signed(seed, node)[0], np.uint8),
                 train_users=train_users,
+                cohort=cohort,
                 peers=listed["peers"],
                 keys=listed["keys"],
                 signatures=listed["signatures"],

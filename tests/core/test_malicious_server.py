@@ -70,6 +70,21 @@ def test_the_honest_round_passes_every_check(tmp_path):
     assert all(not isinstance(reply, str) for reply in replies.values())
 
 
+def test_peers_that_are_not_the_nodes_neighbours_are_refused(tmp_path):
+    """The cohort as the schedule says, but the target told its only neighbour is one
+    partition (which masks towards others): refused."""
+    strategy, grid = connected(tmp_path, 8, **{"secure-aggregation-neighbours": 2})
+    messages = round_messages(strategy, grid)
+
+    def fewer(arrays):
+        keep = np.arange(len(arrays["secagg-peers"])) < 2
+        for name in ("secagg-peers", "secagg-keys", "secagg-signatures", "secagg-identities"):
+            arrays[name] = arrays[name][keep]
+
+    edit(messages[TARGET], fewer)
+    assert "are not its neighbours" in answers(grid, {TARGET: messages[TARGET]})[TARGET]
+
+
 def test_the_target_alone_is_refused(tmp_path):
     """Peers [target]: no mask would be added, the vector would be the plain upload."""
     strategy, grid = connected(tmp_path)
@@ -79,6 +94,7 @@ def test_the_target_alone_is_refused(tmp_path):
         keep = arrays["secagg-peers"] == TARGET
         for name in ("secagg-peers", "secagg-keys", "secagg-signatures", "secagg-identities"):
             arrays[name] = arrays[name][keep]
+        arrays["secagg-cohort"] = arrays["secagg-peers"]
 
     edit(messages[TARGET], alone)
     reason = answers(grid, {TARGET: messages[TARGET]})[TARGET]
@@ -101,6 +117,7 @@ def test_too_few_peers_are_refused_even_when_the_schedule_makes_them():
             own_users=np.arange(0, 40, 3),
             own_public=public,
             train_users=np.arange(0, 40, 3),
+            cohort=np.arange(3),
             peers=np.arange(3),
             keys=np.stack(
                 [secagg.public_bytes(secagg.private_key(0, p, "seeded")) for p in range(3)]

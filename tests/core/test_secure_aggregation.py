@@ -320,9 +320,9 @@ def test_the_server_sees_masked_vectors_and_the_sum_is_the_plain_update(tmp_path
     for message in messages:  # the full table, the round's three keys, no request
         arrays = record_arrays(message.content["arrays"])
         assert "item-ids" not in arrays and arrays["item-rows"].shape[0] == 300
-        assert arrays["secagg-peers"].tolist() == [0, 1, 2]
-    for reply in replies:
-        assert set(record_arrays(reply.content["arrays"])) == {"secure"}
+        assert arrays["secagg-peers"].tolist() == arrays["secagg-cohort"].tolist() == [0, 1, 2]
+    for reply in replies:  # a masked vector and its self-mask's sealed shares
+        assert set(record_arrays(reply.content["arrays"])) == {"secure", "secagg-shares"}
         assert not reply.content["metrics"]  # no loss, no sample count in the clear
     secure.aggregate_train(1, replies)
     plain.aggregate_train(1, train_round(plain, plain_grid)[1])
@@ -337,15 +337,40 @@ def test_the_server_sees_masked_vectors_and_the_sum_is_the_plain_update(tmp_path
 
 
 @pytest.mark.usefixtures("private_cache")
-def test_a_missing_participant_voids_the_round(tmp_path, caplog):
+def test_three_nodes_cannot_survive_a_dropout(tmp_path, caplog):
+    """Three nodes: each has two neighbours, and a self-mask needs all three shares (more
+    than half of the neighbours and its own): a missing participant voids the round."""
     strategy, grid = connected(tmp_path, 3, **{"secure-aggregation": True})
     table = strategy.model.table
     _, replies = train_round(strategy, grid)
     assert strategy.aggregate_train(1, replies[1:]) == (None, None)
     assert strategy.model.table is table
     assert strategy.round_log.train_failures == 1
-    assert "round's shared update is void" in caplog.text
-    assert "not implemented" in caplog.text
+    assert "1 of its 2 neighbours survived, fewer than 2: it reveals nothing" in caplog.text
+    assert "secure aggregation void" in caplog.text
+
+
+@pytest.mark.usefixtures("private_cache")
+@pytest.mark.parametrize(("neighbours", "dropped"), [(0, (2, 5)), (4, (2,))])
+def test_the_round_survives_dropouts_with_the_survivors_exact_sum(tmp_path, neighbours, dropped):
+    """Eight nodes, some drop after the train message (every one a neighbour of all others,
+    or four neighbours each, at most one of them dropped): the survivors' masks are removed
+    through the unmask step, and the table is the plain round's of the same nodes."""
+    keys_ = {"item-lr": 1.0, "secure-aggregation-neighbours": neighbours}
+    secure, grid = connected(tmp_path / "s", 8, **keys_, **{"secure-aggregation": True})
+    plain, plain_grid = connected(tmp_path / "p", 8, **keys_)
+    _, replies = train_round(secure, grid)
+    kept = [r for r in replies if secure.nodes[r.metadata.src_node_id].partition_id not in dropped]
+    secure.aggregate_train(1, kept)
+    _, plain_replies = train_round(plain, plain_grid)
+    plain_kept = [
+        r for r in plain_replies if plain.nodes[r.metadata.src_node_id].partition_id not in dropped
+    ]
+    plain.aggregate_train(1, plain_kept)
+    assert secure.round_log.train_failures == len(dropped)
+    assert secure.round_log.train_users == plain.round_log.train_users > 0
+    np.testing.assert_allclose(secure.model.table, plain.model.table, rtol=1e-6, atol=1e-6)
+    assert not np.array_equal(secure.model.table, connected(tmp_path / "x", 8)[0].model.table)
 
 
 @pytest.mark.usefixtures("private_cache")
