@@ -257,3 +257,21 @@ def test_the_audits_malicious_server_recovers_nothing_from_nodes_that_refuse():
     opened = {**refused, "alone": None}
     got = malicious_server.scores(opened, sent, plain, rng)
     assert got[0] > got[2] and got[1] > got[4]  # the recovered positives rank first
+
+
+def test_a_second_unmask_step_of_a_round_is_refused(tmp_path, caplog):
+    """A node answers the unmask step once a round: asked again (to hand over, say, its
+    pairwise masks after a self-mask share), it refuses."""
+    from fedrec_flwr.privacy.secagg_dropout import DropoutError
+    from fedrec_flwr.server.secure_rounds import masked_vectors, unmasked_total
+
+    strategy, grid = connected(tmp_path)
+    messages = round_messages(strategy, grid)
+    replies = [grid.send_and_receive([m], timeout=600)[0] for m in messages.values()]
+    reader = strategy.secure(1, strategy.nodes, list(messages.values()), strategy.round_log)
+    layout_length = len(record_arrays(replies[0].content["arrays"])["secure"])
+    answered = masked_vectors(reader, replies, dict(strategy.orders), layout_length)
+    unmasked_total(reader, answered)
+    with pytest.raises(DropoutError, match="shares of partition"):
+        unmasked_total(reader, answered)
+    assert "answered the unmask step of round 1 already" in caplog.text
