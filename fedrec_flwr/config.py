@@ -25,8 +25,8 @@ from typing import Any
 from fedrec_flwr.aggregation import DefenceKeys
 from fedrec_flwr.data.registry import DataKeys, dataset_key_groups
 from fedrec_flwr.methods import Method, build_method, methods
-from fedrec_flwr.methods.plgc import PLGC_KEYS
-from fedrec_flwr.methods.plugins import DUAL_KEYS
+from fedrec_flwr.methods.plgc import PlgcKeys
+from fedrec_flwr.methods.plugins import DualKeys
 from fedrec_flwr.node.malicious import MALICIOUS_KEYS
 from fedrec_flwr.node.optim import SAM_KEYS
 from fedrec_flwr.privacy.decoys import DECOY_KEYS
@@ -46,7 +46,7 @@ from fedrec_flwr.run_keys import (
     TrainingKeys,
 )
 from fedrec_flwr.sampling import NegativeSamplerKeys
-from fedrec_flwr.schema import AnyGroup, ConfigError, Key, KeyGroup, Settings
+from fedrec_flwr.schema import AnyGroup, ConfigError, Group, Settings, key
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -65,23 +65,19 @@ def method_names() -> tuple[str, ...]:
     return tuple(methods())
 
 
-METHOD_KEYS = KeyGroup(
-    title="Method",
-    owner=__name__,
-    keys=(
-        Key(
-            "method",
-            "pfedrec",
-            "the federated method: a registered one (`docs/methods/`)",
-            choices=method_names,
-        ),
-    ),
-)
+class MethodKeys(Group):
+    title = "Method"
+
+    method: str = key(
+        default="pfedrec",
+        help="the federated method: a registered one (`docs/methods/`)",
+        choices=method_names,
+    )
 
 
-def method_key_groups() -> tuple[KeyGroup, ...]:
+def method_key_groups() -> tuple[type[Group], ...]:
     """The keys of the registered methods (their cards' ``keys``), each group once."""
-    groups: list[KeyGroup] = []
+    groups: list[type[Group]] = []
     for card in methods().values():
         if card.keys is not None and card.keys not in groups:
             groups.append(card.keys)
@@ -92,8 +88,8 @@ def key_groups() -> tuple[AnyGroup, ...]:
     """Every group of run-config keys, in key order (that of ``pyproject.toml``,
     ``config.json`` and the configuration reference)."""
     return (
-        METHOD_KEYS,
-        DUAL_KEYS,
+        MethodKeys,
+        DualKeys,
         DataKeys,
         TrainingKeys,
         NegativeSamplerKeys,
@@ -104,7 +100,7 @@ def key_groups() -> tuple[AnyGroup, ...]:
         ServerKeys,
         ServerOptimizerKeys,
         *method_key_groups(),
-        PLGC_KEYS,
+        PlgcKeys,
         EvaluationKeys,
         ExecutionKeys,
         FaultKeys,
@@ -121,7 +117,7 @@ def reference_defaults(mapping: Mapping[str, Any]) -> dict[str, Any]:
     """The paper values the mapping's method declares (its card's ``reference_defaults``) for
     the keys the mapping leaves unset: each declared set of keys is filled when the mapping
     sets none of its keys, so keys set explicitly always win (FedRecGEL's two SAM radii)."""
-    card = methods().get(str(mapping.get("method", METHOD_KEYS.keys[0].default)))
+    card = methods().get(str(mapping.get("method", MethodKeys.keys[0].default)))
     filled: dict[str, Any] = {}
     for values in card.reference_defaults if card is not None else ():
         if not any(key in mapping for key in values):

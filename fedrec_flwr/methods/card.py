@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from fedrec_flwr.methods.base import Method
-from fedrec_flwr.schema import Dim, KeyGroup, Scalar
+from fedrec_flwr.schema import Dim, Group, Scalar
 
 #: ``lr``: the private parameters' learning rate.
 LR = Dim(0.01, 4.0)
@@ -56,7 +56,7 @@ class MethodCard:
     - ``method``: the :class:`Method` subclass (the maths); the card's ``name`` is its
       ``name``, the ``method`` run-config key;
     - ``title``: its display name (documentation, tables); ``paper``: where it comes from;
-    - ``keys``: its own run-config keys (a :class:`~fedrec_flwr.schema.KeyGroup` composed
+    - ``keys``: its own run-config keys (a :class:`~fedrec_flwr.schema.Group` composed
       into the run config; several cards may share one group, FedNCF's and FedRecGEL's);
     - ``search_space``: run-config key -> range, tuned in that order (``fedrec tune``);
     - ``audit``: how the privacy audit imitates its local update (None: it does not);
@@ -74,7 +74,7 @@ class MethodCard:
     method: type[Method]
     title: str
     paper: str
-    keys: KeyGroup | None = None
+    keys: type[Group] | None = None
     search_space: Mapping[str, Dim] = field(default_factory=dict)
     audit: AuditImitation | None = None
     reference_defaults: tuple[Mapping[str, Scalar], ...] = ()

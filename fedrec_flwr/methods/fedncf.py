@@ -25,7 +25,7 @@ import torch
 from fedrec_flwr.methods.adam_state import adam_state, is_adam_state
 from fedrec_flwr.methods.base import Method, Phase, Step, bce_losses, user_normal
 from fedrec_flwr.methods.card import INIT_STD, ITEM_LR, LR, MethodCard
-from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Dim, Key, KeyGroup
+from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Dim, Group, key
 from fedrec_flwr.seeding import keyed_rng
 
 USER_GMF, USER_MLP = "user-gmf", "user-mlp"
@@ -46,33 +46,27 @@ def layer_sizes(text: str) -> tuple[int, ...]:
 
 
 #: NeuMF's keys (FedNCF and FedRecGEL).
-NCF_KEYS = KeyGroup(
-    title="FedNCF and FedRecGEL",
-    owner=__name__,
-    keys=(
-        Key(
-            "ncf-mlp-dim",
-            32,
-            "size of the MLP user and item embeddings (an item row is "
-            "`embedding-dim + ncf-mlp-dim` wide)",
-            range=POSITIVE,
-        ),
-        Key(
-            "ncf-layers",
-            "32,16",
-            "output sizes of the MLP tower's layers, comma-separated (input: 2 x `ncf-mlp-dim`)",
-            check=layer_sizes,
-        ),
-        Key(
-            "ncf-dense-init",
-            "pytorch",
-            "init of the MLP tower and output layer: `pytorch` (nn.Linear's default) or "
-            "`reference` (FedRecGEL's reference code: Xavier-uniform tower weights, Kaiming-"
-            "uniform output weight with the sigmoid gain, zero biases)",
-            choices=lambda: ("pytorch", "reference"),
-        ),
-    ),
-)
+class NcfKeys(Group):
+    title = "FedNCF and FedRecGEL"
+
+    ncf_mlp_dim: int = key(
+        default=32,
+        help="size of the MLP user and item embeddings (an item row is "
+        "`embedding-dim + ncf-mlp-dim` wide)",
+        range=POSITIVE,
+    )
+    ncf_layers: str = key(
+        default="32,16",
+        help="output sizes of the MLP tower's layers, comma-separated (input: 2 x `ncf-mlp-dim`)",
+        check=layer_sizes,
+    )
+    ncf_dense_init: str = key(
+        default="pytorch",
+        help="init of the MLP tower and output layer: `pytorch` (nn.Linear's default) or "
+        "`reference` (FedRecGEL's reference code: Xavier-uniform tower weights, Kaiming-"
+        "uniform output weight with the sigmoid gain, zero biases)",
+        choices=lambda: ("pytorch", "reference"),
+    )
 
 
 class FedNCF(Method):
@@ -174,28 +168,23 @@ class PrivateOptimizer(StrEnum):
 
 
 #: FedRecGEL's own keys (its model's are FedNCF's).
-FEDRECGEL_KEYS = KeyGroup(
-    title="FedRecGEL",
-    owner=__name__,
-    keys=(
-        Key(
-            "fedrecgel-loss-chunk",
-            0,
-            "FedRecGEL's loss: `0`, each user's mean BCE over its batch; `n > 0`, the sum of "
-            "the mean BCE of each `n` consecutive samples of the batch (the reference code: "
-            "128), so that a user with more samples weighs more",
-            range=NON_NEGATIVE,
-            why=" (0 = each user's mean)",
-        ),
-        Key(
-            "fedrecgel-private-optimizer",
-            PrivateOptimizer.SGD.value,
-            "local optimiser of the user embeddings: `sgd` or `adam` (the reference code: "
-            "PyTorch's Adam with step `lr`, its state kept per user across rounds)",
-            choices=PrivateOptimizer,
-        ),
-    ),
-)
+class FedRecGelKeys(Group):
+    title = "FedRecGEL"
+
+    fedrecgel_loss_chunk: int = key(
+        default=0,
+        help="FedRecGEL's loss: `0`, each user's mean BCE over its batch; `n > 0`, the sum of "
+        "the mean BCE of each `n` consecutive samples of the batch (the reference code: "
+        "128), so that a user with more samples weighs more",
+        range=NON_NEGATIVE,
+        why=" (0 = each user's mean)",
+    )
+    fedrecgel_private_optimizer: str = key(
+        default=PrivateOptimizer.SGD.value,
+        help="local optimiser of the user embeddings: `sgd` or `adam` (the reference code: "
+        "PyTorch's Adam with step `lr`, its state kept per user across rounds)",
+        choices=PrivateOptimizer,
+    )
 
 
 def chunk_weights(weights: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -251,7 +240,7 @@ FEDNCF_CARD = MethodCard(
     FedNCF,
     title="FedNCF",
     paper="NeuMF (He et al., WWW 2017), federated as in Perifanis & Efraimidis 2022",
-    keys=NCF_KEYS,
+    keys=NcfKeys,
     search_space={"lr": LR, "item-lr": ITEM_LR, "dense-lr": Dim(0.01, 1.0), "init-std": INIT_STD},
     supports_dual=True,
     order=3,
@@ -260,7 +249,7 @@ FEDRECGEL_CARD = MethodCard(
     FedRecGEL,
     title="FedRecGEL",
     paper="FedRecGEL (2026; seeds 000/001): sharpness-aware generalised item embeddings",
-    keys=FEDRECGEL_KEYS,
+    keys=FedRecGelKeys,
     # Its uploads are minus the gradient (item-lr 1): the server's Adam sets the step.
     search_space={"lr": LR, "server-lr": Dim(0.0001, 0.03), "init-std": INIT_STD},
     # The paper's SAM radii (Last.fm-2K, those of the paper presets), for a run that sets

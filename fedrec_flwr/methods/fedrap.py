@@ -65,7 +65,7 @@ from fedrec_flwr.methods.base import (
     linear_logits_all,
 )
 from fedrec_flwr.methods.card import LR, MethodCard
-from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, Dim, Key, KeyGroup
+from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, Dim, Group, key
 
 LOCAL = "local-rows"  # D_u
 SCORE = ("score-weight", "score-bias")
@@ -93,70 +93,61 @@ class Distance(StrEnum):
 
 
 OFF = " (0 = off)"
-FEDRAP_KEYS = KeyGroup(
-    title="FedRAP",
-    owner=__name__,
-    keys=(
-        Key(
-            "fedrap-v1",
-            0.1,
-            "weight `v1` of the distance term, `lambda_a = tanh(a/10) * v1` (minus sign: pushes "
-            "`D_u` and `C` apart)",
-            range=NON_NEGATIVE,
-            why=OFF,
-        ),
-        Key(
-            "fedrap-v2",
-            0.1,
-            "weight `v2` of the L1 term on `C`, `mu_a = tanh(a/10) * v2`, applied as a proximal "
-            "soft threshold",
-            range=NON_NEGATIVE,
-            why=OFF,
-        ),
-        Key(
-            "fedrap-schedule",
-            Schedule.TANH.value,
-            "`tanh`: the paper's curriculum over the 0-based round `a`; `constant`: `v1`, `v2` "
-            "from round 1 (what FedRAP's code runs)",
-            choices=Schedule,
-        ),
-        Key(
-            "fedrap-reg-rows",
-            RegRows.HELD.value,
-            "where the regularisers are evaluated: `held`, every row the user holds this round; "
-            "`batch`, only the rows of the current batch (the reference code)",
-            choices=RegRows,
-        ),
-        Key(
-            "fedrap-distance",
-            Distance.SQUARED.value,
-            "`squared`: the paper's `||D_u - C||_F^2` (unbounded: diverges); `bounded`: "
-            "`sum_i kappa * tanh(||D_u[i] - C[i]||^2 / kappa)`",
-            choices=Distance,
-        ),
-        Key(
-            "fedrap-distance-bound",
-            1.0,
-            "`kappa` of the bounded distance (squared distance per row at which the push fades)",
-            range=POSITIVE,
-        ),
-        Key(
-            "fedrap-zero-threshold",
-            0.0,
-            "rows of `C` whose max abs value is at or below it count as zero: not sent (ids "
-            "only), snapped to 0 by the server",
-            range=NON_NEGATIVE,
-            why=OFF,
-        ),
-        Key(
-            "fedrap-local-lr-ratio",
-            1.0,
-            "learning rate of `D_u` over that of `C` (`item-lr`; 1.0 as FedRAP's code)",
-            range=NON_NEGATIVE,
-            why=" (0: D_u is never trained)",
-        ),
-    ),
-)
+
+
+class FedRapKeys(Group):
+    title = "FedRAP"
+
+    fedrap_v1: float = key(
+        default=0.1,
+        help="weight `v1` of the distance term, `lambda_a = tanh(a/10) * v1` (minus sign: pushes "
+        "`D_u` and `C` apart)",
+        range=NON_NEGATIVE,
+        why=OFF,
+    )
+    fedrap_v2: float = key(
+        default=0.1,
+        help="weight `v2` of the L1 term on `C`, `mu_a = tanh(a/10) * v2`, applied as a proximal "
+        "soft threshold",
+        range=NON_NEGATIVE,
+        why=OFF,
+    )
+    fedrap_schedule: str = key(
+        default=Schedule.TANH.value,
+        help="`tanh`: the paper's curriculum over the 0-based round `a`; `constant`: `v1`, `v2` "
+        "from round 1 (what FedRAP's code runs)",
+        choices=Schedule,
+    )
+    fedrap_reg_rows: str = key(
+        default=RegRows.HELD.value,
+        help="where the regularisers are evaluated: `held`, every row the user holds this round; "
+        "`batch`, only the rows of the current batch (the reference code)",
+        choices=RegRows,
+    )
+    fedrap_distance: str = key(
+        default=Distance.SQUARED.value,
+        help="`squared`: the paper's `||D_u - C||_F^2` (unbounded: diverges); `bounded`: "
+        "`sum_i kappa * tanh(||D_u[i] - C[i]||^2 / kappa)`",
+        choices=Distance,
+    )
+    fedrap_distance_bound: float = key(
+        default=1.0,
+        help="`kappa` of the bounded distance (squared distance per row at which the push fades)",
+        range=POSITIVE,
+    )
+    fedrap_zero_threshold: float = key(
+        default=0.0,
+        help="rows of `C` whose max abs value is at or below it count as zero: not sent (ids "
+        "only), snapped to 0 by the server",
+        range=NON_NEGATIVE,
+        why=OFF,
+    )
+    fedrap_local_lr_ratio: float = key(
+        default=1.0,
+        help="learning rate of `D_u` over that of `C` (`item-lr`; 1.0 as FedRAP's code)",
+        range=NON_NEGATIVE,
+        why=" (0: D_u is never trained)",
+    )
 
 
 def fedrap_weights(config, server_round: int) -> tuple[float, float]:
@@ -319,7 +310,7 @@ CARD = MethodCard(
     FedRAP,
     title="FedRAP",
     paper="Li, Long and Zhou, ICLR 2024",
-    keys=FEDRAP_KEYS,
+    keys=FedRapKeys,
     search_space={
         "lr": LR,
         "item-lr": Dim(0.05, 4.0),

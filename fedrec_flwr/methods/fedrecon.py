@@ -16,21 +16,18 @@ import torch
 from fedrec_flwr.methods.base import ROWS, Phase, Stage
 from fedrec_flwr.methods.card import INIT_STD, ITEM_LR, LR, NEGATIVES, MethodCard
 from fedrec_flwr.methods.fedmf import USER, FedMF
-from fedrec_flwr.schema import POSITIVE, Key, KeyGroup
+from fedrec_flwr.schema import POSITIVE, Group, key
 from fedrec_flwr.seeding import keyed_rng
 
-FEDRECON_KEYS = KeyGroup(
-    title="FedRecon",
-    owner=__name__,
-    keys=(
-        Key(
-            "fedrecon-epochs",
-            5,
-            "epochs that reconstruct the user vector (items frozen) before the item epochs",
-            range=POSITIVE,
-        ),
-    ),
-)
+
+class FedReconKeys(Group):
+    title = "FedRecon"
+
+    fedrecon_epochs: int = key(
+        default=5,
+        help="epochs that reconstruct the user vector (items frozen) before the item epochs",
+        range=POSITIVE,
+    )
 
 
 class FedRecon(FedMF):
@@ -65,7 +62,7 @@ CARD = MethodCard(
     FedRecon,
     title="FedRecon",
     paper="Singhal et al., NeurIPS 2021",
-    keys=FEDRECON_KEYS,
+    keys=FedReconKeys,
     search_space={"lr": LR, "item-lr": ITEM_LR, "init-std": INIT_STD, "num-negatives": NEGATIVES},
     audit=None,  # the audit imitates FedMF's joint step, not the reconstruction
     supports_dual=True,

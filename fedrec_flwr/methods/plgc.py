@@ -15,13 +15,15 @@ user's rows (``plgc-alpha = "ntk"``) and used in evaluation and the next round, 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from fedrec_flwr.methods.base import ROWS, Method, Role, RoundContext, Step
 from fedrec_flwr.methods.plugin import Attachment, MethodPlugin, Plugin
-from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Dim, Key, KeyGroup
+from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Dim, Group, key
 
 GLOBAL = "plgc-global"  # G: the received global rows, frozen
 ALPHA = "plgc-alpha"  # alpha_u, per user
@@ -49,45 +51,38 @@ def alpha_from_number(value: object) -> str | None:
     return repr(float(value)) if isinstance(value, int | float) else None
 
 
-PLGC_KEYS = KeyGroup(
-    title="PLGC (plug-in)",
-    owner=__name__,
-    plugin="plgc",
-    keys=(
-        Key(
-            "plgc",
-            False,
-            "PLGC plug-in (`docs/plgc.md`) on a method with personal rows: `pfedrec`, `fedrap`, "
-            'or `personalization = "dual"`; refused otherwise',
-        ),
-        Key(
-            "plgc-alpha",
-            NTK,
-            "weight of the local rows in `alpha * L + (1 - alpha) * G`: `ntk` (per user and "
-            'round, from the empirical NTK) or a fixed number in [0, 1], e.g. `"0.5"`',
-            check=check_alpha,
-            parse=alpha_from_number,
-        ),
-        Key(
-            "plgc-decorrelation",
-            0.0,
-            "weight of PLGC's redundancy-reduction loss between the local and global views",
-            range=NON_NEGATIVE,
-            why=" (0 = off)",
-        ),
-        Key(
-            "plgc-persist",
-            False,
-            "`true` keeps every local row a user has trained and starts its next rounds from "
-            "them (else a round starts from the global rows, as the base method; see "
-            "`docs/plgc.md`)",
-        ),
-    ),
-    search_space={
+class PlgcKeys(Group):
+    title = "PLGC (plug-in)"
+    plugin = "plgc"
+    search_space: ClassVar[Mapping[str, Dim]] = {
         "plgc-alpha": Dim(choices=(NTK, "0.25", "0.5", "0.75")),
         "plgc-decorrelation": Dim(choices=(0.0, 0.001, 0.01)),
-    },
-)
+    }
+
+    plgc: bool = key(
+        default=False,
+        help="PLGC plug-in (`docs/plgc.md`) on a method with personal rows: `pfedrec`, `fedrap`, "
+        'or `personalization = "dual"`; refused otherwise',
+    )
+    plgc_alpha: str = key(
+        default=NTK,
+        help="weight of the local rows in `alpha * L + (1 - alpha) * G`: `ntk` (per user and "
+        'round, from the empirical NTK) or a fixed number in [0, 1], e.g. `"0.5"`',
+        check=check_alpha,
+        parse=alpha_from_number,
+    )
+    plgc_decorrelation: float = key(
+        default=0.0,
+        help="weight of PLGC's redundancy-reduction loss between the local and global views",
+        range=NON_NEGATIVE,
+        why=" (0 = off)",
+    )
+    plgc_persist: bool = key(
+        default=False,
+        help="`true` keeps every local row a user has trained and starts its next rounds from "
+        "them (else a round starts from the global rows, as the base method; see "
+        "`docs/plgc.md`)",
+    )
 
 
 def fixed_alpha(config) -> float | None:

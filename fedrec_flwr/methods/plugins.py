@@ -11,7 +11,7 @@ from enum import StrEnum
 from fedrec_flwr.methods.base import Method
 from fedrec_flwr.methods.plugin import Attachment, Plugin
 from fedrec_flwr.methods.registry import method_card
-from fedrec_flwr.schema import ConfigError, Key, KeyGroup, Settings
+from fedrec_flwr.schema import ConfigError, Group, Settings, key
 
 
 class Personalization(StrEnum):
@@ -23,21 +23,17 @@ class Personalization(StrEnum):
 
 #: DualPer's key. Its checks: ``dual_applies``; no search space (a DualPer preset is tuned
 #: as its base method's).
-DUAL_KEYS = KeyGroup(
-    title="DualPer (plug-in)",
-    owner=__name__,
-    plugin="dualper",
-    keys=(
-        Key(
-            "personalization",
-            Personalization.NONE.value,
-            "`none`: the method as published; `dual`: PFedRec's plug-in (Table 3) on "
-            "`fedmf`, `fedncf`, `fedrecon`: the score function becomes private and the user "
-            "post-tunes personal item rows that it evaluates with",
-            choices=Personalization,
-        ),
-    ),
-)
+class DualKeys(Group):
+    title = "DualPer (plug-in)"
+    plugin = "dualper"
+
+    personalization: str = key(
+        default=Personalization.NONE.value,
+        help="`none`: the method as published; `dual`: PFedRec's plug-in (Table 3) on "
+        "`fedmf`, `fedncf`, `fedrecon`: the score function becomes private and the user "
+        "post-tunes personal item rows that it evaluates with",
+        choices=Personalization,
+    )
 
 
 def dual_enabled(config: Settings) -> bool:
