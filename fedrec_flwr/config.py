@@ -17,13 +17,13 @@ secure aggregation in :mod:`fedrec_flwr.privacy`), a dataset's in
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from fedrec_flwr.aggregation import DefenceKeys
 from fedrec_flwr.data.registry import DataKeys, dataset_key_groups
+from fedrec_flwr.data.settings import DATA_DIR_ENV, DataSettings
 from fedrec_flwr.methods import Method, build_method, methods
 from fedrec_flwr.methods.plgc import PlgcKeys
 from fedrec_flwr.methods.plugins import DualKeys
@@ -40,6 +40,7 @@ from fedrec_flwr.run_keys import (
     KeepPersonalRows,
     LearningKeys,
     OutputKeys,
+    RunGroups,
     ScheduleKeys,
     ServerKeys,
     ServerOptimizerKeys,
@@ -56,8 +57,6 @@ __all__ = [
     "reference_defaults",
     "with_reference_defaults",
 ]
-
-DATA_DIR_ENV = "FEDREC_DATA_DIR"
 
 
 def method_names() -> tuple[str, ...]:
@@ -131,7 +130,7 @@ def with_reference_defaults(mapping: Mapping[str, Any]) -> dict[str, Any]:
     return {**reference_defaults(mapping), **mapping}
 
 
-class RunConfig(Settings):
+class RunConfig(Settings, RunGroups):
     """Resolved run configuration; attribute ``foo_bar`` is run-config key ``foo-bar``."""
 
     @classmethod
@@ -142,6 +141,17 @@ class RunConfig(Settings):
     def reference_defaults(cls, mapping: Mapping[str, Any]) -> dict[str, Any]:
         """The method's paper values for the keys ``mapping`` leaves unset."""
         return reference_defaults(mapping)
+
+    def active_groups(self) -> list[AnyGroup]:
+        """The groups whose checks run: a dataset's keys when it is the run's dataset, the
+        others when they apply (:meth:`~fedrec_flwr.schema.Group.active`)."""
+        dataset = self.group(DataKeys).dataset
+        of_dataset = dataset_key_groups()
+        return [
+            group
+            for group in super().active_groups()
+            if not isinstance(group, type) or of_dataset.get(group, dataset) == dataset
+        ]
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for impossible values: each key's and each group's
@@ -171,7 +181,7 @@ class RunConfig(Settings):
 
     def resolved_data_dir(self) -> str:
         """``data-dir``, else ``$FEDREC_DATA_DIR``, else '' (= download into the cache)."""
-        return self.data_dir or os.environ.get(DATA_DIR_ENV, "")
+        return DataSettings.of(self).resolved_data_dir()
 
     def item_learning_rate(self, num_items: int) -> float:
         """The item-row learning rate after ``item-lr-scaling``."""

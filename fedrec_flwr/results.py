@@ -119,7 +119,10 @@ class RunRecorder:
             self.columns += ["fit-loss", "val-loss", "gap"]
         self.rows: list[dict[str, Any]] = []
         self.stopped_diverged: int | None = None
-        self.extra = {**source_record(config), **extra}  # a user's file: its sha256
+        self.extra = {
+            **source_record(config),
+            **extra,
+        }  # a user's file: its sha256
         self.mark_incomplete("running, stopped or crashed: summary.json not written yet")
         self.describe()
         if resumed_rows is not None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
+from fedrec_flwr.aggregation import DefenceKeys
+from fedrec_flwr.sampling import NegativeSamplerKeys
 from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Dim, Group, Range, key
 
 
@@ -418,3 +420,60 @@ class ServerOptimizerKeys(Group):
     )
 
     check = check_optimized_rows
+
+
+G = TypeVar("G", bound=Group)
+
+
+class RunGroups:
+    """A run's values by group: ``config.group(SamKeys)`` for any group, and the groups of
+    the run itself by name (``config.training.seed``). Every layer reads a run's values
+    through it; :class:`~fedrec_flwr.config.RunConfig` composes the groups."""
+
+    def group(self, kind: type[G]) -> G:
+        """The values of the keys of group ``kind``."""
+        raise NotImplementedError
+
+    @property
+    def training(self) -> TrainingKeys:
+        return self.group(TrainingKeys)
+
+    @property
+    def outputs(self) -> OutputKeys:
+        return self.group(OutputKeys)
+
+    @property
+    def learning(self) -> LearningKeys:
+        return self.group(LearningKeys)
+
+    @property
+    def schedule(self) -> ScheduleKeys:
+        return self.group(ScheduleKeys)
+
+    @property
+    def server(self) -> ServerKeys:
+        return self.group(ServerKeys)
+
+    @property
+    def server_rows(self) -> ServerOptimizerKeys:
+        return self.group(ServerOptimizerKeys)
+
+    @property
+    def evaluation(self) -> EvaluationKeys:
+        return self.group(EvaluationKeys)
+
+    @property
+    def execution(self) -> ExecutionKeys:
+        return self.group(ExecutionKeys)
+
+    @property
+    def faults(self) -> FaultKeys:
+        return self.group(FaultKeys)
+
+    @property
+    def sampler(self) -> NegativeSamplerKeys:
+        return self.group(NegativeSamplerKeys)
+
+    @property
+    def defences(self) -> DefenceKeys:
+        return self.group(DefenceKeys)

@@ -409,8 +409,11 @@ class Settings:
         return settings
 
     def group(self, kind: type[G]) -> G:
-        """The values of the keys of group ``kind``."""
-        return kind.of({item.field: getattr(self, item.field) for item in kind.keys})
+        """The values of the keys of group ``kind`` (made once per settings object)."""
+        made = self.__dict__.setdefault("_groups", {})
+        if kind not in made:
+            made[kind] = kind.of({item.field: getattr(self, item.field) for item in kind.keys})
+        return made[kind]
 
     def to_mapping(self) -> dict[str, Scalar]:
         """The values as kebab-case keys, in key order (as written to ``config.json``)."""
@@ -418,14 +421,19 @@ class Settings:
 
     def replace(self, **changes: Scalar) -> Self:
         """A validated copy with some fields changed (attribute names)."""
-        settings = type(self)(**{**vars(self), **changes})
+        fields = {item.field: getattr(self, item.field) for item in self.declared_keys()}
+        settings = type(self)(**{**fields, **changes})
         settings.validate()
         return settings
+
+    def active_groups(self) -> list[AnyGroup]:
+        """The groups whose checks run for these values (:meth:`Group.active`)."""
+        return [group for group in self.key_groups() if group.active(self)]
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for an impossible value: each key's own checks, then
         each group's checks across its keys (groups that apply only)."""
-        groups = [group for group in self.key_groups() if group.active(self)]
+        groups = self.active_groups()
         for group in groups:
             for key in group.keys:
                 key.validate(getattr(self, key.field))

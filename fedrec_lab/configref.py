@@ -128,12 +128,17 @@ def reference(groups: Sequence[KeyGroup], methods: Mapping[str, MethodCard]) -> 
         "method's keys in its module, a plug-in's beside it, a dataset's in the data registry. "
         "The sections below follow the order of the keys.",
     ]
+    from fedrec_flwr.data.registry import dataset_key_groups
+
+    of_dataset = dataset_key_groups()
     for group in groups:
         owner = f"Declared in `{group.owner}`" + (
             f"; the keys of plug-in `{group.plugin}`." if group.plugin else "."
         )
         if group.applies is not None:
-            owner += " Checked only when they apply (e.g. the dataset is the one they describe)."
+            owner += " Checked only when they apply."
+        if group in of_dataset:
+            owner += f" Checked only when `dataset` is `{of_dataset[group]}`."
         lines += ["", f"## {group.title}", "", owner, "", *key_rows(group)]
     lines += [
         "",

@@ -30,6 +30,7 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data import user_dataset
 from fedrec_flwr.data.device import FORMAT, MANIFEST, split_fingerprint
 from fedrec_flwr.data.prepared import PreparedData, data_dir_read, prepare
+from fedrec_flwr.data.user_keys import FileKeys
 from fedrec_flwr.partition import users_of_partition
 
 
@@ -80,7 +81,8 @@ def export_devices(config: RunConfig, num_partitions: int, out: str | Path) -> l
         folders.append(folder)
     source = {"data-dir": data_dir_read(config)}
     if config.dataset == user_dataset.FILE_DATASET:
-        source = {**user_dataset.settings(config), **user_dataset.source_record(config)}
+        file = config.group(FileKeys)
+        source = {**user_dataset.settings(file), **user_dataset.source_record(config)}
     if config.dataset == "synthetic":
         source = {
             k: getattr(config, k.replace("-", "_"))

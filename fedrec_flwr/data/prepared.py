@@ -27,6 +27,7 @@ from fedrec_flwr.data.registry import DATASETS, TrainPairs
 from fedrec_flwr.data.settings import DataSettings
 from fedrec_flwr.data.split import LeaveOneOut, leave_one_out
 from fedrec_flwr.data.synthetic import generate_synthetic
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.sampling import sample_excluding
 from fedrec_flwr.seeding import keyed_rng
 
@@ -133,16 +134,17 @@ class PreparedData:
         return int(self.train_indptr[-1])
 
 
-def dataset_fingerprint(config: DataSettings) -> dict:
+def dataset_fingerprint(run: RunGroups | DataSettings) -> dict:
     """What identifies the prepared arrays: the dataset's source files or generator settings."""
+    config = DataSettings.of(run)
     if config.dataset == "synthetic":
         source = {
-            "users": config.synthetic_users,
-            "items": config.synthetic_items,
-            "mean-degree": config.synthetic_mean_degree,
+            "users": config.synthetic.synthetic_users,
+            "items": config.synthetic.synthetic_items,
+            "mean-degree": config.synthetic.synthetic_mean_degree,
         }
     elif config.dataset == user_dataset.FILE_DATASET:
-        source = user_dataset.fingerprint(config)
+        source = user_dataset.fingerprint(config.file)
     else:
         folder = dataset_folder(config.dataset, config.resolved_data_dir() or None)
         source = {}
@@ -156,49 +158,54 @@ def dataset_fingerprint(config: DataSettings) -> dict:
         "source": source,
     }
     if distinct_train(config):  # only where it changes the arrays: other caches keep their key
-        fingerprint["train-pairs"] = config.train_pairs
+        fingerprint["train-pairs"] = config.data.train_pairs
     return fingerprint
 
 
-def distinct_train(config: DataSettings) -> bool:
+def distinct_train(run: RunGroups | DataSettings) -> bool:
     """Does ``train-pairs = "distinct"`` change this split? Only under ``paper`` (``strict``
     removes repeated pairs before the split)."""
-    return config.train_pairs == TrainPairs.DISTINCT and config.protocol == "paper"
+    config = DataSettings.of(run)
+    return config.data.train_pairs == TrainPairs.DISTINCT and config.protocol == "paper"
 
 
-def prepared_path(config: DataSettings) -> Path:
+def prepared_path(run: RunGroups | DataSettings) -> Path:
     """Cache folder of this config's prepared arrays."""
+    config = DataSettings.of(run)
     fingerprint = dataset_fingerprint(config)
     digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:16]
     return default_cache_dir() / "prepared" / f"{config.dataset}-{config.protocol}-{digest}"
 
 
-def data_dir_read(config: DataSettings) -> str:
+def data_dir_read(run: RunGroups | DataSettings) -> str:
     """The ``data-dir`` the dataset is read from, absolute: ``data-dir``, else
     ``$FEDREC_DATA_DIR``, else the download cache's ``datasets`` folder ('' if generated)."""
+    config = DataSettings.of(run)
     if config.dataset in ("synthetic", user_dataset.FILE_DATASET):
         return ""
     folder = config.resolved_data_dir() or str(default_cache_dir() / "datasets")
     return os.path.abspath(os.path.expanduser(folder))
 
 
-def load_interactions(config: DataSettings) -> Interactions:
+def load_interactions(run: RunGroups | DataSettings) -> Interactions:
     """Read (or generate) the configured dataset."""
+    config = DataSettings.of(run)
     if config.dataset == "synthetic":
         return generate_synthetic(
-            num_users=config.synthetic_users,
-            num_items=config.synthetic_items,
-            mean_degree=config.synthetic_mean_degree,
+            num_users=config.synthetic.synthetic_users,
+            num_items=config.synthetic.synthetic_items,
+            mean_degree=config.synthetic.synthetic_mean_degree,
             seed=0,
         )
     if config.dataset == user_dataset.FILE_DATASET:
-        return user_dataset.load(config)
+        return user_dataset.load(config.file)
     folder = dataset_folder(config.dataset, config.resolved_data_dir() or None)
     return DATASETS[config.dataset].load(folder)
 
 
-def prepare(config: DataSettings) -> PreparedData:
+def prepare(run: RunGroups | DataSettings) -> PreparedData:
     """Split and cache the configured dataset if needed; return its prepared arrays."""
+    config = DataSettings.of(run)
     path = prepared_path(config)
     if path in _OPENED:
         return _OPENED[path]
@@ -225,7 +232,7 @@ def prepare(config: DataSettings) -> PreparedData:
             "card": card_of(data, split, config.protocol),
         }
         if distinct:
-            meta["train_pairs"] = config.train_pairs
+            meta["train_pairs"] = config.data.train_pairs
             for step in meta["card"]["removed"]:
                 if step["name"].startswith("repeated pairs"):
                     step["name"] = "repeated train pairs (train-pairs = distinct)"
@@ -236,14 +243,17 @@ def prepare(config: DataSettings) -> PreparedData:
     return prepared
 
 
-def check_prepared(config: DataSettings) -> list[str]:
+def check_prepared(run: RunGroups | DataSettings) -> list[str]:
     """Prepare the split of the configured dataset before a run starts (DataError if the
     data cannot be had: not found, not downloadable, a bad file); its card lines.
 
     Beyond what the readers check, the split must leave two users or more."""
+    config = DataSettings.of(run)
     prepared = prepare(config)
     if prepared.num_users < 2:
-        source = config.data_file if config.dataset == user_dataset.FILE_DATASET else config.dataset
+        source = (
+            config.file.data_file if config.dataset == user_dataset.FILE_DATASET else config.dataset
+        )
         raise DataError(
             f"{source}: {prepared.num_users} user has the 3 rows a leave-one-out "
             f"split needs (train, validation, test; 3 distinct items under the strict "

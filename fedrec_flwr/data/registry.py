@@ -19,9 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fedrec_flwr.data.user_keys import FILE_DATASET, FileKeys
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.schema import POSITIVE, ConfigError, Group, Range, key
 
 if TYPE_CHECKING:
@@ -98,16 +99,13 @@ class TrainPairs(StrEnum):
     DISTINCT = "distinct"
 
 
-def check_synthetic(config: Any) -> None:
-    if config.synthetic_items < 2 * config.synthetic_mean_degree:
+def check_synthetic(config: RunGroups) -> None:
+    keys = config.group(SyntheticKeys)
+    if keys.synthetic_items < 2 * keys.synthetic_mean_degree:
         raise ConfigError(
             "synthetic-items must be at least twice synthetic-mean-degree so that "
             "negatives can be sampled."
         )
-
-
-def is_synthetic(config: Any) -> bool:
-    return config.dataset == "synthetic"
 
 
 class SyntheticKeys(Group):
@@ -130,8 +128,6 @@ class SyntheticKeys(Group):
     )
 
     check = check_synthetic
-
-    applies = is_synthetic
 
 
 # Where the checksums come from (none could be re-checked here: no network):
@@ -238,9 +234,10 @@ def dataset_names() -> list[str]:
     return list(DATASETS)
 
 
-def dataset_key_groups() -> tuple[type[Group], ...]:
-    """The run-config keys of each dataset that has some, in the registry's order."""
-    return tuple(spec.config_keys for spec in DATASETS.values() if spec.config_keys is not None)
+def dataset_key_groups() -> dict[type[Group], str]:
+    """The run-config keys of each dataset that has some, in the registry's order: group ->
+    its dataset (its keys are checked when it is the run's dataset)."""
+    return {spec.config_keys: name for name, spec in DATASETS.items() if spec.config_keys}
 
 
 #: Which dataset, and where its files are.

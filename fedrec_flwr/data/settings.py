@@ -1,26 +1,49 @@
-"""What the data layer reads of a run's configuration: :class:`DataSettings`.
+"""What the data layer reads of a run's configuration: :class:`DataSettings`, its groups.
 
-A :class:`~fedrec_flwr.config.RunConfig` has all of it. The data layer names this protocol
-instead of importing the config, which sits above it (the config composes the keys that the
-datasets declare next to :mod:`fedrec_flwr.data.registry`)."""
+The data layer takes the run's values (:class:`~fedrec_flwr.run_keys.RunGroups`, which a
+:class:`~fedrec_flwr.config.RunConfig` is) or these settings alone, and reads only the
+groups below: which dataset and where its files are, the protocol of the split, and the
+keys of the generated and of the user's own dataset.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+import os
+from dataclasses import dataclass
+
+from fedrec_flwr.data.registry import DataKeys, SyntheticKeys
+from fedrec_flwr.data.user_keys import FileKeys
+from fedrec_flwr.run_keys import RunGroups
+
+#: The data folder when ``data-dir`` is empty.
+DATA_DIR_ENV = "FEDREC_DATA_DIR"
 
 
-class DataSettings(Protocol):
-    """The run-config values that choose, read and split a dataset (snake_case keys; the
-    ``dataset = "file"`` keys are read by :mod:`fedrec_flwr.data.user_dataset`)."""
+@dataclass(frozen=True)
+class DataSettings:
+    """The values that choose, read and split a dataset."""
 
-    dataset: str
+    data: DataKeys
     protocol: str
-    train_pairs: str
-    data_file: str
-    synthetic_users: int
-    synthetic_items: int
-    synthetic_mean_degree: int
+    synthetic: SyntheticKeys
+    file: FileKeys
+
+    @classmethod
+    def of(cls, config: RunGroups | DataSettings) -> DataSettings:
+        """The data settings of a run's values (or the settings themselves)."""
+        if isinstance(config, DataSettings):
+            return config
+        return cls(
+            data=config.group(DataKeys),
+            protocol=config.training.protocol,
+            synthetic=config.group(SyntheticKeys),
+            file=config.group(FileKeys),
+        )
+
+    @property
+    def dataset(self) -> str:
+        return self.data.dataset
 
     def resolved_data_dir(self) -> str:
         """``data-dir``, else ``$FEDREC_DATA_DIR``, else '' (= download into the cache)."""
-        ...
+        return self.data.data_dir or os.environ.get(DATA_DIR_ENV, "")

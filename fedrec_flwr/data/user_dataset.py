@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedrec_flwr.data.interactions import DataError
+from fedrec_flwr.data.settings import DataSettings
 from fedrec_flwr.data.user_keys import FILE_DATASET, FileKeys
+from fedrec_flwr.run_keys import RunGroups
 
 if TYPE_CHECKING:  # the reader imports pandas: only where a file is read
     from fedrec_flwr.data.interactions import Interactions
@@ -29,16 +31,16 @@ KEYS: dict[str, tuple[str, Any]] = {  # run-config key -> (UserFile field, defau
 _SHA256: dict[tuple[str, int, int], str] = {}
 
 
-def settings(config: Any) -> dict[str, Any]:
-    """The values of :data:`KEYS` in ``config`` (attributes named as the keys, snake_case)."""
-    return {key: getattr(config, key.replace("-", "_")) for key in KEYS}
+def settings(keys: FileKeys) -> dict[str, Any]:
+    """The values of :data:`KEYS`, by run-config key."""
+    return {key: getattr(keys, key.replace("-", "_")) for key in KEYS}
 
 
-def user_file(config: Any) -> UserFile:
-    """The :class:`UserFile` that ``config`` describes; ValueError naming the key if bad."""
+def user_file(keys: FileKeys) -> UserFile:
+    """The :class:`UserFile` that ``keys`` describe; ValueError naming the key if bad."""
     from fedrec_flwr.data.user_file import UserFile
 
-    values = settings(config)
+    values = settings(keys)
     if not values["data-file"]:
         raise ValueError(
             "dataset='file' reads data-file, which is empty: set data-file to your "
@@ -47,33 +49,34 @@ def user_file(config: Any) -> UserFile:
     return UserFile(**{KEYS[key][0]: value for key, value in values.items()})
 
 
-def fingerprint(config: Any) -> dict[str, Any]:
+def fingerprint(keys: FileKeys) -> dict[str, Any]:
     """What identifies the split of the configured file: its path, size and modification
     time, and the settings (a change of any re-splits)."""
-    spec = user_file(config)
+    spec = user_file(keys)
     path = spec.path.resolve()
     if not path.is_file():
         raise DataError(f"{path}: no such file. Set data-file to your interaction file.")
     stat = path.stat()
-    values = settings(config)
+    values = settings(keys)
     values["data-file"] = str(path)
     return {"file": [stat.st_size, stat.st_mtime_ns], "settings": values}
 
 
-def load(config: Any) -> Interactions:
+def load(keys: FileKeys) -> Interactions:
     """Read and filter the configured file (:func:`~fedrec_flwr.data.user_filters.
     load_user_file`)."""
     from fedrec_flwr.data.user_filters import load_user_file  # pandas: only when read
 
-    return load_user_file(user_file(config))
+    return load_user_file(user_file(keys))
 
 
-def source_record(config: Any) -> dict[str, str]:
+def source_record(config: RunGroups | DataSettings) -> dict[str, str]:
     """``config.json``'s record of the file read: ``{'data-file-sha256': ...}`` (nothing
     for a named dataset, or where this machine cannot read the file)."""
-    if config.dataset != FILE_DATASET or not config.data_file:
+    data = DataSettings.of(config)
+    if data.dataset != FILE_DATASET or not data.file.data_file:
         return {}
-    path = Path(config.data_file).expanduser()
+    path = Path(data.file.data_file).expanduser()
     try:
         stat = path.stat()
     except OSError:

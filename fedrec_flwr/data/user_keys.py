@@ -11,6 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Group, key
 
 FILE_DATASET = "file"
@@ -88,27 +89,24 @@ class RepeatedPairs(StrEnum):
     KEEP_NEWEST = "keep-newest"
 
 
-def check_file_settings(config: Any) -> None:
+def check_file_settings(config: RunGroups) -> None:
     """Checks across the keys of the dataset ``file``."""
-    if not config.data_file:
+    keys = config.group(FileKeys)
+    if not keys.data_file:
         raise ConfigError(
             "dataset='file' reads data-file, which is empty: set data-file to your "
             "interaction file (delimited text, Parquet or RecBole .inter; docs/own-data.md)."
         )
-    if config.rating_threshold != 0.0 and not config.rating_column:
+    if keys.rating_threshold != 0.0 and not keys.rating_column:
         raise ConfigError(
-            f"rating-threshold={config.rating_threshold} needs a rating column: set "
+            f"rating-threshold={keys.rating_threshold} needs a rating column: set "
             "rating-column to the file's column of ratings, or leave rating-threshold at 0."
         )
-    if config.user_column == config.item_column != AUTO:
+    if keys.user_column == keys.item_column != AUTO:
         raise ConfigError(
-            f"user-column and item-column both name '{config.user_column}': give the "
+            f"user-column and item-column both name '{keys.user_column}': give the "
             "columns of the user ids and of the item ids."
         )
-
-
-def is_file_dataset(config: Any) -> bool:
-    return config.dataset == FILE_DATASET
 
 
 class FileKeys(Group):
@@ -187,5 +185,3 @@ class FileKeys(Group):
     )
 
     check = check_file_settings
-
-    applies = is_file_dataset

@@ -122,27 +122,26 @@ def test_ml100k_split_sizes(real_data_dir):
 
 
 def test_a_users_file_is_split_before_the_run_and_needs_two_users(tmp_path, monkeypatch):
-    from types import SimpleNamespace
-
     import pytest
 
     from fedrec_flwr.data import user_dataset
     from fedrec_flwr.data.interactions import DataError
     from fedrec_flwr.data.prepared import check_prepared
+    from fedrec_flwr.data.registry import DataKeys, SyntheticKeys
+    from fedrec_flwr.data.settings import DataSettings
+    from fedrec_flwr.data.user_keys import FileKeys
 
     monkeypatch.setenv("FEDREC_CACHE_DIR", str(tmp_path / "cache"))
     one_user = "user_id,item_id,timestamp\n" + "".join(f"u1,{i},{i}\n" for i in range(4))
     (tmp_path / "one.csv").write_text(one_user + "u2,0,1\n")
     (tmp_path / "two.csv").write_text(one_user + "".join(f"u2,{i},{i}\n" for i in range(3)))
 
-    def settings(name: str) -> SimpleNamespace:  # the DataSettings of dataset = "file"
-        keys = {key.replace("-", "_"): default for key, (_, default) in user_dataset.KEYS.items()}
-        return SimpleNamespace(
-            **{**keys, "data_file": str(tmp_path / name)},
-            dataset=user_dataset.FILE_DATASET,
+    def settings(name: str) -> DataSettings:  # the data settings of dataset = "file"
+        return DataSettings(
+            data=DataKeys(dataset=user_dataset.FILE_DATASET),
             protocol="strict",
-            train_pairs="all",
-            resolved_data_dir=lambda: "",
+            synthetic=SyntheticKeys(),
+            file=FileKeys(data_file=str(tmp_path / name)),
         )
 
     with pytest.raises(DataError, match="a federation needs at least 2"):
