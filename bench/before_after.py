@@ -235,8 +235,8 @@ def main() -> int:
             else ""
         )
         + "| before runs | after runs | before total s | after total s | same results |",
-        "|---" * (15 if args.last_apart else 11) + "|",
     ]
+    lines.append("|---" * (lines[0].count("|") - 1) + "|")
     for case in args.cases:
         before, after = runs[(case, "before")], runs[(case, "after")]
         last = ""
