@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks, as ONE prepared script for a lent GPU machine (16 cores, one NVIDIA GPU,
-# PyTorch with CUDA, no internet, no Ray), run from the repository root in one call of about
-# 8 minutes:
+# PyTorch with CUDA, no internet, no Ray), run from the repository root in one call of at most
+# 8 minutes (each step has its timeout; a case cut short leaves the cases before it):
 #
 #   OUT=/tmp/gpu bash bench/gpu_checks.sh [quick]
 #
@@ -24,7 +24,7 @@ OUT=${OUT:-/tmp/gpu-checks}
 mkdir -p "$OUT"
 source bench/gpu_env.sh
 
-timeout 200 python3 -m pytest tests/apps/test_cuda.py tests/node/test_counter_rng.py \
+timeout 120 python3 -m pytest tests/apps/test_cuda.py tests/node/test_counter_rng.py \
     tests/node/test_full_ranking.py -q -p no:cacheprovider -rs 2>&1 \
     | tee "$OUT/pytest-cuda.log" | tail -6
 
@@ -39,16 +39,16 @@ if [ "${1:-}" = quick ]; then
 else
     # Each case runs in a process of its own with torch-threads 1; the CPU cases go on the
     # spare cores while the CUDA cases drive the GPU from one core.
-    timeout 420 python3 bench/scale.py --rounds 4 --no-floor --out "$RESULTS" \
+    timeout 340 python3 bench/scale.py --rounds 4 --no-floor --out "$RESULTS" \
         --case "$BIG,name=big-cpu" > "$OUT/scale-cpu-big.log" 2>&1 &
     big=$!
-    timeout 420 python3 bench/scale.py --rounds 4 --no-floor --out "$RESULTS" \
+    timeout 340 python3 bench/scale.py --rounds 4 --no-floor --out "$RESULTS" \
         --case "$ML1M,name=ml1m-cpu" > "$OUT/scale-cpu-ml1m.log" 2>&1 &
     ml1m=$!
-    timeout 330 python3 bench/scale.py --rounds 4 --no-floor --out "$RESULTS" \
-        --case "$ML1M,device=cuda,name=ml1m-cuda" --case "$BIG,device=cuda,name=big-cuda" \
+    timeout 270 python3 bench/scale.py --rounds 4 --no-floor --out "$RESULTS" \
+        --case "$BIG,device=cuda,name=big-cuda" --case "$ML1M,device=cuda,name=ml1m-cuda" \
         --case "$ML20M,device=cuda,name=ml20m-cuda" > "$OUT/scale-cuda.log" 2>&1
-    timeout 90 python3 bench/profile_round.py --case big --rounds 3 --sampler counter \
+    timeout 70 python3 bench/profile_round.py --case big --rounds 3 --sampler counter \
         --set device=cuda --ops --out "$RESULTS/profile-cuda.json" > "$OUT/profile-cuda.log" 2>&1
     wait $big $ml1m
     tail -3 "$OUT"/scale-*.log "$OUT/profile-cuda.log"
