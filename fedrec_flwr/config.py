@@ -36,7 +36,6 @@ from fedrec_flwr.run_keys import (
     EvaluationKeys,
     ExecutionKeys,
     FaultKeys,
-    ItemLrScaling,
     KeepPersonalRows,
     LearningKeys,
     OutputKeys,
@@ -182,12 +181,6 @@ class RunConfig(Settings, RunGroups):
     def resolved_data_dir(self) -> str:
         """``data-dir``, else ``$FEDREC_DATA_DIR``, else '' (= download into the cache)."""
         return DataSettings.of(self).resolved_data_dir()
-
-    def item_learning_rate(self, num_items: int) -> float:
-        """The item-row learning rate after ``item-lr-scaling``."""
-        if self.item_lr_scaling == ItemLrScaling.NUM_ITEMS:
-            return self.item_lr * num_items
-        return self.item_lr
 
     def results_path(self, run_name: str) -> Path:
         """Folder of one run's results."""

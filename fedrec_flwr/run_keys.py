@@ -219,6 +219,12 @@ class LearningKeys(Group):
         range=NON_NEGATIVE,
     )
 
+    def item_learning_rate(self, num_items: int) -> float:
+        """The item-row learning rate after ``item-lr-scaling``."""
+        if self.item_lr_scaling == ItemLrScaling.NUM_ITEMS:
+            return self.item_lr * num_items
+        return self.item_lr
+
 
 class ServerKeys(Group):
     title = "Server optimiser"

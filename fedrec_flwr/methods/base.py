@@ -41,7 +41,7 @@ from fedrec_flwr.methods.parts import (
     bce_grad,
     bce_losses,
 )
-from fedrec_flwr.schema import Settings
+from fedrec_flwr.run_keys import RunGroups
 
 __all__ = [
     "ROWS",
@@ -73,10 +73,10 @@ class Method(ABC):
     #: The ``method`` run-config key.
     name: ClassVar[str]
 
-    def __init__(self, config: Settings, num_items: int) -> None:
+    def __init__(self, config: RunGroups, num_items: int) -> None:
         self.config = config
         self.num_items = num_items
-        self.dim = config.embedding_dim
+        self.dim = config.learning.embedding_dim
         #: DualPer (``personalization = "dual"``, for a method whose card ``supports_dual``).
         self.dual = config.personalization == "dual"
 
@@ -177,17 +177,17 @@ class Method(ABC):
         where they live, not how fast they learn), ``lr`` for the other private ones."""
         role = self.roles()[name]
         if role in (Role.SHARED_ROWS, Role.PRIVATE_ROWS):
-            return self.config.item_learning_rate(self.num_items)
+            return self.config.learning.item_learning_rate(self.num_items)
         if role is Role.GLOBAL_ROWS:
             return 0.0
         if role is Role.SHARED_DENSE or name in self.dense_names():
-            return self.config.dense_lr
-        return self.config.lr
+            return self.config.learning.dense_lr
+        return self.config.learning.lr
 
     # -------------------------------------------------------------- updates
     def stages(self) -> tuple[Stage, ...]:
         """The round's local update: by default ``local-epochs`` epochs of ``phases()``."""
-        return (Stage("train", self.phases(), self.config.local_epochs),)
+        return (Stage("train", self.phases(), self.config.training.local_epochs),)
 
     def phases(self) -> tuple[Phase, ...]:
         """The per-batch phases. As published: one joint step on everything the method

@@ -150,12 +150,12 @@ class FedRapKeys(Group):
     )
 
 
-def fedrap_weights(config, server_round: int) -> tuple[float, float]:
+def fedrap_weights(keys: FedRapKeys, server_round: int) -> tuple[float, float]:
     """(lambda_a, mu_a) of ``server_round`` (1-based; ``a = server_round - 1``)."""
-    if config.fedrap_schedule == "constant":
-        return config.fedrap_v1, config.fedrap_v2
+    if keys.fedrap_schedule == "constant":
+        return keys.fedrap_v1, keys.fedrap_v2
     ramp = math.tanh((server_round - 1) / 10.0)
-    return ramp * config.fedrap_v1, ramp * config.fedrap_v2
+    return ramp * keys.fedrap_v1, ramp * keys.fedrap_v2
 
 
 class FedRAP(Method):
@@ -164,7 +164,8 @@ class FedRAP(Method):
 
     def __init__(self, config, num_items: int) -> None:
         super().__init__(config, num_items)
-        self.weights = fedrap_weights(config, 1)
+        self.keys = config.group(FedRapKeys)
+        self.weights = fedrap_weights(self.keys, 1)
 
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
         """One shared initialisation for every user: PyTorch's nn.Linear(d, 1) default (the
@@ -178,7 +179,7 @@ class FedRAP(Method):
 
     @property
     def zero_threshold(self) -> float:
-        return self.config.fedrap_zero_threshold
+        return self.keys.fedrap_zero_threshold
 
     def phases(self) -> tuple[Phase, ...]:
         return (Phase("joint", (*SCORE, LOCAL, ROWS)),)
@@ -186,7 +187,7 @@ class FedRAP(Method):
     def learning_rate(self, name: str) -> float:
         """``D_u`` learns at ``fedrap-local-lr-ratio`` times the item rows' rate."""
         rate = super().learning_rate(name)
-        return rate * self.config.fedrap_local_lr_ratio if name == LOCAL else rate
+        return rate * self.keys.fedrap_local_lr_ratio if name == LOCAL else rate
 
     # -------------------------------------------------------------- scoring
     def represent(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
@@ -225,12 +226,14 @@ class FedRAP(Method):
 
     # ----------------------------------------------------------- regularisers
     def begin_local_update(self, params: dict[str, torch.Tensor], context: RoundContext) -> None:
-        self.weights = fedrap_weights(self.config, context.server_round)
+        self.weights = fedrap_weights(self.keys, context.server_round)
         counts = torch.diff(context.row_offsets)
         owner = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
         # held: a user's rows are regularised once per epoch, after its last batch, with the
         # epoch's weight (its batches / its samples, about 1 / batch-size).
-        self._batches = torch.ceil(context.sample_counts / self.config.batch_size).clamp_min(1)
+        self._batches = torch.ceil(
+            context.sample_counts / self.config.training.batch_size
+        ).clamp_min(1)
         self._seen = torch.zeros_like(self._batches)
         self._row_weight = (self._batches / context.sample_counts)[owner]
         # held: the sum of each user's learning-rate factors (step.lr_scale) over the epoch
@@ -244,7 +247,7 @@ class FedRAP(Method):
         holds the factor on the learning rates (``step.lr_scale``): its user's at this step
         (``batch``), the mean of its user's over the epoch's steps (``held``)."""
         scale = step.lr_scale
-        if self.config.fedrap_reg_rows == "held":
+        if self.keys.fedrap_reg_rows == "held":
             self._seen[step.users] += 1
             if scale is not None:
                 self._scales[step.users] += scale
@@ -285,7 +288,7 @@ class FedRAP(Method):
             d = params[LOCAL] if rows is None else params[LOCAL][rows]
             diff = d - table
             coef = 2.0 * lam * weight
-            if self.config.fedrap_distance == "bounded":
+            if self.keys.fedrap_distance == "bounded":
                 coef = coef * self.distance_slope((diff * diff).sum(-1))
             push = diff.mul_(coef.unsqueeze(-1))  # = -d(-lam dist)/dD = d(-lam dist)/dC
             d.add_(push, alpha=self.learning_rate(LOCAL))
@@ -300,9 +303,9 @@ class FedRAP(Method):
 
     def distance_slope(self, squared: torch.Tensor) -> torch.Tensor:
         """d dist / d ||D_u[i] - C[i]||^2 per row: 1 (squared), sech^2(x / kappa) (bounded)."""
-        if self.config.fedrap_distance == "squared":
+        if self.keys.fedrap_distance == "squared":
             return torch.ones_like(squared)
-        kappa = self.config.fedrap_distance_bound
+        kappa = self.keys.fedrap_distance_bound
         return 1.0 - torch.tanh(squared / kappa).pow(2)
 
 

@@ -38,10 +38,10 @@ class FedRecon(FedMF):
             Stage(
                 "reconstruct",
                 (Phase("user", (USER,)),),
-                self.config.fedrecon_epochs,
+                self.config.group(FedReconKeys).fedrecon_epochs,
                 logged=False,
             ),
-            Stage("items", (Phase("items", (ROWS,)),), self.config.local_epochs),
+            Stage("items", (Phase("items", (ROWS,)),), self.config.training.local_epochs),
         )
 
     def begin_round(
@@ -49,8 +49,8 @@ class FedRecon(FedMF):
     ) -> None:
         """Forget the user vectors: a fresh N(0, init-std^2) draw per (seed, user, round)."""
         fresh = [
-            keyed_rng(self.config.seed, "reconstruct-init", int(u), server_round).normal(
-                0.0, self.config.init_std, size=self.dim
+            keyed_rng(self.config.training.seed, "reconstruct-init", int(u), server_round).normal(
+                0.0, self.config.learning.init_std, size=self.dim
             )
             for u in users
         ]

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from fedrec_flwr.schema import Settings
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.seeding import keyed_rng
 
 
@@ -68,24 +68,24 @@ def linear_logits_all(
     return out if bias is None else out + bias.unsqueeze(-1)
 
 
-def user_normal(config: Settings, users: np.ndarray, dim: int, key: int) -> np.ndarray:
+def user_normal(config: RunGroups, users: np.ndarray, dim: int, key: int) -> np.ndarray:
     """[n, dim] N(0, init-std^2) vectors, one keyed draw per (seed, user)."""
     if not len(users):
         return np.zeros((0, dim), dtype=np.float32)
     return np.stack(
         [
-            keyed_rng(config.seed, "private-init", key, int(user)).normal(
-                0.0, config.init_std, size=dim
+            keyed_rng(config.training.seed, "private-init", key, int(user)).normal(
+                0.0, config.learning.init_std, size=dim
             )
             for user in users
         ]
     ).astype(np.float32)
 
 
-def linear_head_init(config: Settings, users: np.ndarray, dim: int) -> dict[str, torch.Tensor]:
+def linear_head_init(config: RunGroups, users: np.ndarray, dim: int) -> dict[str, torch.Tensor]:
     """A linear score head d -> 1 per user (``score-weight`` [n, d], ``score-bias`` [n]), all
     from one shared draw: PyTorch's nn.Linear(d, 1) default init, keyed by the seed."""
-    rng = keyed_rng(config.seed, "private-init", 0)
+    rng = keyed_rng(config.training.seed, "private-init", 0)
     bound = 1.0 / math.sqrt(dim)
     weight = rng.uniform(-bound, bound, size=dim).astype(np.float32)
     bias = np.float32(rng.uniform(-bound, bound))

@@ -103,7 +103,7 @@ def imitation_of(method: str) -> AuditImitation:
 def shadow_of(config: RunConfig, num_items: int, rng: np.random.Generator) -> attacks.Shadow:
     """The server's imitation of the method's local update (its ``audit`` declaration)."""
     imitation = imitation_of(config.method)
-    lr_rows = config.item_learning_rate(num_items)
+    lr_rows = config.learning.item_learning_rate(num_items)
     if imitation.head == "shared":
         head = linear_head_init(config, np.zeros(1, dtype=np.int64), config.embedding_dim)
         weight = head["score-weight"][0].numpy()

@@ -91,10 +91,10 @@ def test_bad_values_fail_early_with_a_hint(mapping, message):
 def test_integers_are_accepted_for_floats():
     config = RunConfig.from_mapping({"lr": 1, "item-lr": 2})
     assert config.lr == 1.0 and isinstance(config.lr, float)
-    assert config.item_learning_rate(100) == 200.0
-    assert RunConfig.from_mapping({"item-lr-scaling": "none", "item-lr": 3}).item_learning_rate(
-        100
-    ) == pytest.approx(3.0)
+    assert config.learning.item_learning_rate(100) == 200.0
+    assert RunConfig.from_mapping(
+        {"item-lr-scaling": "none", "item-lr": 3}
+    ).learning.item_learning_rate(100) == pytest.approx(3.0)
 
 
 def test_a_number_is_accepted_for_plgc_alpha():

@@ -84,7 +84,7 @@ def test_a_shadow_starts_from_what_the_server_knows():
     head = linear_head_init(pfedrec, np.zeros(1, dtype=np.int64), 4)
     np.testing.assert_array_equal(shadow.weight, head["score-weight"][0].numpy())
     assert (shadow.kind, shadow.train_bias) == ("alternate", True)
-    assert shadow.lr_rows == pfedrec.item_learning_rate(10)
+    assert shadow.lr_rows == pfedrec.learning.item_learning_rate(10)
     fedmf = RunConfig(method="fedmf", embedding_dim=4, init_std=0.5)
     shadow = shadow_of(fedmf, 10, np.random.default_rng(1))
     np.testing.assert_array_equal(shadow.weight, np.random.default_rng(1).normal(0.0, 0.5, 4))

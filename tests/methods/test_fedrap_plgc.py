@@ -14,7 +14,7 @@ from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.messages import array_record, read_rows, record_arrays, sparse_rows
 from fedrec_flwr.methods import ROWS, Role, build_method
 from fedrec_flwr.methods.base import Phase
-from fedrec_flwr.methods.fedrap import LOCAL, fedrap_weights
+from fedrec_flwr.methods.fedrap import LOCAL, FedRapKeys, fedrap_weights
 from fedrec_flwr.methods.plgc import ALPHA, GLOBAL, decorrelation_loss, ntk_alpha
 from fedrec_flwr.node.training import epoch_steps, round_context
 from fedrec_flwr.spectrum import effective_rank
@@ -138,12 +138,13 @@ def test_the_distance_term_pushes_d_and_c_apart_and_its_bounded_form_saturates()
 
 def test_the_curriculum_ramps_with_tanh_of_the_round_and_constant_is_constant():
     config: ClassVar = RunConfig(method="fedrap", fedrap_v1=0.2, fedrap_v2=0.05)
-    assert fedrap_weights(config, 1) == (0.0, 0.0)  # a = 0: fully personalised
-    lam, mu = fedrap_weights(config, 11)
+    assert fedrap_weights(config.group(FedRapKeys), 1) == (0.0, 0.0)  # a = 0: fully personalised
+    lam, mu = fedrap_weights(config.group(FedRapKeys), 11)
     assert lam == pytest.approx(np.tanh(1.0) * 0.2) and mu == pytest.approx(np.tanh(1.0) * 0.05)
-    assert fedrap_weights(config, 101)[0] == pytest.approx(0.2, rel=1e-8)
+    assert fedrap_weights(config.group(FedRapKeys), 101)[0] == pytest.approx(0.2, rel=1e-8)
     constant = config.replace(fedrap_schedule="constant")
-    assert fedrap_weights(constant, 1) == fedrap_weights(constant, 50) == (0.2, 0.05)
+    keys = constant.group(FedRapKeys)
+    assert fedrap_weights(keys, 1) == fedrap_weights(keys, 50) == (0.2, 0.05)
 
 
 def test_d_is_private_rows_and_never_leaves_the_device():
