@@ -137,6 +137,24 @@ def paired_difference(
     }
 
 
+def seed_averaged(
+    per_seed: list[tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """(users, values): each user's value averaged over the seeds, for the users every seed
+    evaluated (the per-user values a paired comparison of two rows over seeds takes)."""
+    if not per_seed:
+        raise ValueError("seed_averaged: no seeds given")
+    common = np.asarray(per_seed[0][0], dtype=np.int64)
+    for users, _ in per_seed[1:]:
+        common = np.intersect1d(common, users)
+    total = np.zeros(len(common))
+    for users, values in per_seed:
+        users = np.asarray(users, dtype=np.int64)
+        order = np.argsort(users)
+        total += np.asarray(values, float)[order][np.searchsorted(users[order], common)]
+    return common, total / len(per_seed)
+
+
 def _values(values: np.ndarray, what: str) -> np.ndarray:
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 1 or len(values) == 0:

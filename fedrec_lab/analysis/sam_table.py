@@ -69,18 +69,6 @@ def run_figures(cell: SamCell, runs: Path, records: Path) -> dict[str, Any] | No
     }
 
 
-def _averaged(per_seed: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Each user's value averaged over the seeds, for the users every seed has."""
-    common = per_seed[0][0]
-    for users, _ in per_seed[1:]:
-        common = np.intersect1d(common, users)
-    total = np.zeros(len(common))
-    for users, values in per_seed:
-        order = np.argsort(users)
-        total += np.asarray(values, float)[order][np.searchsorted(users[order], common)]
-    return common, total / len(per_seed)
-
-
 def _mean_std(values: list[float], scale: float) -> str:
     if not values:
         return "-"
@@ -121,8 +109,8 @@ def row(
             "with": [f[key] for f in sides[True]],
         }
         if seeds_done:
-            a = _averaged([f["per_user"][per_user] for f in sides[True]])
-            b = _averaged([f["per_user"][per_user] for f in sides[False]])
+            a = stats.seed_averaged([f["per_user"][per_user] for f in sides[True]])
+            b = stats.seed_averaged([f["per_user"][per_user] for f in sides[False]])
             d = stats.paired_difference(*a, *b)
             out[key]["difference"] = {
                 k: (scale * v if k in ("mean", "low", "high") else v) for k, v in d.items()

@@ -11,7 +11,8 @@ import torch
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.server_app import run_federation
-from fedrec_lab.analysis import item_views, landscape, sam_table
+from fedrec_lab import stats
+from fedrec_lab.analysis import item_views, landscape
 from fedrec_lab.analysis.sharpness import LocalLoss, rho_sharpness, sample_users, top_eigen
 from fedrec_lab.analysis.state import has_state, load_best_state, replay, replay_difference
 from fedrec_lab.local_grid import LocalGrid
@@ -139,7 +140,7 @@ def test_derangement_has_no_fixed_point():
 
 
 def test_users_averaged_over_seeds_for_the_paired_interval():
-    users, values = sam_table._averaged(
+    users, values = stats.seed_averaged(
         [(np.array([1, 2, 3]), np.array([1.0, 2.0, 3.0])), (np.array([3, 2]), [5.0, 4.0])]
     )
     assert users.tolist() == [2, 3] and values.tolist() == [3.0, 4.0]

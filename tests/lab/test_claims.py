@@ -1,0 +1,49 @@
+"""The reproducibility page says what the committed results say: each figure of ours equals its
+source file's (the page is rendered from them and must be the committed page)."""
+
+import numpy as np
+import pytest
+
+from fedrec_lab.claims import page, sources
+from fedrec_lab.claims.entries import claims
+from fedrec_lab.claims.verdicts import CONTRADICTED, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED
+
+
+def test_the_page_is_what_the_results_files_say():
+    committed = (sources.root() / page.PAGE).read_text()
+    assert committed == page.render(), (
+        "docs/claims.md differs from the committed results: run `python -m fedrec_lab.claims`"
+    )
+
+
+def test_every_claim_names_its_files_and_a_verdict():
+    for claim in claims():
+        measured = claim.measure()
+        assert measured.verdict in (REPRODUCED, NOT_REPRODUCED, CONTRADICTED, NOT_MEASURABLE)
+        assert measured.why, claim.claim
+        if measured.verdict != NOT_MEASURABLE:
+            assert measured.files and measured.ours != "-", claim.claim
+
+
+def test_a_cell_is_read_from_its_row_and_column(tmp_path, monkeypatch):
+    (tmp_path / "t.md").write_text(
+        "# t\n\n| a | b | c |\n|---|---|---|\n| x | 1 | 2.5 ± 0.1 |\n| y | 1 | 3 |\n\ntext\n"
+    )
+    monkeypatch.setattr(sources, "root", lambda: tmp_path)
+    assert sources.table_cell("t.md", {"a": "x", "b": "1"}, "c") == "2.5 ± 0.1"
+    assert sources.first_number("2.5 ± 0.1") == 2.5
+    with pytest.raises(ValueError, match="2 rows match"):
+        sources.table_cell("t.md", {"b": "1"}, "c")
+    with pytest.raises(ValueError, match="no table with the columns"):
+        sources.table_cell("t.md", {"a": "x"}, "d")
+
+
+def test_the_seed_difference_is_the_means_with_two_standard_errors(monkeypatch):
+    values = {"a": [0.10, 0.12, 0.14], "b": [0.10, 0.10, 0.10]}
+    monkeypatch.setattr(sources.Runs, "test_values", lambda self, metric: values[self.family])
+    d = sources.seed_difference(
+        sources.Runs("a", "ml-100k", "strict"), sources.Runs("b", "ml-100k", "strict")
+    )
+    error = 2 * np.sqrt(np.var([10, 12, 14], ddof=1) / 3)
+    assert d["mean"] == pytest.approx(2.0)
+    assert (d["low"], d["high"]) == pytest.approx((2.0 - error, 2.0 + error))
