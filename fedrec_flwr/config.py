@@ -18,6 +18,7 @@ secure aggregation in :mod:`fedrec_flwr.privacy`), a dataset's in
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -162,13 +163,14 @@ class RunConfig(Settings, RunGroups):
     def _validate_keep_personal_rows(self, method: Method) -> None:
         """``keep-personal-rows``: only for a method that keeps personal rows, and not with
         ``plgc-persist`` (whose local rows are trained from, not only evaluated with)."""
-        if self.keep_personal_rows == KeepPersonalRows.TUNED:
+        keep = self.evaluation.keep_personal_rows
+        if keep == KeepPersonalRows.TUNED:
             return
         if not method.personal_rows:
             raise ConfigError(
-                f"keep-personal-rows='{self.keep_personal_rows}' applies to a method that "
+                f"keep-personal-rows='{keep}' applies to a method that "
                 f"keeps personal item rows (pfedrec, personalization='dual', plgc); method "
-                f"'{self.method}' keeps none: leave keep-personal-rows = 'tuned'."
+                f"'{self.method_name}' keeps none: leave keep-personal-rows = 'tuned'."
             )
         if method.train_from_personal:
             raise ConfigError(
@@ -178,10 +180,21 @@ class RunConfig(Settings, RunGroups):
                 "false)."
             )
 
+    @property
+    def method_name(self) -> str:
+        """The ``method`` key: the registered method the run trains."""
+        return self.group(MethodKeys).method
+
+    @cached_property
+    def data(self) -> DataSettings:
+        """What the data layer reads: the dataset, where its files are, the protocol, the
+        keys of the generated and of the user's own dataset."""
+        return DataSettings.of(self)
+
     def resolved_data_dir(self) -> str:
         """``data-dir``, else ``$FEDREC_DATA_DIR``, else '' (= download into the cache)."""
         return DataSettings.of(self).resolved_data_dir()
 
     def results_path(self, run_name: str) -> Path:
         """Folder of one run's results."""
-        return Path(self.results_dir) / run_name
+        return Path(self.outputs.results_dir) / run_name

@@ -35,8 +35,8 @@ LOG = logging.getLogger("flwr")  # Flower's logger: what it logs reaches `flwr l
 
 def new_run_dir(config: RunConfig) -> Path:
     """A fresh folder ``<results-dir>/<run-name>``; never reuses a finished run's folder."""
-    name = config.run_name or (
-        f"{config.method}-{dataset_label(config)}-{config.protocol}-seed{config.seed}-"
+    name = config.outputs.run_name or (
+        f"{config.method_name}-{dataset_label(config)}-{config.training.protocol}-seed{config.training.seed}-"
         f"{time.strftime('%Y%m%d-%H%M%S')}"
     )
     path = config.results_path(name)
@@ -57,9 +57,9 @@ def new_run_dir(config: RunConfig) -> Path:
 
 def dataset_label(config: RunConfig) -> str:
     """The dataset as a run folder names it: ``ml-100k``; a user's file ``file-<its name>``."""
-    if config.dataset != FILE_DATASET or not config.data_file:
-        return config.dataset
-    return "file-" + re.sub(r"[^\w.-]+", "-", Path(config.data_file).stem).strip("-")
+    if config.data.dataset != FILE_DATASET or not config.data.file.data_file:
+        return config.data.dataset
+    return "file-" + re.sub(r"[^\w.-]+", "-", Path(config.data.file.data_file).stem).strip("-")
 
 
 #: rounds.csv columns that time a round (wall, CPU): they differ from run to run.
@@ -93,7 +93,7 @@ class RunRecorder:
         ``rounds.csv`` holds them already (:mod:`fedrec_flwr.server.checkpoint`)."""
         self.run_dir = run_dir
         self.config = config
-        self.metrics = reported_metrics(config.protocol)
+        self.metrics = reported_metrics(config.training.protocol)
         self.columns = [
             "round",
             "seconds",
@@ -115,7 +115,7 @@ class RunRecorder:
         ]
         if config.malicious_attack != "none":  # the attack's target items' exposure ER@10
             self.columns.append("target-er@10")
-        if config.eval_loss:  # the generalization gap (fedrec_flwr.node.losses)
+        if config.evaluation.eval_loss:  # the generalization gap (fedrec_flwr.node.losses)
             self.columns += ["fit-loss", "val-loss", "gap"]
         self.rows: list[dict[str, Any]] = []
         self.stopped_diverged: int | None = None
@@ -200,11 +200,15 @@ class RunRecorder:
         evaluated = [row for row in self.rows if row[SELECTION_METRIC] != ""]
         last = evaluated[-1] if evaluated else None
         summary: dict[str, Any] = {
-            "method": self.config.method,
-            "dataset": self.config.dataset,
-            **({"data-file": self.config.data_file} if self.config.dataset == FILE_DATASET else {}),
-            "protocol": self.config.protocol,
-            "seed": self.config.seed,
+            "method": self.config.method_name,
+            "dataset": self.config.data.dataset,
+            **(
+                {"data-file": self.config.data.file.data_file}
+                if self.config.data.dataset == FILE_DATASET
+                else {}
+            ),
+            "protocol": self.config.training.protocol,
+            "seed": self.config.training.seed,
             "rounds": len(self.rows),
             "best_round": best["round"] if best else None,
             "val": {m: best[f"val-{m}"] for m in self.metrics} if best else {},
@@ -258,9 +262,10 @@ class RunRecorder:
             best = self.best_round()
             if best:
                 ax.axvline(best["round"], color="grey", linestyle=":", label="best val round")
-            ax.set(title=f"{metric} ({self.config.protocol} protocol)", xlabel="round")
+            ax.set(title=f"{metric} ({self.config.training.protocol} protocol)", xlabel="round")
             ax.legend()
-        fig.suptitle(f"{self.config.method} on {self.config.dataset}, seed {self.config.seed}")
+        config = self.config
+        fig.suptitle(f"{config.method_name} on {config.data.dataset}, seed {config.training.seed}")
         fig.tight_layout()
         fig.savefig(self.run_dir / "curves.png", dpi=100)
         plt.close(fig)

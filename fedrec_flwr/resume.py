@@ -61,13 +61,15 @@ def differing_keys(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
 def resume_dir(config: RunConfig) -> Path:
     """The run folder ``resume`` names, once checked: it exists, has not finished, and was
     started with the same configuration but for the operational keys."""
-    run_dir = Path(config.resume).expanduser().resolve()
+    run_dir = Path(config.outputs.resume).expanduser().resolve()
     if not (run_dir / "config.json").exists():
-        raise CheckpointError(f"resume='{config.resume}': no run folder with a config.json there")
+        raise CheckpointError(
+            f"resume='{config.outputs.resume}': no run folder with a config.json there"
+        )
     if not (run_dir / INCOMPLETE).exists():
         raise CheckpointError(
-            f"resume='{config.resume}': that run finished (no {INCOMPLETE} marker): nothing "
-            "to resume"
+            f"resume='{config.outputs.resume}': that run finished (no {INCOMPLETE} marker): "
+            "nothing to resume"
         )
     stored = json.loads((run_dir / "config.json").read_text())
     stored = {k: stored[k] for k in RunConfig.key_names() if k in stored}
@@ -75,7 +77,7 @@ def resume_dir(config: RunConfig) -> Path:
     changed = differing_keys(fingerprinted_config(started), fingerprinted_config(config))
     if changed:
         raise CheckpointError(
-            f"resume='{config.resume}': the run was started with another configuration; "
+            f"resume='{config.outputs.resume}': the run was started with another configuration; "
             f"differing keys (started -> given): {'; '.join(changed)}. Resume with its values "
             f"(`fedrec --resume {run_dir}` reads them from its config.json)."
         )
@@ -95,7 +97,7 @@ class Resumed:
 
     @classmethod
     def load(cls, config: RunConfig) -> Resumed:
-        """The run ``config.resume`` names, checked, with its checkpoint (if any)."""
+        """The run ``config.outputs.resume`` names, checked, with its checkpoint (if any)."""
         run_dir = resume_dir(config)
         resumed = cls(run_dir, json.loads((run_dir / "config.json").read_text()))
         latest = run_dir / FOLDER / LATEST

@@ -30,7 +30,6 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data import user_dataset
 from fedrec_flwr.data.device import FORMAT, MANIFEST, split_fingerprint
 from fedrec_flwr.data.prepared import PreparedData, data_dir_read, prepare
-from fedrec_flwr.data.user_keys import FileKeys
 from fedrec_flwr.partition import users_of_partition
 
 
@@ -64,9 +63,9 @@ def export_devices(config: RunConfig, num_partitions: int, out: str | Path) -> l
     out.mkdir(parents=True, exist_ok=True)
     common = {
         "format": FORMAT,
-        "dataset": config.dataset,
-        "protocol": config.protocol,
-        "seed": config.seed,
+        "dataset": config.data.dataset,
+        "protocol": config.training.protocol,
+        "seed": config.training.seed,
         "fingerprint": split_fingerprint(prepared),
         "num-users": prepared.num_users,
         "num-items": prepared.num_items,
@@ -77,13 +76,13 @@ def export_devices(config: RunConfig, num_partitions: int, out: str | Path) -> l
         users = users_of_partition(partition, num_partitions, prepared.num_users)
         manifest = {**common, "partition-id": partition, "users": users.tolist()}
         folder = out / f"device-{partition}"
-        _write_folder(folder, device_arrays(prepared, users, config.seed), manifest)
+        _write_folder(folder, device_arrays(prepared, users, config.training.seed), manifest)
         folders.append(folder)
     source = {"data-dir": data_dir_read(config)}
-    if config.dataset == user_dataset.FILE_DATASET:
-        file = config.group(FileKeys)
+    if config.data.dataset == user_dataset.FILE_DATASET:
+        file = config.data.file
         source = {**user_dataset.settings(file), **user_dataset.source_record(config)}
-    if config.dataset == "synthetic":
+    if config.data.dataset == "synthetic":
         source = {
             k: getattr(config, k.replace("-", "_"))
             for k in ("synthetic-users", "synthetic-items", "synthetic-mean-degree")

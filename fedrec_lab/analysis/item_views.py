@@ -80,7 +80,7 @@ def view_state(best: BestState, partition: int, view: str, pi: np.ndarray) -> No
 
 def evaluate_view(best: BestState, view: str) -> dict[str, Any]:
     """Means and per-user values (test HR@10 and NDCG@10, validation too) under ``view``."""
-    pi = derangement(best.config.seed, best.prepared.num_users)
+    pi = derangement(best.config.training.seed, best.prepared.num_users)
     ids, values, names = [], [], None
     for partition, (runtime, _) in enumerate(best.nodes):
         state = view_state(best, partition, view, pi)
@@ -101,7 +101,7 @@ def evaluate_view(best: BestState, view: str) -> dict[str, Any]:
 
 
 def keeps_every_tuned_row(best: BestState) -> bool:
-    return best.config.protocol == "strict" or best.config.eval_loss
+    return best.config.training.protocol == "strict" or best.config.evaluation.eval_loss
 
 
 def analyze(best: BestState, summary: dict[str, Any]) -> dict[str, Any]:
@@ -117,10 +117,10 @@ def analyze(best: BestState, summary: dict[str, Any]) -> dict[str, Any]:
     check = {m: (own[f"test-{m}"], summary["test"][m]) for m in METRICS}
     return {
         "run": best.run_dir.name,
-        "method": best.config.method,
-        "dataset": best.config.dataset,
-        "protocol": best.config.protocol,
-        "seed": best.config.seed,
+        "method": best.config.method_name,
+        "dataset": best.config.data.dataset,
+        "protocol": best.config.training.protocol,
+        "seed": best.config.training.seed,
         "best_round": best.round,
         "own_equals_run": all(math.isclose(a, b, rel_tol=1e-12) for a, b in check.values()),
         "views": {

@@ -41,8 +41,8 @@ def all_user_losses(best: BestState) -> dict[str, np.ndarray]:
                 fit, val = user_losses(
                     runtime.method,
                     best.prepared,
-                    best.config.seed,
-                    best.config.num_negatives,
+                    best.config.training.seed,
+                    best.config.training.num_negatives,
                     params,
                     state.personal,
                     state.private_rows,
@@ -102,10 +102,10 @@ def analyze(
     }
     return {
         "run": best.run_dir.name,
-        "method": best.config.method,
-        "dataset": best.config.dataset,
-        "protocol": best.config.protocol,
-        "seed": best.config.seed,
+        "method": best.config.method_name,
+        "dataset": best.config.data.dataset,
+        "protocol": best.config.training.protocol,
+        "seed": best.config.training.seed,
         "best_round": best.round,
         "sam": [best.config.sam_rho_private, best.config.sam_rho_shared],
         "radii": [radii["private"], radii["shared"]],

@@ -193,7 +193,7 @@ def measure_user(
 ) -> dict:
     """Every measure of one user (floats; the profiles as lists)."""
     loss = local_loss(best, user)
-    rng = keyed_rng(best.config.seed, "sharpness-start", user)
+    rng = keyed_rng(best.config.training.seed, "sharpness-start", user)
     value, vector, done = top_eigen(loss, rng, iterations)
     worst, first = rho_sharpness(loss, radii, steps)
     radius = (radii["private"] ** 2 + radii["shared"] ** 2) ** 0.5

@@ -22,7 +22,7 @@ from fedrec_flwr.server.model import ServerModel
 def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
     """Run the configured federation; return ``best_round``, its ``val`` and ``test``
     metrics (best validation HR@10, earliest on ties) and every evaluated round's means."""
-    if config.early_stopping_patience or getattr(config, "eval_users", 0):
+    if config.evaluation.early_stopping_patience or config.evaluation.eval_users:
         raise ValueError("the plain loop runs without early stopping and evaluates every user")
     runtime = NodeRuntime(config, prepared, 0, 1)
     state = runtime.initial_state()
@@ -30,8 +30,10 @@ def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
     if config.secure_aggregation:  # the table holds what a user can encode
         model.value_limit = secagg.value_limit(prepared.num_users)
     history = []
-    for server_round in range(1, config.num_server_rounds + 1):
-        users = participants(config.seed, server_round, prepared.num_users, config.fraction_train)
+    for server_round in range(1, config.training.num_server_rounds + 1):
+        users = participants(
+            config.training.seed, server_round, prepared.num_users, config.training.fraction_train
+        )
         runtime.train_request(server_round)
         model.start_round()
         result, state = runtime.train(state, server_round, users, None, model.table, model.dense)
@@ -51,8 +53,8 @@ def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
                 layout, result.secure, result.num_users, prepared.num_users
             ).upload
         model.apply([upload])
-        last = server_round == config.num_server_rounds
-        if server_round % config.eval_every and not last:
+        last = server_round == config.training.num_server_rounds
+        if server_round % config.evaluation.eval_every and not last:
             continue
         sums = runtime.evaluate(state, None, model.evaluation_table(), model.dense)
         users_evaluated = sums.pop("num-users")

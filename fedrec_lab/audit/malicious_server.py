@@ -52,11 +52,13 @@ def _honest(seed: int, peers: np.ndarray) -> dict[str, np.ndarray]:
 def refusals(config: Any, num_users: int, user: int, server_round: int) -> dict[str, str | None]:
     """Each deviation against ``user`` in ``server_round``: the node's refusal, or None if
     the node would let it through."""
-    chosen = participants(config.seed, server_round, num_users, config.fraction_train)
-    seed, out = config.seed, {}
+    chosen = participants(
+        config.training.seed, server_round, num_users, config.training.fraction_train
+    )
+    seed, out = config.training.seed, {}
     view = SimpleNamespace(
         seed=seed,
-        fraction_train=config.fraction_train,
+        fraction_train=config.training.fraction_train,
         secure_aggregation_min_peers=config.secure_aggregation_min_peers,
         secure_aggregation_neighbours=config.secure_aggregation_neighbours,
     )

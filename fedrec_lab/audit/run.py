@@ -102,22 +102,22 @@ def imitation_of(method: str) -> AuditImitation:
 
 def shadow_of(config: RunConfig, num_items: int, rng: np.random.Generator) -> attacks.Shadow:
     """The server's imitation of the method's local update (its ``audit`` declaration)."""
-    imitation = imitation_of(config.method)
+    imitation = imitation_of(config.method_name)
     lr_rows = config.learning.item_learning_rate(num_items)
     if imitation.head == "shared":
-        head = linear_head_init(config, np.zeros(1, dtype=np.int64), config.embedding_dim)
+        head = linear_head_init(config, np.zeros(1, dtype=np.int64), config.learning.embedding_dim)
         weight = head["score-weight"][0].numpy()
         bias = float(head["score-bias"][0])
     else:
-        weight = rng.normal(0.0, config.init_std, size=config.embedding_dim)
+        weight = rng.normal(0.0, config.learning.init_std, size=config.learning.embedding_dim)
         bias = 0.0
     return attacks.Shadow(
         imitation.update,
         weight,
         bias,
         lr_rows,
-        config.lr,
-        config.batch_size,
+        config.learning.lr,
+        config.training.batch_size,
         train_bias=imitation.train_bias,
     )
 
@@ -139,7 +139,9 @@ def captured_rounds(audit_rounds: list[int], window: int) -> set[int]:
 
 def request_counts(prepared, config: RunConfig, server_round: int) -> np.ndarray:
     """How many of the round's participants request each item (the server's view)."""
-    users = participants(config.seed, server_round, prepared.num_users, config.fraction_train)
+    users = participants(
+        config.training.seed, server_round, prepared.num_users, config.training.fraction_train
+    )
     counts = np.zeros(prepared.num_items, dtype=np.int64)
     for user in users:
         counts[request_of(prepared, config, int(user), server_round)] += 1
@@ -151,12 +153,12 @@ def adaptive_scores(
 ) -> dict[str, np.ndarray]:
     """The scores of the attacks that know the defence (:mod:`.adaptive`) on one upload."""
     items, rows, sent = capture.uploads[(user, server_round)]
-    rng = keyed_rng(config.seed, "audit", 2, user, server_round)
+    rng = keyed_rng(config.training.seed, "audit", 2, user, server_round)
     positives = len(np.unique(prepared.train_positives(user)))
     decoys = len(user_decoys(prepared, config, user))
     label = {DecoyUpdates.NEGATIVES: 0.0, DecoyUpdates.POSITIVES: 1.0}
     roles = (positives, max(len(items) - positives - decoys, 0), decoys)
-    last = config.num_server_rounds
+    last = config.training.num_server_rounds
     near = [r for r in range(server_round - WINDOW + 1, server_round + WINDOW) if 1 <= r <= last]
     history = [
         capture.uploads[(user, r)]
@@ -201,13 +203,17 @@ def attack_all(
     )
     for user, server_round in audited:
         items, rows, sent = capture.uploads[(user, server_round)]
-        rng = keyed_rng(config.seed, "audit", 1, user, server_round)
+        rng = keyed_rng(config.training.seed, "audit", 1, user, server_round)
         positive = np.isin(items, prepared.train_positives(user))
         count = int(positive.sum())
         decoy = np.isin(items, user_decoys(prepared, config, user))
         norms.extend(np.linalg.norm(rows[~decoy].astype(np.float64) - sent[~decoy], axis=1))
         shadow = shadow_of(config, prepared.num_items, rng)
-        other = server_round + 1 if server_round < config.num_server_rounds else server_round - 1
+        other = (
+            server_round + 1
+            if server_round < config.training.num_server_rounds
+            else server_round - 1
+        )
         scores = {
             "norm": attacks.norm_scores(sent, rows, shadow, count / len(items), rng),
             "direction": attacks.direction_scores(sent, rows),
@@ -256,7 +262,7 @@ def audited_run(
         )
         prepared = PreparedData(Path(prepared_dir)) if prepared_dir else prepare(config)
         users = np.sort(
-            keyed_rng(config.seed, "audit", 0).choice(
+            keyed_rng(config.training.seed, "audit", 0).choice(
                 prepared.num_users, size=min(num_users, prepared.num_users), replace=False
             )
         )

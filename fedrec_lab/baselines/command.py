@@ -70,7 +70,7 @@ def check_arguments(
                 **own_file,
             }
         )
-        if data and config.dataset == user_dataset.FILE_DATASET:
+        if data and config.data.dataset == user_dataset.FILE_DATASET:
             check_prepared(config)  # splits it (its card is logged), or says what is wrong
     except ValueError as error:  # a bad key or a bad file: the message says what to do
         sys.exit(f"error: {error}")

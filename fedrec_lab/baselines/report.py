@@ -39,28 +39,28 @@ def _pct(value: float) -> str:
 
 def dataset_label(config: RunConfig) -> str:
     """The dataset's name; a user's file with its name and sha256."""
-    if config.dataset != user_dataset.FILE_DATASET:
-        return config.dataset
+    if config.data.dataset != user_dataset.FILE_DATASET:
+        return config.data.dataset
     sha256 = user_dataset.source_record(config).get("data-file-sha256", "")
-    return f"file {Path(config.data_file).name} (sha256 {sha256[:16]})"
+    return f"file {Path(config.data.file.data_file).name} (sha256 {sha256[:16]})"
 
 
 def markdown(config: RunConfig, prepared: PreparedData, rows: list[Row], command: str) -> str:
-    metrics = metric_names(config.protocol)
+    metrics = metric_names(config.training.protocol)
     lines = [
-        f"# Reference rows: {dataset_label(config)}, {config.protocol} protocol",
+        f"# Reference rows: {dataset_label(config)}, {config.training.protocol} protocol",
         "",
         "```bash",
         command,
         "```",
         "",
         f"{prepared.num_users:,} users evaluated x {prepared.num_items:,} items, "
-        f"{prepared.num_train_rows:,} train rows; seed {config.seed}. Test metrics (%) of the "
-        "setting with the best validation HR@10 (grids below; centralized rows see every "
+        f"{prepared.num_train_rows:,} train rows; seed {config.training.seed}. Test metrics (%) "
+        "of the setting with the best validation HR@10 (grids below; centralized rows see every "
         "user's train rows, they are ceilings, not federated methods). A value chosen at the "
         "edge of its grid is flagged: that row may be a lower bound of what the model can do.",
     ]
-    if config.protocol == "paper":
+    if config.training.protocol == "paper":
         share = np.mean(
             [
                 prepared.test_item[u] in set(prepared.train_positives(u).tolist())
@@ -113,15 +113,15 @@ def markdown(config: RunConfig, prepared: PreparedData, rows: list[Row], command
 def write(folder: Path, config: RunConfig, prepared: PreparedData, rows: list[Row], command: str):
     """``baselines-<dataset>-<protocol>.md`` and ``.json`` in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
-    name = config.dataset
-    if config.dataset == user_dataset.FILE_DATASET:  # a user's file: named after it
-        name = f"file-{Path(config.data_file).stem}"
-    stem = folder / f"baselines-{name}-{config.protocol}"
+    name = config.data.dataset
+    if config.data.dataset == user_dataset.FILE_DATASET:  # a user's file: named after it
+        name = f"file-{Path(config.data.file.data_file).stem}"
+    stem = folder / f"baselines-{name}-{config.training.protocol}"
     record = {
-        "dataset": config.dataset,
+        "dataset": config.data.dataset,
         **user_dataset.source_record(config),
-        "protocol": config.protocol,
-        "seed": config.seed,
+        "protocol": config.training.protocol,
+        "seed": config.training.seed,
         "command": command,
         "num_users": prepared.num_users,
         "num_items": prepared.num_items,

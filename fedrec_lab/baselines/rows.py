@@ -139,14 +139,17 @@ def central_row(name: str, config: RunConfig, prepared: PreparedData) -> Row:
             config,
             prepared,
             GRIDS[name],
-            lambda **p: matrix_scorer(implicit_scores(train, name, config.seed, **p)),
+            lambda **p: matrix_scorer(implicit_scores(train, name, config.training.seed, **p)),
         )
     raise ValueError(f"unknown reference row '{name}'; choose from {', '.join(ROWS)}")
 
 
 def method_preset(method: str, config: RunConfig) -> Path:
     """The project's preset of ``method`` for ``config``'s dataset and protocol."""
-    return conf_dir() / f"{method}-{config.dataset.replace('-', '')}-{config.protocol}.toml"
+    return (
+        conf_dir()
+        / f"{method}-{config.data.dataset.replace('-', '')}-{config.training.protocol}.toml"
+    )
 
 
 def local_only_config(config: RunConfig, method: str, rounds: int | None = None) -> RunConfig:

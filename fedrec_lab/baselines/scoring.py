@@ -105,7 +105,7 @@ def _means(sums: dict[str, float]) -> Metrics:
 
 
 def popularity(config: RunConfig) -> tuple[Metrics, PerUser]:
-    """Validation and test metrics of popularity ranking under ``config.protocol`` (means,
+    """Validation and test metrics of popularity ranking under ``config.training.protocol`` (means,
     and each user's): a one-dimensional item table holding the train counts and a user
     vector of 1."""
     prepared = prepare(config)

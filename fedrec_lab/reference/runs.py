@@ -90,7 +90,7 @@ def our_split(preset: Path, data_dir: str, seed: int) -> Split:
 
     mapping = {**resolve(preset), "data-dir": str(Path(data_dir).resolve()), "seed": seed}
     config = RunConfig.from_mapping(mapping)
-    if config.protocol != "paper":
+    if config.training.protocol != "paper":
         raise ReferenceError(f"{preset.name}: reference runs use the paper protocol")
     data = prepare(config)
     negatives = np.asarray(data.eval_negatives(seed))

@@ -83,7 +83,7 @@ class ConformanceBase:
     def has_closed_form(self, method: Method, config: RunConfig) -> bool:
         """Does ``closed_form_grads`` answer for every phase of the method?"""
         rng = np.random.default_rng(1)
-        samples = random_samples(rng, 2, config.batch_size)
+        samples = random_samples(rng, 2, config.training.batch_size)
         params = user_params(method, samples.users, rng)
         rows = torch.randn(int(samples.row_offsets[-1]), method.row_dim)
         flat = row_tables(method, samples, rng)
@@ -129,7 +129,7 @@ class StepConformance(ConformanceBase):
         method = self.build(config)
         exact = self.has_closed_form(method, config)
         rng = np.random.default_rng(0)
-        samples = random_samples(rng, num_users=6, batch=config.batch_size)
+        samples = random_samples(rng, num_users=6, batch=config.training.batch_size)
         start = user_params(method, samples.users, rng)
         start[ROWS] = torch.from_numpy(
             rng.normal(size=(samples.row_offsets[-1], method.row_dim)).astype(np.float32)
@@ -171,7 +171,7 @@ class StepConformance(ConformanceBase):
         if not self.has_closed_form(method, config):
             pytest.skip(f"{method.name} has no closed-form gradient (autograd only)")
         rng = np.random.default_rng(2)
-        samples = random_samples(rng, num_users=5, batch=config.batch_size)
+        samples = random_samples(rng, num_users=5, batch=config.training.batch_size)
         params = user_params(method, samples.users, rng)
         table = torch.from_numpy(
             rng.normal(size=(samples.row_offsets[-1], method.row_dim)).astype(np.float32)
@@ -331,7 +331,7 @@ class FederationConformance(ConformanceBase):
         for run in (packed, three):  # the method's own replies pass the server's checks
             assert all(r["rejected-replies"] == "0" for r in run.rounds)
         metrics = packed.metrics()
-        assert len(metrics) >= 3 and len(packed.rounds) == config.num_server_rounds
+        assert len(metrics) >= 3 and len(packed.rounds) == config.training.num_server_rounds
         for name, values in metrics.items():
             assert three.metrics()[name] == pytest.approx(values, rel=rel, abs=1e-12), name
 

@@ -48,10 +48,10 @@ def space_for(preset: dict[str, Any], plugin_only: bool = False) -> dict[str, Di
                 "base's with personalization = 'dual'). Tune the base preset instead."
             )
         return plugins
-    space = {**method_card(config.method).search_space, **by_key_name(groups)}
+    space = {**method_card(config.method_name).search_space, **by_key_name(groups)}
     if not space:
         raise ValueError(
-            f"method '{config.method}' has no search space: give its card a search_space "
+            f"method '{config.method_name}' has no search space: give its card a search_space "
             "(run-config key -> fedrec_flwr.schema.Dim)."
         )
     return space
