@@ -18,7 +18,8 @@ import numpy as np
 
 def savez(path: Path, arrays: Mapping[str, np.ndarray]) -> int:
     """Write ``arrays`` as the npz file ``path``; the bytes written."""
-    _replace(path, "wb", lambda f: np.savez(f, **arrays))
+    # numpy's stub types savez's keyword arrays as its allow_pickle flag
+    _replace(path, "wb", lambda f: np.savez(f, **arrays))  # type: ignore[arg-type]
     return path.stat().st_size
 
 
@@ -37,7 +38,7 @@ def _replace(path: Path, mode: str, write: Callable[[IO], object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, mode, **({"newline": ""} if "b" not in mode else {})) as f:
+        with os.fdopen(fd, mode, newline=None if "b" in mode else "") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())

@@ -17,14 +17,17 @@ secure aggregation in :mod:`fedrec_flwr.privacy`), a dataset's in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import FrozenInstanceError
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self, TypeVar
 
 from fedrec_flwr.aggregation import DefenceKeys
 from fedrec_flwr.data.registry import DataKeys, dataset_key_groups
 from fedrec_flwr.data.settings import DATA_DIR_ENV, DataSettings
+from fedrec_flwr.learning_keys import LearningKeys, ScheduleKeys, ServerKeys, ServerOptimizerKeys
 from fedrec_flwr.methods import Method, build_method, methods
 from fedrec_flwr.methods.plgc import PlgcKeys
 from fedrec_flwr.methods.plugins import DualKeys
@@ -38,16 +41,12 @@ from fedrec_flwr.run_keys import (
     ExecutionKeys,
     FaultKeys,
     KeepPersonalRows,
-    LearningKeys,
     OutputKeys,
     RunGroups,
-    ScheduleKeys,
-    ServerKeys,
-    ServerOptimizerKeys,
     TrainingKeys,
 )
 from fedrec_flwr.sampling import NegativeSamplerKeys
-from fedrec_flwr.schema import AnyGroup, ConfigError, Group, Settings, key
+from fedrec_flwr.schema import ConfigError, Group, Key, KeyGroup, Scalar, key
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -128,6 +127,150 @@ def with_reference_defaults(mapping: Mapping[str, Any]) -> dict[str, Any]:
     """``mapping`` with its method's reference defaults for the keys it leaves unset (before
     a full table of defaults, such as ``pyproject.toml``'s, is merged under it)."""
     return {**reference_defaults(mapping), **mapping}
+
+
+#: What a run config composes: key groups, declared as a :class:`Group` or a
+#: :class:`KeyGroup`.
+AnyGroup = type[Group] | KeyGroup
+G = TypeVar("G", bound=Group)
+
+
+def flatten(groups: Sequence[AnyGroup]) -> tuple[Key, ...]:
+    """The keys of ``groups`` in order; raises if two groups declare the same key."""
+    owners: dict[str, str] = {}
+    keys = []
+    for group in groups:
+        for item in group.keys:
+            if item.name in owners:
+                raise ValueError(
+                    f"run-config key '{item.name}' is declared by both {owners[item.name]} and "
+                    f"{group.owner}: rename one of them."
+                )
+            owners[item.name] = group.owner
+            keys.append(item)
+    return tuple(keys)
+
+
+class Settings:
+    """Frozen values of the keys of :meth:`key_groups`, read as attributes.
+
+    ``Settings(**fields)`` takes attribute names and checks nothing (tests, internal
+    copies); :meth:`from_mapping` takes run-config keys, converts and validates them. A key
+    registered after an object was made reads as its default.
+    """
+
+    kind: ClassVar[str] = "run-config"
+
+    @classmethod
+    def key_groups(cls) -> tuple[AnyGroup, ...]:
+        """The groups whose keys these settings hold, in key order."""
+        raise NotImplementedError(f"{cls.__name__} must say which key groups it holds")
+
+    @classmethod
+    def declared_keys(cls) -> tuple[Key, ...]:
+        return flatten(cls.key_groups())
+
+    @classmethod
+    def key_names(cls) -> list[str]:
+        """Every key (kebab-case), in order."""
+        return [key.name for key in cls.declared_keys()]
+
+    def __init__(self, **values: Scalar) -> None:
+        keys = {key.field: key for key in self.declared_keys()}
+        unknown = sorted(set(values) - set(keys))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__}() got unknown fields {unknown}: fields are the "
+                f"{self.kind} keys with '_' for '-' (e.g. num_server_rounds)."
+            )
+        for name, item in keys.items():
+            object.__setattr__(self, name, values.get(name, item.default))
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("_"):
+            for key in self.declared_keys():
+                if key.field == name:
+                    return key.default
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}: use replace()")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.to_mapping() == other.to_mapping()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.to_mapping().items()))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(
+            f"{key.field}={getattr(self, key.field)!r}" for key in self.declared_keys()
+        )
+        return f"{type(self).__name__}({fields})"
+
+    @classmethod
+    def reference_defaults(cls, mapping: Mapping[str, Any]) -> dict[str, Any]:
+        """Values for keys ``mapping`` leaves unset that its other keys call for (a method's
+        paper values); none here. Keys set in ``mapping`` always win over them."""
+        return {}
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> Self:
+        """Build and validate from kebab-case keys (missing keys take their reference
+        defaults, :meth:`reference_defaults`, else their defaults)."""
+        by_name = {key.name: key for key in cls.declared_keys()}
+        values: dict[str, Scalar] = {}
+        for name, value in {**cls.reference_defaults(mapping), **mapping}.items():
+            if name not in by_name:
+                hint = difflib.get_close_matches(name, by_name, n=1)
+                raise ConfigError(
+                    f"unknown {cls.kind} key '{name}'"
+                    + (f" (did you mean '{hint[0]}'?)" if hint else "")
+                    + f". Valid keys: {', '.join(sorted(by_name))}."
+                )
+            key = by_name[name]
+            values[key.field] = key.coerce(value)
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def group(self, kind: type[G]) -> G:
+        """The values of the keys of group ``kind`` (made once per settings object)."""
+        made = self.__dict__.setdefault("_groups", {})
+        if kind not in made:
+            made[kind] = kind.of({item.field: getattr(self, item.field) for item in kind.keys})
+        return made[kind]
+
+    def to_mapping(self) -> dict[str, Scalar]:
+        """The values as kebab-case keys, in key order (as written to ``config.json``)."""
+        return {key.name: getattr(self, key.field) for key in self.declared_keys()}
+
+    def replace(self, **changes: Scalar) -> Self:
+        """A validated copy with some fields changed (attribute names)."""
+        fields = {item.field: getattr(self, item.field) for item in self.declared_keys()}
+        settings = type(self)(**{**fields, **changes})
+        settings.validate()
+        return settings
+
+    def active_groups(self) -> list[AnyGroup]:
+        """The groups whose checks run for these values (:meth:`Group.active`)."""
+        return [group for group in self.key_groups() if group.active(self)]
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` for an impossible value: each key's own checks, then
+        each group's checks across its keys (groups that apply only)."""
+        groups = self.active_groups()
+        for group in groups:
+            for item in group.keys:
+                item.validate(getattr(self, item.field))
+        for group in groups:
+            if group.check is not None:
+                group.check(self)
 
 
 class RunConfig(Settings, RunGroups):

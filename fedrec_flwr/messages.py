@@ -88,7 +88,9 @@ def _packed_parts(arrays: Mapping[str, np.ndarray]) -> list:
     """The byte parts of :func:`pack`: magic, the index's length and the JSON index (name,
     dtype, shape, offset of each), then each array's C-ordered bytes, every part padded to
     8 bytes (views of the arrays: joined once, by the caller)."""
-    index, data, offset = [], [], 0
+    index: list[list[object]] = []
+    data: list[bytes | np.ndarray] = []
+    offset = 0
     for name, value in arrays.items():
         value = np.asarray(value)
         if not value.flags.c_contiguous:
@@ -233,12 +235,12 @@ def allowed_upload_keys(shared_dense: tuple[str, ...]) -> frozenset[str]:
 def read_reply(msg: Message) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """(arrays as numpy, metrics) of a reply; ``ValueError`` saying what is missing or
     unreadable (the reply is then rejected, see :mod:`fedrec_flwr.server.validation`)."""
-    records = {}
-    for name, kind in ((ARRAYS, ArrayRecord), (METRICS, MetricRecord)):
-        if name not in msg.content or not isinstance(msg.content[name], kind):
-            raise ValueError(f"the reply has no '{name}' {kind.__name__}")
-        records[name] = msg.content[name]
-    return record_arrays(records[ARRAYS]), dict(records[METRICS])
+    arrays, metrics = msg.content.get(ARRAYS), msg.content.get(METRICS)
+    if not isinstance(arrays, ArrayRecord):
+        raise ValueError(f"the reply has no '{ARRAYS}' ArrayRecord")
+    if not isinstance(metrics, MetricRecord):
+        raise ValueError(f"the reply has no '{METRICS}' MetricRecord")
+    return record_arrays(arrays), dict(metrics)
 
 
 def reply(msg: Message, arrays: ArrayRecord, metrics: dict) -> Message:

@@ -1,6 +1,6 @@
-"""The keys of the run itself: schedule, outputs, learning rates, the local optimiser's
-schedule, the server optimiser, evaluation, execution and fault injection, each group a
-:class:`~fedrec_flwr.schema.Group`.
+"""The keys of the run itself: its schedule, outputs, evaluation, execution and fault
+injection, each group a :class:`~fedrec_flwr.schema.Group` (how its parameters learn is in
+:mod:`fedrec_flwr.learning_keys`), and :class:`RunGroups`, a run's values by group.
 
 The keys of a method, a plug-in or a dataset are declared by its own module;
 :mod:`fedrec_flwr.config` composes them all with these.
@@ -13,6 +13,12 @@ from enum import StrEnum
 from typing import Any, ClassVar, TypeVar
 
 from fedrec_flwr.aggregation import DefenceKeys
+from fedrec_flwr.learning_keys import (
+    LearningKeys,
+    ScheduleKeys,
+    ServerKeys,
+    ServerOptimizerKeys,
+)
 from fedrec_flwr.sampling import NegativeSamplerKeys
 from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Dim, Group, Range, key
 
@@ -29,28 +35,6 @@ class TrainNegatives(StrEnum):
 
     PROTOCOL = "protocol"
     NON_TRAIN = "non-train"
-
-
-class Aggregation(StrEnum):
-    """``aggregation``: what a row's summed change is divided by."""
-
-    ROUND_MEAN = "round-mean"
-    TOUCHER_MEAN = "toucher-mean"
-
-
-class ItemLrScaling(StrEnum):
-    """``item-lr-scaling``: is ``item-lr`` multiplied by the number of items?"""
-
-    NONE = "none"
-    NUM_ITEMS = "num-items"
-
-
-class ServerRule(StrEnum):
-    """``server-optimizer``: how the server applies the aggregated change."""
-
-    NONE = "none"
-    SGD_MOMENTUM = "sgd-momentum"
-    ADAM = "adam"
 
 
 class KeepPersonalRows(StrEnum):
@@ -75,14 +59,6 @@ def check_results_dir(value: str) -> None:
 def check_device(value: str) -> None:
     if not (value == "cpu" or value.startswith("cuda")):
         raise ConfigError(f"device='{value}': use 'cpu', 'cuda' or 'cuda:N'.")
-
-
-def check_server_lr(config: Any) -> None:
-    if config.server_optimizer == ServerRule.NONE and config.server_lr != 1.0:
-        raise ConfigError(
-            "server-lr only applies with a server optimizer: set server-optimizer to "
-            "'adam' or 'sgd-momentum', or leave server-lr at 1.0."
-        )
 
 
 def keeps_rows_it_only_evaluates_with(config: Any, method: Any) -> bool:
@@ -175,84 +151,6 @@ class OutputKeys(Group):
         "it from its last checkpoint (the other keys must be the run's; `fedrec --resume "
         "<run-dir>` reads them from its `config.json`)",
     )
-
-
-class LearningKeys(Group):
-    title = "Model, aggregation and learning rates"
-
-    aggregation: str = key(
-        default=Aggregation.ROUND_MEAN.value,
-        help="`round-mean`: a row moves by the sum of its users' changes / users in the round "
-        "(what the papers' code does); `toucher-mean`: / users that trained the row",
-        choices=Aggregation,
-    )
-    embedding_dim: int = key(
-        default=32,
-        help="item (and user) embedding size d",
-        range=POSITIVE,
-    )
-    init_std: float = key(
-        default=1.0,
-        help="item rows (and FedMF user vectors) start N(0, init-std^2)",
-        range=POSITIVE,
-    )
-    lr: float = key(
-        default=0.1,
-        help="learning rate of the private parameters (PFedRec score function, FedMF user vector)",
-        range=NON_NEGATIVE,
-    )
-    item_lr: float = key(
-        default=8.0,
-        help='learning rate of the item rows, times `num_items` if `item-lr-scaling = "num-items"` '
-        "(PFedRec's 0.1 x 80 x num_items)",
-        range=NON_NEGATIVE,
-    )
-    item_lr_scaling: str = key(
-        default=ItemLrScaling.NUM_ITEMS.value,
-        help="`num-items`: `item-lr` is multiplied by the number of items; `none`: taken as is",
-        choices=ItemLrScaling,
-    )
-    dense_lr: float = key(
-        default=0.1,
-        help="learning rate of the dense weights (FedNCF's MLP tower and output layer), shared "
-        'or, under `personalization = "dual"`, private',
-        range=NON_NEGATIVE,
-    )
-
-    def item_learning_rate(self, num_items: int) -> float:
-        """The item-row learning rate after ``item-lr-scaling``."""
-        if self.item_lr_scaling == ItemLrScaling.NUM_ITEMS:
-            return self.item_lr * num_items
-        return self.item_lr
-
-
-class ServerKeys(Group):
-    title = "Server optimiser"
-
-    server_optimizer: str = key(
-        default=ServerRule.NONE.value,
-        help="`none` (apply the mean change), `sgd-momentum` or `adam` on the aggregated change "
-        "(pseudo-gradient = minus the change; rows: lazy, per-row state)",
-        choices=ServerRule,
-    )
-    server_lr: float = key(
-        default=1.0,
-        help="learning rate of the server optimiser (must stay 1.0 with `none`); `0` with "
-        "`sgd-momentum` or `adam`: the global table and shared-dense parameters never move, "
-        "every user trains from the initial table each round: local-only training, no "
-        "federation",
-        range=NON_NEGATIVE,
-        why=" (server-lr = 0 with a server optimizer: the server never moves the global "
-        "parameters, local-only training)",
-    )
-    server_momentum: float = key(
-        default=0.9,
-        help="momentum of `sgd-momentum`, beta1 of `adam` (beta2 = 0.999, eps = 1e-8)",
-        range=Range(0, 1, high_included=False),
-        why=" (Adam's beta1, or the momentum of sgd-momentum)",
-    )
-
-    check = check_server_lr
 
 
 class EvaluationKeys(Group):
@@ -360,72 +258,6 @@ class FaultKeys(Group):
         "`timeout` (it answers after `round-timeout`: no reply; use a small `round-timeout`)",
         choices=FaultMode,
     )
-
-
-#: A decay factor: in (0, 1], 1 = no decay.
-DECAY = Range(0, 1, low_included=False)
-
-
-class ScheduleKeys(Group):
-    title = "Local schedule: weight decay and learning-rate decay"
-
-    weight_decay: float = key(
-        default=0.0,
-        help="L2 weight decay of the local optimiser, as torch.optim.SGD's (`+ weight-decay * "
-        "p` on the gradient of every trained parameter, Adam's private parameters too); "
-        "item rows (shared and private, FedRAP's `D_u`) decay on every row the user holds "
-        "this round at each of its steps, not on rows it does not hold (the reference "
-        "code's dense gradients shrink every item row)",
-        range=NON_NEGATIVE,
-        why=" (0 = off)",
-    )
-    lr_decay: float = key(
-        default=1.0,
-        help="every local learning rate of round r (1-based) is multiplied by `lr-decay ** "
-        "(r - 1)` (FedRAP's reference code: 0.97)",
-        range=DECAY,
-        why=" (1 = no decay; a factor per round)",
-    )
-    lr_step_decay: float = key(
-        default=1.0,
-        help="the s-th local step of a user in a round (0-based, over all its epochs and "
-        "batches) takes every learning rate times `lr-step-decay ** s`, restarted each "
-        "round (FedRAP's reference code: ExponentialLR(0.95) stepped after every batch)",
-        range=DECAY,
-        why=" (1 = no decay; a factor per local step)",
-    )
-
-
-class OptimizedRows(StrEnum):
-    """``server-optimizer-rows``: which item rows the server optimiser steps each round."""
-
-    TOUCHED = "touched"
-    ALL = "all"
-
-
-def check_optimized_rows(config: Any) -> None:
-    if config.server_optimizer_rows != OptimizedRows.TOUCHED and config.server_optimizer == "none":
-        raise ConfigError(
-            f"server-optimizer-rows='{config.server_optimizer_rows}' applies to a server "
-            "optimizer: set server-optimizer to 'adam' or 'sgd-momentum', or leave "
-            "server-optimizer-rows = 'touched'."
-        )
-
-
-class ServerOptimizerKeys(Group):
-    """The server optimiser's own keys (its rule, step and momentum are :class:`ServerKeys`)."""
-
-    title = "Server optimiser rows"
-
-    server_optimizer_rows: str = key(
-        default=OptimizedRows.TOUCHED.value,
-        help="item rows the server optimiser steps: `touched` (lazy, per-row state and step "
-        "count) or `all` (the whole table every round, untouched rows with a zero "
-        "pseudo-gradient, one step count: FedRecGEL's reference code)",
-        choices=OptimizedRows,
-    )
-
-    check = check_optimized_rows
 
 
 G = TypeVar("G", bound=Group)

@@ -18,9 +18,9 @@ import dataclasses
 import difflib
 import enum
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import FrozenInstanceError, dataclass, field
-from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self, dataclass_transform
 
 Scalar = bool | int | float | str
 Choices = type[enum.Enum] | Callable[[], Iterable[str]]
@@ -82,7 +82,7 @@ class Key:
     choices: Choices | None = None
     range: Range | None = None
     why: str = ""
-    check: Callable[[Any], None] | None = None
+    check: Callable[[Any], object] | None = None
     parse: Callable[[Any], Scalar | None] | None = None
 
     @property
@@ -91,14 +91,14 @@ class Key:
         return self.name.replace("-", "_")
 
     @property
-    def type(self) -> type:
+    def type(self) -> type[Scalar]:
         return type(self.default)
 
     def choice_values(self) -> tuple[str, ...]:
         """The allowed values, in their declared order (empty: any value of the type)."""
         if self.choices is None:
             return ()
-        if isinstance(self.choices, type) and issubclass(self.choices, enum.Enum):
+        if isinstance(self.choices, enum.EnumMeta):
             return tuple(str(member.value) for member in self.choices)
         return tuple(self.choices())
 
@@ -215,7 +215,7 @@ class KeyInfo:
     choices: Choices | None = None
     range: Range | None = None
     why: str = ""
-    check: Callable[[Any], None] | None = None
+    check: Callable[[Any], object] | None = None
     parse: Callable[[Any], Scalar | None] | None = None
 
 
@@ -226,7 +226,7 @@ def key(
     choices: Choices | None = None,
     range: Range | None = None,
     why: str = "",
-    check: Callable[[Any], None] | None = None,
+    check: Callable[[Any], object] | None = None,
     parse: Callable[[Any], Scalar | None] | None = None,
 ) -> Any:
     """A field of a :class:`Group`: one run-config key, named as the field with ``-`` for
@@ -286,6 +286,8 @@ def _declared_key(item: dataclasses.Field[Any]) -> Key:
     info = item.metadata.get(KEY_INFO)
     if not isinstance(info, KeyInfo):
         raise TypeError(f"field '{item.name}' of a Group must be declared with key(...)")
+    if not isinstance(item.default, bool | int | float | str):
+        raise TypeError(f"field '{item.name}' of a Group needs a default: key(default=...)")
     return Key(
         item.name.replace("_", "-"),
         item.default,
@@ -296,147 +298,3 @@ def _declared_key(item: dataclasses.Field[Any]) -> Key:
         check=info.check,
         parse=info.parse,
     )
-
-
-#: What a run config composes: key groups, declared as a :class:`Group` or a
-#: :class:`KeyGroup`.
-AnyGroup = type[Group] | KeyGroup
-G = TypeVar("G", bound=Group)
-
-
-def flatten(groups: Sequence[AnyGroup]) -> tuple[Key, ...]:
-    """The keys of ``groups`` in order; raises if two groups declare the same key."""
-    owners: dict[str, str] = {}
-    keys = []
-    for group in groups:
-        for key in group.keys:
-            if key.name in owners:
-                raise ValueError(
-                    f"run-config key '{key.name}' is declared by both {owners[key.name]} and "
-                    f"{group.owner}: rename one of them."
-                )
-            owners[key.name] = group.owner
-            keys.append(key)
-    return tuple(keys)
-
-
-class Settings:
-    """Frozen values of the keys of :meth:`key_groups`, read as attributes.
-
-    ``Settings(**fields)`` takes attribute names and checks nothing (tests, internal
-    copies); :meth:`from_mapping` takes run-config keys, converts and validates them. A key
-    registered after an object was made reads as its default.
-    """
-
-    kind: ClassVar[str] = "run-config"
-
-    @classmethod
-    def key_groups(cls) -> tuple[AnyGroup, ...]:
-        """The groups whose keys these settings hold, in key order."""
-        raise NotImplementedError(f"{cls.__name__} must say which key groups it holds")
-
-    @classmethod
-    def declared_keys(cls) -> tuple[Key, ...]:
-        return flatten(cls.key_groups())
-
-    @classmethod
-    def key_names(cls) -> list[str]:
-        """Every key (kebab-case), in order."""
-        return [key.name for key in cls.declared_keys()]
-
-    def __init__(self, **values: Scalar) -> None:
-        keys = {key.field: key for key in self.declared_keys()}
-        unknown = sorted(set(values) - set(keys))
-        if unknown:
-            raise TypeError(
-                f"{type(self).__name__}() got unknown fields {unknown}: fields are the "
-                f"{self.kind} keys with '_' for '-' (e.g. num_server_rounds)."
-            )
-        for name, key in keys.items():
-            object.__setattr__(self, name, values.get(name, key.default))
-
-    def __getattr__(self, name: str) -> Any:
-        if not name.startswith("_"):
-            for key in self.declared_keys():
-                if key.field == name:
-                    return key.default
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}: use replace()")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return self.to_mapping() == other.to_mapping()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash(tuple(self.to_mapping().items()))
-
-    def __repr__(self) -> str:
-        fields = ", ".join(
-            f"{key.field}={getattr(self, key.field)!r}" for key in self.declared_keys()
-        )
-        return f"{type(self).__name__}({fields})"
-
-    @classmethod
-    def reference_defaults(cls, mapping: Mapping[str, Any]) -> dict[str, Any]:
-        """Values for keys ``mapping`` leaves unset that its other keys call for (a method's
-        paper values); none here. Keys set in ``mapping`` always win over them."""
-        return {}
-
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any]) -> Self:
-        """Build and validate from kebab-case keys (missing keys take their reference
-        defaults, :meth:`reference_defaults`, else their defaults)."""
-        by_name = {key.name: key for key in cls.declared_keys()}
-        values: dict[str, Scalar] = {}
-        for name, value in {**cls.reference_defaults(mapping), **mapping}.items():
-            if name not in by_name:
-                hint = difflib.get_close_matches(name, by_name, n=1)
-                raise ConfigError(
-                    f"unknown {cls.kind} key '{name}'"
-                    + (f" (did you mean '{hint[0]}'?)" if hint else "")
-                    + f". Valid keys: {', '.join(sorted(by_name))}."
-                )
-            key = by_name[name]
-            values[key.field] = key.coerce(value)
-        settings = cls(**values)
-        settings.validate()
-        return settings
-
-    def group(self, kind: type[G]) -> G:
-        """The values of the keys of group ``kind`` (made once per settings object)."""
-        made = self.__dict__.setdefault("_groups", {})
-        if kind not in made:
-            made[kind] = kind.of({item.field: getattr(self, item.field) for item in kind.keys})
-        return made[kind]
-
-    def to_mapping(self) -> dict[str, Scalar]:
-        """The values as kebab-case keys, in key order (as written to ``config.json``)."""
-        return {key.name: getattr(self, key.field) for key in self.declared_keys()}
-
-    def replace(self, **changes: Scalar) -> Self:
-        """A validated copy with some fields changed (attribute names)."""
-        fields = {item.field: getattr(self, item.field) for item in self.declared_keys()}
-        settings = type(self)(**{**fields, **changes})
-        settings.validate()
-        return settings
-
-    def active_groups(self) -> list[AnyGroup]:
-        """The groups whose checks run for these values (:meth:`Group.active`)."""
-        return [group for group in self.key_groups() if group.active(self)]
-
-    def validate(self) -> None:
-        """Raise :class:`ConfigError` for an impossible value: each key's own checks, then
-        each group's checks across its keys (groups that apply only)."""
-        groups = self.active_groups()
-        for group in groups:
-            for key in group.keys:
-                key.validate(getattr(self, key.field))
-        for group in groups:
-            if group.check is not None:
-                group.check(self)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedrec_flwr.data.prepared import PreparedData
+from fedrec_flwr.data.prepared import PerUser, PreparedData
 from fedrec_flwr.partition import users_of_partition
 
 FORMAT = "fedrec-device-data/1"
@@ -151,7 +151,7 @@ class DeviceData(PreparedData):
         counts = np.array([len(p) for p in parts], dtype=np.int64)
         return counts, np.concatenate(parts) if parts else np.empty(0, np.int64)
 
-    def local(self, users) -> np.ndarray | int:
+    def local(self, users: np.ndarray | int) -> np.ndarray | int:
         """Positions in this device's arrays of global user ids; KeyError for other users."""
         ids = np.asarray(users, dtype=np.int64)
         positions = np.searchsorted(self.users, ids)
@@ -164,7 +164,7 @@ class DeviceData(PreparedData):
         at = self.local(user)
         return np.asarray(self.train_items[self.train_indptr[at] : self.train_indptr[at + 1]])
 
-    def eval_negatives(self, seed: int):
+    def eval_negatives(self, seed: int) -> PerUser:
         """Paper protocol: the exported negatives (drawn with the export's seed; another seed
         is refused). Strict (the ``s100-*`` metrics): drawn here for this device's users, the
         rows the shared split draws (keyed by (seed, user)), for any seed."""

@@ -15,6 +15,7 @@ import tempfile
 import time
 from functools import cached_property
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -36,6 +37,14 @@ EVAL_NEGATIVES_PER_SPLIT = 99  # paper protocol: 99 for validation and 99 for te
 _OPENED: dict[Path, PreparedData] = {}
 
 
+class PerUser(Protocol):
+    """A per-user array, indexed by global user id (one id or an array of ids)."""
+
+    def __getitem__(self, users: Any) -> Any: ...
+
+    def __len__(self) -> int: ...
+
+
 class PreparedData:
     """Memory-mapped leave-one-out arrays of one (dataset, protocol), plus per-user views."""
 
@@ -50,16 +59,16 @@ class PreparedData:
         self.num_items: int = self.meta["num_items"]
         for name in self.ARRAYS:
             setattr(self, name, np.load(path / f"{name}.npy", mmap_mode="r"))
-        self._eval_negatives: dict[int, np.ndarray] = {}
+        self._eval_negatives: dict[int, PerUser] = {}
         self._exclusions: tuple[np.ndarray, np.ndarray] | None = None
 
     train_indptr: np.ndarray
     train_items: np.ndarray
-    valid_item: np.ndarray
-    test_item: np.ndarray
+    valid_item: PerUser
+    test_item: PerUser
     source_user: np.ndarray
 
-    def local(self, users: np.ndarray) -> np.ndarray:
+    def local(self, users: np.ndarray | int) -> np.ndarray | int:
         """Positions of global user ids in the split's per-user arrays: the ids themselves
         (a device's folder holds only its users: :meth:`DeviceData.local`)."""
         return np.asarray(users, dtype=np.int64)
@@ -92,7 +101,8 @@ class PreparedData:
             n, every = self.num_items, np.arange(self.num_users, dtype=np.int64)
             keys = np.repeat(every, np.diff(self.train_indptr)) * n + self.train_items
             if self.protocol == "paper":
-                keys = np.r_[keys, every * n + self.valid_item, every * n + self.test_item]
+                valid, test = np.asarray(self.valid_item), np.asarray(self.test_item)
+                keys = np.r_[keys, every * n + valid, every * n + test]
             keys = np.unique(keys)
             owner = keys // n
             counts = np.bincount(owner, minlength=self.num_users)
@@ -103,7 +113,7 @@ class PreparedData:
         starts = np.repeat(indptr[users] - np.r_[0, np.cumsum(counts)[:-1]], counts)
         return counts, items[starts + np.arange(int(counts.sum()))]
 
-    def eval_negatives(self, seed: int) -> np.ndarray:
+    def eval_negatives(self, seed: int) -> PerUser:
         """[num_users, 198] negatives never interacted with, 99 for validation then 99 for
         test: the paper protocol's candidates, and under ``strict`` the ``s100-*`` metrics'."""
         if seed not in self._eval_negatives:
@@ -137,6 +147,7 @@ class PreparedData:
 def dataset_fingerprint(run: RunGroups | DataSettings) -> dict:
     """What identifies the prepared arrays: the dataset's source files or generator settings."""
     config = DataSettings.of(run)
+    source: dict[str, Any]
     if config.dataset == "synthetic":
         source = {
             "users": config.synthetic.synthetic_users,
@@ -218,7 +229,7 @@ def prepare(run: RunGroups | DataSettings) -> PreparedData:
             raise DataError(
                 f"{config.dataset}: no user has the 3 rows a leave-one-out split needs."
             )
-        meta = {
+        meta: dict[str, Any] = {
             "dataset": config.dataset,
             "protocol": config.protocol,
             "num_users": split.num_users,

@@ -26,7 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from fedrec_flwr.methods.base import Method
-from fedrec_flwr.schema import Settings
+from fedrec_flwr.run_keys import RunGroups
 
 
 class Attachment(StrEnum):
@@ -51,9 +51,9 @@ class Plugin:
     name: str
     paper: str
     attaches_to: Attachment
-    enabled: Callable[[Settings], bool]
+    enabled: Callable[[RunGroups], bool]
     module: str
-    check: Callable[[Settings, Method], None] | None = None
+    check: Callable[[RunGroups, Method], None] | None = None
     wrapper: type[MethodPlugin] | None = None
 
     def __post_init__(self) -> None:
@@ -63,7 +63,7 @@ class Plugin:
                 "it attaches to the method (attaches_to=Attachment.METHOD)."
             )
 
-    def attach(self, config: Settings, num_items: int, method: Method) -> Method:
+    def attach(self, config: RunGroups, num_items: int, method: Method) -> Method:
         """``method`` with this plug-in: checked, then wrapped (``METHOD``) or as it is (the
         other attachments read the plug-in's keys from the config)."""
         if self.check is not None:
@@ -134,7 +134,7 @@ class MethodPlugin(Method):
     answers the rest (``self.base``). Attributes the base method sets on itself (``dim``,
     ``dual``, FedNCF's ``mlp_dim``) are read from it too."""
 
-    def __init__(self, config: Settings, num_items: int, base: Method) -> None:
+    def __init__(self, config: RunGroups, num_items: int, base: Method) -> None:
         self.config = config
         self.num_items = num_items
         self.base = base

@@ -11,7 +11,8 @@ from enum import StrEnum
 from fedrec_flwr.methods.base import Method
 from fedrec_flwr.methods.plugin import Attachment, Plugin
 from fedrec_flwr.methods.registry import method_card
-from fedrec_flwr.schema import ConfigError, Group, Settings, key
+from fedrec_flwr.run_keys import RunGroups
+from fedrec_flwr.schema import ConfigError, Group, key
 
 
 class Personalization(StrEnum):
@@ -36,11 +37,11 @@ class DualKeys(Group):
     )
 
 
-def dual_enabled(config: Settings) -> bool:
+def dual_enabled(config: RunGroups) -> bool:
     return config.personalization == "dual"
 
 
-def dual_applies(config: Settings, method: Method) -> None:
+def dual_applies(config: RunGroups, method: Method) -> None:
     """DualPer applies to a method whose card ``supports_dual``."""
     if not method_card(method.name).supports_dual:
         raise ConfigError(
@@ -50,15 +51,15 @@ def dual_applies(config: Settings, method: Method) -> None:
         )
 
 
-def sam_enabled(config: Settings) -> bool:
+def sam_enabled(config: RunGroups) -> bool:
     return config.sam_rho_private > 0 or config.sam_rho_shared > 0
 
 
-def ldp_enabled(config: Settings) -> bool:
+def ldp_enabled(config: RunGroups) -> bool:
     return config.ldp_mechanism != "none" or config.ldp_laplace_lambda > 0
 
 
-def ldp_applies(config: Settings, method: Method) -> None:
+def ldp_applies(config: RunGroups, method: Method) -> None:
     """LDP clips and noises item rows only: a method that uploads shared-dense parameters
     (FedNCF's MLP, outside DualPer) would send them in the clear, so it is refused."""
     dense = method.shared_dense_names()
@@ -71,7 +72,7 @@ def ldp_applies(config: Settings, method: Method) -> None:
         )
 
 
-def decoys_enabled(config: Settings) -> bool:
+def decoys_enabled(config: RunGroups) -> bool:
     return config.decoy_ratio > 0
 
 

@@ -24,7 +24,8 @@ from typing import TypeVar
 from fedrec_flwr.methods.base import Method
 from fedrec_flwr.methods.card import MethodCard
 from fedrec_flwr.methods.plugin import MethodPlugin, Plugin
-from fedrec_flwr.schema import ConfigError, Settings
+from fedrec_flwr.run_keys import RunGroups
+from fedrec_flwr.schema import ConfigError
 
 #: The entry-point group of methods defined outside this package.
 METHOD_ENTRY_POINTS = "fedrec_flwr.methods"
@@ -152,12 +153,12 @@ def _claim(registry: dict[str, Entry], kind: str, name: str, entry: Entry) -> No
         )
 
 
-def enabled_plugins(config: Settings) -> tuple[Plugin, ...]:
+def enabled_plugins(config: RunGroups) -> tuple[Plugin, ...]:
     """The plug-ins ``config`` switches on, in the order they attach."""
     return tuple(plugin for plugin in PLUGINS.values() if plugin.enabled(config))
 
 
-def build_method(config: Settings, num_items: int) -> Method:
+def build_method(config: RunGroups, num_items: int) -> Method:
     """The configured method with every enabled plug-in attached (raises ConfigError for
     impossible combinations)."""
     method: Method = method_card(config.method).method(config, num_items)

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from fedrec_flwr.schema import Settings
+from fedrec_flwr.run_keys import RunGroups
 
 #: How to install the accountant (an extra: the runtime runs without it).
 INSTALL = "pip install 'fedrec-flwr[privacy]' (Google's dp-accounting)"
@@ -85,7 +85,7 @@ def user_level(
     return UserLevel(float(epsilon), delta, rows, "dp-accounting RDP (Laplace)")
 
 
-def accounted(config: Settings) -> bool:
+def accounted(config: RunGroups) -> bool:
     """Does the run's LDP carry a formal epsilon (``ldp-mechanism`` laplace or gaussian)?"""
     return config.ldp_mechanism != "none" and not config.ldp_laplace_lambda
 
@@ -104,7 +104,7 @@ def _count(value: Any) -> int:
     return 0 if value in ("", None) else int(float(value))
 
 
-def summary_record(config: Settings, rounds: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def summary_record(config: RunGroups, rounds: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """``summary.json``'s ``ldp_user_level``: None without LDP; the worst user's bound
     (:func:`run_rows_bound`) under a formal mechanism; why there is none otherwise."""
     if config.ldp_mechanism == "none" and not config.ldp_laplace_lambda:
@@ -134,7 +134,7 @@ def summary_record(config: Settings, rounds: Sequence[dict[str, Any]]) -> dict[s
     return {**record, **asdict(level)}
 
 
-def summary_fields(config: Settings, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def summary_fields(config: RunGroups, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """``{"ldp_user_level": ...}`` for ``summary.json`` (:func:`summary_record`); empty
     without LDP, so that such a run's summary keeps its fields."""
     record = summary_record(config, rounds)
@@ -151,7 +151,7 @@ class RowCounter:
     def __call__(self, user: int, server_round: int, items: np.ndarray, *_: np.ndarray) -> None:
         self.rows[int(user)] += len(items)
 
-    def user_levels(self, config: Settings) -> dict[str, Any]:
+    def user_levels(self, config: RunGroups) -> dict[str, Any]:
         """Median and worst user's epsilon (at ``ldp-delta``) over the counted rows; empty
         without a formal mechanism."""
         if not accounted(config) or not self.rows:

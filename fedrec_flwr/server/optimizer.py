@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedrec_flwr.run_keys import OptimizedRows
+from fedrec_flwr.learning_keys import OptimizedRows
 
 BETA2, EPS = 0.999, 1e-8
 
