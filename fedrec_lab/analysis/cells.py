@@ -87,11 +87,13 @@ def sam_cells(
     datasets: tuple[str, ...] = DATASETS,
     protocols: tuple[str, ...] = PROTOCOLS,
     seeds: tuple[int, ...] = SEEDS,
+    tiers: int = len(COST_TIERS),
 ) -> list[SamCell]:
-    """The cells asked for, in :data:`COST_TIERS` order (without SAM, then with)."""
+    """The cells asked for, in :data:`COST_TIERS` order (without SAM, then with), of the
+    first ``tiers`` tiers."""
     return [
         SamCell(method, sam, dataset, protocol, seed)
-        for tier in COST_TIERS
+        for tier in COST_TIERS[:tiers]
         for seed in seeds
         for method, dataset, protocol in tier
         if (methods is None or method in methods) and dataset in datasets and protocol in protocols

@@ -82,6 +82,7 @@ def cmd_sam_table(args) -> int:
         tuple(args.datasets),
         tuple(args.protocols),
         tuple(args.seeds),
+        args.tiers,
     )
     if not args.report_only:
         for cell in cells:
@@ -104,6 +105,51 @@ def cmd_sam_table(args) -> int:
     out.write_text(sam_table.markdown(rows, command))
     (args.out / "sam-table.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
     wrote(out, "table")
+    return 0
+
+
+def cmd_figure3(args) -> int:
+    records = args.out / "item-views"
+    runs = args.runs
+    if not args.report_only:
+        for _, _, _, names in item_views.figure3_runs():
+            for name in names:
+                if (records / f"{name}.json").exists() or not (runs / name).exists():
+                    continue
+                folder, check = _state_of(runs / name, args.work, args.data_dir)
+                summary = json.loads((runs / name / "summary.json").read_text())
+                record = item_views.analyze(load_best_state(folder, args.data_dir), summary)
+                record["run"], record["replay"] = name, check
+                item_views.write(record, records)
+                print(name, json.dumps(record["views"]), flush=True)
+    rows = item_views.figure3_rows(records)
+    command = "python -m fedrec_lab.analysis pfedrec-figure3 --data-dir DIR --out " + (
+        shlex.quote(str(args.out))
+    )
+    (args.out / "pfedrec-figure3.md").write_text(item_views.figure3_markdown(rows, command))
+    (args.out / "pfedrec-figure3.json").write_text(json.dumps(rows) + "\n")
+    item_views.figure3_plot(rows, args.out / "pfedrec-figure3.png")
+    wrote(args.out / "pfedrec-figure3.md", "report")
+    return 0
+
+
+def cmd_fedrap(args) -> int:
+    from fedrec_lab.analysis import fedrap
+
+    command = "python -m fedrec_lab.analysis fedrap --out " + shlex.quote(str(args.out))
+    wrote(fedrap.write(args.runs, args.out, command), "report")
+    return 0
+
+
+def cmd_radius_sweep(args) -> int:
+    from fedrec_lab.analysis import sweep
+
+    if not args.report_only:
+        sweep.run_missing(args.runs, args.data_dir)
+    command = "python -m fedrec_lab.analysis radius-sweep --data-dir DIR --out " + shlex.quote(
+        str(args.out)
+    )
+    wrote(sweep.write(args.runs, args.out, command), "report")
     return 0
 
 
@@ -139,6 +185,24 @@ def _parser() -> argparse.ArgumentParser:
     common(p)
     p.set_defaults(run=cmd_item_views)
 
+    p = sub.add_parser("pfedrec-figure3", help="PFedRec's Figure 3 over its runs")
+    common(p)
+    p.add_argument("--runs", type=Path, default=Path("bench/results/runs"))
+    p.add_argument("--report-only", action="store_true", help="write the report, run nothing")
+    p.set_defaults(run=cmd_figure3)
+
+    p = sub.add_parser("fedrap", help="FedRAP's sparse table and its regulariser as written")
+    p.add_argument("--runs", type=Path, default=Path("bench/results/runs"))
+    add_out(p, "analyze", "the report")
+    p.set_defaults(run=cmd_fedrap)
+
+    p = sub.add_parser("radius-sweep", help="FedRecGEL's radius sweep (its Figure 2)")
+    add_data_dir(p)
+    p.add_argument("--runs", type=Path, default=Path("bench/results/runs"))
+    add_out(p, "analyze", "the report")
+    p.add_argument("--report-only", action="store_true", help="write the report, run nothing")
+    p.set_defaults(run=cmd_radius_sweep)
+
     p = sub.add_parser("sam-table", help="each method with and without SAM")
     common(p)
     p.add_argument("--runs", type=Path, default=Path("bench/results/runs"))
@@ -148,6 +212,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", nargs="+", type=int, default=list(sam_cells.SEEDS))
     p.add_argument("--users", type=int, default=landscape.USERS, help="users measured")
     p.add_argument("--report-only", action="store_true", help="write the table, run nothing")
+    p.add_argument(
+        "--tiers", type=int, default=len(sam_cells.COST_TIERS), help="run the first N cost tiers"
+    )
     p.set_defaults(run=cmd_sam_table)
     return parser
 

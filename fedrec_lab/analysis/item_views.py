@@ -141,3 +141,123 @@ def write(record: dict[str, Any], out: Path) -> Path:
     path = out / f"{record['run']}.json"
     path.write_text(json.dumps(record) + "\n")
     return path
+
+
+# ----------------------------------------------------------------- PFedRec's Figure 3 report
+#: The rows of the report: (run family, protocol). PFedRec's strict preset keeps only its train
+#: positives' rows (``keep-personal-rows = "positives"``), which the full ranking leaves out;
+#: ``pfedrec+keeptuned`` keeps every tuned row, as the paper protocol's runs do.
+FIGURE3 = (("pfedrec", "paper"), ("pfedrec", "strict"), ("pfedrec+keeptuned", "strict"))
+DATASETS = (("ml-100k", "ml100k"), ("lastfm-2k", "lastfm2k"))
+SEEDS = (0, 1, 2)
+
+
+def figure3_runs() -> list[tuple[str, str, str, list[str]]]:
+    """(family, dataset, protocol, run names) of the report's rows."""
+    return [
+        (family, dataset, protocol, [f"{family}-{short}-{protocol}-seed{s}" for s in SEEDS])
+        for family, protocol in FIGURE3
+        for dataset, short in DATASETS
+    ]
+
+
+def figure3_rows(records: Path) -> list[dict[str, Any]]:
+    """Per row: each view's test HR@10 and NDCG@10 over the seeds, and the paired
+    differences own - global and own - random (per-user test HR@10 averaged over seeds)."""
+    from fedrec_lab import stats
+
+    out = []
+    for family, dataset, protocol, names in figure3_runs():
+        found = [
+            json.loads((records / f"{n}.json").read_text())
+            for n in names
+            if (records / f"{n}.json").exists()
+        ]
+        if not found:
+            continue
+        row: dict[str, Any] = {
+            "family": family,
+            "dataset": dataset,
+            "protocol": protocol,
+            "seeds": len(found),
+            "own_equals_run": all(r["own_equals_run"] for r in found),
+        }
+        for view in VIEWS:
+            for metric in METRICS:
+                row[f"{view} {metric}"] = [100 * r["views"][view][f"test-{metric}"] for r in found]
+        for other in ("global", "random"):
+            a = stats.seed_averaged(
+                [(np.asarray(r["users"]), np.asarray(r["per_user_test_hr"]["own"])) for r in found]
+            )
+            b = stats.seed_averaged(
+                [(np.asarray(r["users"]), np.asarray(r["per_user_test_hr"][other])) for r in found]
+            )
+            d = stats.paired_difference(*a, *b)
+            row[f"own - {other}"] = {k: 100 * float(d[k]) for k in ("mean", "low", "high")}
+        out.append(row)
+    return out
+
+
+def _ms(values: list[float]) -> str:
+    import statistics
+
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def figure3_markdown(rows: list[dict[str, Any]], command: str) -> str:
+    lines = [
+        "# PFedRec's Figure 3: a user's own item rows against the global and a random user's",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+        "| run | dataset | protocol | seeds | own HR@10 | global HR@10 | random HR@10 | own "
+        "NDCG@10 | global NDCG@10 | random NDCG@10 | own - global (HR@10) | own - random "
+        "(HR@10) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        diffs = [
+            f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]"
+            for d in (r["own - global"], r["own - random"])
+        ]
+        lines.append(
+            f"| {r['family']} | {r['dataset']} | {r['protocol']} | {r['seeds']} | "
+            + " | ".join(_ms(r[f"{v} {m}"]) for m in METRICS for v in VIEWS)
+            + f" | {diffs[0]} | {diffs[1]} |"
+        )
+    lines += [
+        "",
+        "Test metrics (%) at each run's best validation round, every user evaluated with its "
+        "own score function and: its own item rows (the run's evaluation, checked equal to "
+        "it), the global rows only, or the rows of another user (a keyed permutation without "
+        "fixed point), mean ± std over the seeds; the differences are paired over users "
+        "(bootstrap 95 % interval). `pfedrec` under `strict` keeps only its train positives' "
+        "rows, which the full ranking leaves out, so there own equals global; "
+        "`pfedrec+keeptuned` keeps every tuned row.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def figure3_plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    width = 0.25
+    labels = [f"{r['family']}\n{r['dataset']} {r['protocol']}" for r in rows]
+    for k, view in enumerate(VIEWS):
+        values = [np.mean(r[f"{view} hr@10"]) for r in rows]
+        ax.bar(np.arange(len(rows)) + (k - 1) * width, values, width, label=view)
+    ax.set_xticks(np.arange(len(rows)), labels, fontsize=7)
+    ax.set_ylabel("test HR@10 (%)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -144,3 +144,115 @@ def test_users_averaged_over_seeds_for_the_paired_interval():
         [(np.array([1, 2, 3]), np.array([1.0, 2.0, 3.0])), (np.array([3, 2]), [5.0, 4.0])]
     )
     assert users.tolist() == [2, 3] and values.tolist() == [3.0, 4.0]
+
+
+# ------------------------------------------------------------------------- reports over runs
+def fake_run(runs, name, columns, summary):
+    folder = runs / name
+    folder.mkdir(parents=True)
+    header = list(columns)
+    lines = [",".join(header)]
+    for i in range(len(columns[header[0]])):
+        lines.append(",".join(str(columns[c][i]) for c in header))
+    (folder / "rounds.csv").write_text("\n".join(lines) + "\n")
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def test_fedrap_report_reads_density_bytes_and_divergence(tmp_path):
+    from fedrec_lab.analysis import fedrap
+
+    runs = tmp_path / "runs"
+    summary = {"rounds": 3, "best_round": 2, "val": {"hr@10": 0.5}, "test": {"hr@10": 0.4}}
+    for seed in (0, 1, 2):
+        fake_run(
+            runs,
+            f"fedrap-ml100k-paper-seed{seed}",
+            {
+                "round": [1, 2, 3],
+                "c-density": [1.0, 0.9, 0.8],
+                "bytes-up": [90, 90, 90],
+                "bytes-down": [80, 80, 80],
+                "train-loss": [0.5, 0.4, 0.3],
+                "val-hr@10": [0.4, 0.5, 0.45],
+            },
+            summary,
+        )
+        fake_run(
+            runs,
+            f"pfedrec-ml100k-paper-seed{seed}",
+            {
+                "round": [1, 2, 3],
+                "c-density": [1, 1, 1],
+                "bytes-up": [100, 100, 100],
+                "bytes-down": [100, 100, 100],
+            },
+            summary,
+        )
+        fake_run(
+            runs,
+            f"fedrap+squared-ml100k-paper-seed{seed}",
+            {"round": [1, 2, 3], "train-loss": [0.5, 9.0, ""], "val-hr@10": [0.4, 0.1, ""]},
+            {**summary, "best_round": 1, "diverged_round": 3},
+        )
+    (row,) = fedrap.traffic(runs)
+    assert row["density"][1] == 1.0 and row["saved"] == pytest.approx(0.1)
+    assert row["mb_down_fedrap"] == pytest.approx(80e-6)
+    rows_ = fedrap.divergence(runs)
+    squared = [r for r in rows_ if "squared" in r["distance"]]
+    assert len(squared) == 3 and squared[0]["diverged_round"] == 3
+    assert squared[0]["loss"] == [0.5, 9.0, None]
+    text = fedrap.markdown([row], rows_, "cmd")
+    assert (
+        "| ml-100k | paper | 3 | 1.000 | - | - | - |" in text
+        and "0.5000 / - / - / - | 9.0000 | 3 |" in text
+    )
+
+
+def test_the_sweep_varies_one_radius_and_keeps_the_presets_point_once():
+    from fedrec_lab.analysis import sweep
+
+    for protocol in sweep.SCHEDULE:
+        radii = sweep.preset_radii(protocol)
+        found = sweep.rows(protocol)
+        points = [
+            (
+                dict(r.overrides).get("sam-rho-private", radii["rp"]),
+                dict(r.overrides).get("sam-rho-shared", radii["rs"]),
+            )
+            for r in found
+        ]
+        assert len(points) == len(set(points))  # no point twice
+        assert points[0] == (radii["rp"], radii["rs"]) and found[0].tag == "sweep"
+        for row in found[1:]:
+            overrides = dict(row.overrides)
+            assert overrides["num-server-rounds"] == sweep.SCHEDULE[protocol]["num-server-rounds"]
+            varied = "sam-rho-private" if row.tag.startswith("rp") else "sam-rho-shared"
+            assert overrides[varied] in sweep.GRID
+
+
+def test_figure3_rows_pair_the_views_over_seeds(tmp_path, monkeypatch):
+    records = tmp_path / "item-views"
+    records.mkdir()
+    monkeypatch.setattr(item_views, "SEEDS", (0, 1))
+    for seed in (0, 1):
+        record = {
+            "own_equals_run": True,
+            "views": {
+                v: {"test-hr@10": h, "test-ndcg@10": h / 2}
+                for v, h in (("own", 0.5), ("global", 0.4), ("random", 0.1))
+            },
+            "users": [0, 1, 2, 3],
+            "per_user_test_hr": {
+                "own": [1, 1, 0, 0],
+                "global": [1, 0, 0, 0],
+                "random": [0, 0, 0, 0],
+            },
+        }
+        (records / f"pfedrec-ml100k-paper-seed{seed}.json").write_text(json.dumps(record))
+    (row,) = item_views.figure3_rows(records)
+    assert row["seeds"] == 2 and row["own hr@10"] == [50.0, 50.0]
+    assert row["own - global"]["mean"] == pytest.approx(25.0)
+    assert row["own - random"]["mean"] == pytest.approx(50.0)
+    assert "| pfedrec | ml-100k | paper | 2 | 50.00 ± 0.00 |" in item_views.figure3_markdown(
+        [row], "cmd"
+    )
