@@ -248,7 +248,7 @@ def _check_train(msg: Message, context: Context, runtime: NodeRuntime, received:
     private = _private(context)
     secure_node.check_train(runtime, run_id, server_round, private, received, saved, roster)
     context.state[PINNED] = ConfigRecord(roster.pinned)
-    context.state[SECAGG_ROUND] = array_record(round=np.array([run_id, server_round]))
+    context.state[SECAGG_ROUND] = array_record(round=np.array([run_id, server_round], np.uint64))
 
 
 def _masked(

@@ -101,7 +101,7 @@ def masked_upload(
     )
     order = sorted(near)
     state = {
-        ROUND: np.array(round_key, dtype=np.int64),
+        ROUND: np.array(round_key, dtype=np.uint64),  # Flower's run ids reach 2^64 - 1
         UNMASKED: np.zeros(1, dtype=np.int64),
         "near": np.array(order, dtype=np.int64),
         "near-keys": np.stack([near[p] for p in order]) if order else keys[:0],

@@ -352,10 +352,16 @@ def test_three_nodes_cannot_survive_a_dropout(tmp_path, caplog):
 
 @pytest.mark.usefixtures("private_cache")
 @pytest.mark.parametrize(("neighbours", "dropped"), [(0, (2, 5)), (4, (2,))])
-def test_the_round_survives_dropouts_with_the_survivors_exact_sum(tmp_path, neighbours, dropped):
+def test_the_round_survives_dropouts_with_the_survivors_exact_sum(
+    tmp_path, neighbours, dropped, monkeypatch
+):
     """Eight nodes, some drop after the train message (every one a neighbour of all others,
     or four neighbours each, at most one of them dropped): the survivors' masks are removed
-    through the unmask step, and the table is the plain round's of the same nodes."""
+    through the unmask step, and the table is the plain round's of the same nodes. The run
+    id is one of Flower's, beyond 2^63."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    monkeypatch.setattr(TaskIdentity, "_run_id", 2**64 - 7)
     keys_ = {"item-lr": 1.0, "secure-aggregation-neighbours": neighbours}
     secure, grid = connected(tmp_path / "s", 8, **keys_, **{"secure-aggregation": True})
     plain, plain_grid = connected(tmp_path / "p", 8, **keys_)
