@@ -111,6 +111,7 @@ def test_the_timeout_ends_the_round_with_the_replies_so_far(monkeypatch) -> None
     strategy counts them as failures)."""
     clock = FakeClock()
     monkeypatch.setattr(in_flight, "time", clock)
+    monkeypatch.setattr(in_flight, "PULL_INTERVAL", 0.05)  # the fixture's 0 never moves the clock
     grid = FakeGrid(silent=frozenset({1, 2}))
     replies = send_and_receive(grid, _messages(10), timeout=0.2, window=2)
     assert 0.2 <= clock.now < 0.2 + in_flight.PULL_INTERVAL + 1e-9
