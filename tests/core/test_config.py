@@ -12,7 +12,7 @@ from golden import FAMILIES
 
 from fedrec_flwr.config import ConfigError, RunConfig, key_groups
 from fedrec_flwr.methods import FedMF, MethodCard, methods, register_method, unregister_method
-from fedrec_flwr.schema import POSITIVE, Key, KeyGroup
+from fedrec_flwr.schema import POSITIVE, Group, key
 from fedrec_lab import configref
 from fedrec_lab.presets import resolve
 
@@ -31,8 +31,8 @@ def test_pyproject_holds_every_key_with_its_default_in_order():
 def test_the_generated_files_are_up_to_date():
     assert configref.problems(PROJECT) == []
     reference = (PROJECT / configref.REFERENCE).read_text()
-    for key in RunConfig.key_names():
-        assert f"| `{key}` |" in reference, key
+    for name in RunConfig.key_names():
+        assert f"| `{name}` |" in reference, name
 
 
 def test_each_key_is_declared_once_by_its_owner():
@@ -130,16 +130,13 @@ class ScaledMF(FedMF):
     name = "scaled-mf"
 
 
-SCALED_MF = MethodCard(
-    ScaledMF,
-    title="Scaled MF",
-    paper="",
-    keys=KeyGroup(
-        title="Scaled MF",
-        owner=__name__,
-        keys=(Key("scaled-mf-scale", 2.0, "a scale of the scores", range=POSITIVE),),
-    ),
-)
+class ScaledKeys(Group):
+    title = "Scaled MF"
+
+    scaled_mf_scale: float = key(default=2.0, help="a scale of the scores", range=POSITIVE)
+
+
+SCALED_MF = MethodCard(ScaledMF, title="Scaled MF", paper="", keys=ScaledKeys)
 
 
 def test_a_method_registered_later_brings_its_keys():
@@ -147,7 +144,8 @@ def test_a_method_registered_later_brings_its_keys():
     register_method(SCALED_MF)
     try:
         config = RunConfig.from_mapping({"method": "scaled-mf", "scaled-mf-scale": 3})
-        assert config.scaled_mf_scale == 3.0 and before.scaled_mf_scale == 2.0
+        assert config.group(ScaledKeys).scaled_mf_scale == 3.0
+        assert before.group(ScaledKeys).scaled_mf_scale == 2.0
         assert "scaled-mf-scale" in RunConfig.key_names()
         with pytest.raises(ConfigError, match=r"scaled-mf-scale=0.0 must be > 0"):
             config.replace(scaled_mf_scale=0.0)
@@ -203,8 +201,8 @@ def test_every_declared_reference_default_is_a_valid_key_value():
     for name, card in methods().items():
         for values in card.reference_defaults:
             assert values and set(values) <= set(keys), (name, values)
-            for key, value in values.items():
-                keys[key].validate(keys[key].coerce(value))
+            for key_name, value in values.items():
+                keys[key_name].validate(keys[key_name].coerce(value))
             RunConfig.from_mapping({"method": name})  # named alone, it is accepted
 
 

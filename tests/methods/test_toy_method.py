@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import pytest
-from fedrec_toy import CARD, ToyMF
+from fedrec_toy import CARD, ToyKeys, ToyMF
 
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import ConfigError, RunConfig
@@ -33,9 +33,11 @@ def toy_registered():
 
 def test_config_validation_accepts_it_and_its_keys():
     config = RunConfig.from_mapping({"method": "toy", "toy-temperature": 2, "toy-bias": False})
-    assert (config.method, config.toy_temperature, config.toy_bias) == ("toy", 2.0, False)
+    keys = config.group(ToyKeys)
+    assert (config.method_name, keys.toy_temperature, keys.toy_bias) == ("toy", 2.0, False)
     assert method_card("toy") is CARD and CARD.method is ToyMF
-    assert RunConfig().toy_temperature == 1.0  # a registered key has its default everywhere
+    # A registered group has its defaults in every config, one made before it too.
+    assert RunConfig().group(ToyKeys) == ToyKeys(toy_temperature=1.0, toy_bias=True)
 
 
 @pytest.mark.parametrize(

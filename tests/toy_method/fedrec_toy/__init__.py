@@ -14,19 +14,23 @@ import torch
 from fedrec_flwr.methods import ROWS, Method, Step
 from fedrec_flwr.methods.base import bce_grad, linear_logits, linear_logits_all, user_normal
 from fedrec_flwr.methods.card import ITEM_LR, LR, AuditImitation, MethodCard
-from fedrec_flwr.schema import POSITIVE, Dim, Key, KeyGroup
+from fedrec_flwr.run_keys import RunGroups
+from fedrec_flwr.schema import POSITIVE, Dim, Group, key
 
 USER, BIAS = "toy-user", "toy-bias"
 
-#: The toy's own run-config keys.
-TOY_KEYS = KeyGroup(
-    title="Toy",
-    owner=__name__,
-    keys=(
-        Key("toy-temperature", 1.0, "the toy method's scores are divided by it", range=POSITIVE),
-        Key("toy-bias", True, "`true`: each user trains a private bias; `false`: none"),
-    ),
-)
+
+class ToyKeys(Group):
+    """The toy's own run-config keys."""
+
+    title = "Toy"
+
+    toy_temperature: float = key(
+        default=1.0, help="the toy method's scores are divided by it", range=POSITIVE
+    )
+    toy_bias: bool = key(
+        default=True, help="`true`: each user trains a private bias; `false`: none"
+    )
 
 
 class ToyMF(Method):
@@ -36,27 +40,31 @@ class ToyMF(Method):
     name = "toy"
     rowwise_logits = True  # linear_logits: a product and a sum over each row
 
+    def __init__(self, config: RunGroups, num_items: int) -> None:
+        super().__init__(config, num_items)
+        self.keys = config.group(ToyKeys)
+
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
         """User vectors ~ N(0, init-std^2), keyed by (seed, user); biases 0."""
         params = {USER: torch.from_numpy(user_normal(self.config, users, self.dim, key=9))}
-        if self.config.toy_bias:
+        if self.keys.toy_bias:
             params[BIAS] = torch.zeros(len(users))
         return params
 
     def logits(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
         scores = linear_logits(rows, params[USER], params.get(BIAS))
-        return scores / self.config.toy_temperature
+        return scores / self.keys.toy_temperature
 
     def logits_all(self, params: dict[str, torch.Tensor], table: torch.Tensor) -> torch.Tensor:
         scores = linear_logits_all(table, params[USER], params.get(BIAS))
-        return scores / self.config.toy_temperature
+        return scores / self.keys.toy_temperature
 
     def closed_form_grads(
         self, step: Step, params: dict[str, torch.Tensor], rows: torch.Tensor, wrt: tuple[str, ...]
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """The BCE's gradients by hand (autograd's, which the conformance suite checks)."""
         logits = self.logits(params, rows)
-        grad_logits = bce_grad(logits, step) / self.config.toy_temperature
+        grad_logits = bce_grad(logits, step) / self.keys.toy_temperature
         grads = {}
         if USER in wrt:
             grads[USER] = (grad_logits.unsqueeze(-1) * rows).sum(1)
@@ -72,7 +80,7 @@ CARD = MethodCard(
     ToyMF,
     title="Toy",
     paper="a toy method, in its own package (tests/toy_method)",
-    keys=TOY_KEYS,
+    keys=ToyKeys,
     search_space={"lr": LR, "item-lr": ITEM_LR, "toy-temperature": Dim(0.25, 4.0)},
     # At temperature 1, FedMF with a bias: the audit's shadow steps user and rows jointly.
     audit=AuditImitation(update="joint", head="random", train_bias=True, ldp_clip=3.0),
