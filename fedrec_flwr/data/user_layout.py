@@ -173,6 +173,18 @@ def sniff(path: Path, separator: str, header: str, columns: dict[str, str]) -> L
     else:
         has_header, header_how = header == "true", "set"
     width = len(records[0])
+    if width < 2:
+        name = NAMES.get(sep, repr(sep))
+        found = (
+            ""
+            if how == "sniffed"
+            else f"; sniffed, it would be {NAMES.get(sniff_separator(text), 'none')}"
+        )
+        raise DataError(
+            f"{path}: line 1 is one field when split by {name} ({how}{found}): a line needs a "
+            f"user id and an item id. Set separator to the one the file uses (comma, tab, "
+            f"semicolon, pipe, whitespace, or the characters), or leave it auto."
+        )
     names = [f.strip() for f in records[0]] if has_header else [str(k + 1) for k in range(width)]
     return Layout(sep, has_header, names, how, header_how)
 
@@ -237,20 +249,20 @@ def missing_column(
             + (", or timestamp-column='' for the line order" if role == "timestamp" else "")
             + "."
         )
-    fixes = []
+    example = ""
     if close:
-        fixes.append(f"{role}-column={quoted(close[0])}")
+        example = f", e.g. {role}-column={quoted(close[0])}"
     elif role in ("user", "item") and free:
-        fixes.append(f"{role}-column={quoted(free[0])} (if that column holds them)")
-    if role == "timestamp":
-        fixes.append("timestamp-column='' to let the line order stand in for time")
-    if role == "rating":
-        fixes.append("rating-column='' to take every row as a positive")
+        example = f", e.g. {role}-column={quoted(free[0])} if that column holds them"
+    other = {
+        "timestamp": ", or timestamp-column='' to let the line order stand in for time",
+        "rating": ", or rating-column='' to take every row as a positive",
+    }.get(role, "")
     where = "the file's columns" if header is None else "line 1 (the header)"
     what = f"no column {name!r}" if name != AUTO else "no column left"
     return DataError(
         f"{path}: {where} has {what} ({role}-column); it has {names}: set {role}-column to "
-        f"the column that holds them" + (f", e.g. {', or '.join(fixes)}" if fixes else "") + "."
+        f"the column that holds them{example}{other}."
     )
 
 

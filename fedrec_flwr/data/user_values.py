@@ -36,7 +36,7 @@ MISSING = ("", "nan", "null", "none", "na", "n/a", "<na>", "\\n")
 def ids(series: pd.Series, id_type: str, role: str, column: str, fail: Failure) -> np.ndarray:
     """Raw ids: int64 when ``id_type`` is 'integer' (or 'auto' and every id is one). An
     empty or missing id (``nan``, ``null``, ...: :data:`MISSING`) is refused with its line."""
-    fix = f"Give every row a {role} id, or delete the line."
+    fix = f"Give every row {'an' if role[0] in 'aeiou' else 'a'} {role} id, or delete the line."
     if series.isna().any():
         row = int(np.flatnonzero(series.isna().to_numpy())[0])
         raise fail(row, column, None, "is empty", fix)

@@ -178,6 +178,9 @@ def test_separator_header_and_positions_override_the_sniffing(tmp_path: Path) ->
     assert read(sniffed, separator=";")[0] == ("u1", "a,b", 0)
     with pytest.raises(ValueError, match="separator='abc' is no separator"):
         UserFile(sniffed, separator="abc")
+    spaced = write(tmp_path, "sp.txt", "1 2 5\n2 3 4\n")
+    with pytest.raises(DataError, match=r"line 1 is one field when split by comma \(set; sniff"):
+        read(spaced, separator="comma")
 
 
 @pytest.mark.parametrize("missing", ["nan", "NaN", "null", "NULL", "None", "NA", "", "\\N"])
@@ -186,7 +189,7 @@ def test_a_missing_id_is_refused_with_its_line(tmp_path: Path, missing: str) -> 
     with pytest.raises(DataError) as error:
         load(write(tmp_path, "x.csv", text))
     assert f"line 4: item_id {missing!r} " in str(error.value)
-    assert "Give every row a item id" in str(error.value)
+    assert "Give every row an item id" in str(error.value)
 
 
 # --- ids ----------------------------------------------------------------------------------
@@ -323,7 +326,7 @@ def test_the_suggestion_is_the_closest_name_and_never_another_roles_column(
     with pytest.raises(DataError) as error:  # the user's column is taken: never suggested
         load(write(tmp_path, "y.csv", "user,time_s\nu1,1\n"), item_column="item_id")
     assert "item-column=user" not in str(error.value)
-    assert "item-column=time_s (if that column holds them)" in str(error.value)
+    assert "e.g. item-column=time_s if that column holds them" in str(error.value)
     headless = write(tmp_path, "z.txt", "1 2 3\n1 3 4\n2 2 5\n")
     with pytest.raises(DataError, match=r"no header line .* columns are 1 to 3: set item-column"):
         load(headless, item_column="article")

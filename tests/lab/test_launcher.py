@@ -153,6 +153,21 @@ def test_a_superlink_on_the_default_port_is_named_with_what_to_do(
 
 
 @linux
+def test_the_note_on_a_default_port_superlink_is_two_lines_said_once(tmp_path: Path) -> None:
+    from fedrec_lab.launch.default_port import default_superlink_note
+
+    noted = tmp_path / "noted"
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        note = default_superlink_note(port, noted)
+        assert note is not None and note.count("\n") == 1  # two lines
+        assert f"PID {os.getpid()}" in note and "--which-superlink" in note
+        assert default_superlink_note(port, noted) is None  # said once for this SuperLink
+    assert default_superlink_note(port, noted) is None  # none listens
+
+
 def test_stop_ends_a_process_tree_and_never_a_reused_pid() -> None:
     parent = subprocess.Popen(["bash", "-c", "sleep 300 & sleep 300 & wait"])
     deadline = time.monotonic() + 30
