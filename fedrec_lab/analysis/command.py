@@ -219,8 +219,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_arguments(argv: list[str] | None) -> argparse.Namespace:
+    """The arguments of ``main``, checked (SystemExit with the reason if not): nothing runs."""
+    return _parser().parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = check_arguments(argv)
     return args.run(args)
 
 
