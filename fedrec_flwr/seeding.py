@@ -7,6 +7,8 @@ which process runs them.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 # One number per purpose, so that two purposes never share a stream.
@@ -41,3 +43,83 @@ def keyed_rng(seed: int, stream: str, *keys: int) -> np.random.Generator:
     return np.random.default_rng(
         np.random.SeedSequence([int(seed), STREAMS[stream], *map(int, keys)])
     )
+
+
+# NumPy's SeedSequence (numpy/random/bit_generator.pyx) and PCG64 seeding, for many keys at
+# once: the same generators as keyed_rng, without building a SeedSequence per key.
+_INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
+_MIX_L, _MIX_R, _POOL = 0xCA01F9DD, 0x4973F715, 4
+_PCG_MULT = (2549297995355413924 << 64) + 4865540595714422341
+_MASK128 = (1 << 128) - 1
+
+
+def _hashmix(value: np.ndarray, const: list[int]) -> np.ndarray:
+    value = value ^ np.uint32(const[0])
+    const[0] = (const[0] * _MULT_A) & 0xFFFFFFFF
+    value = value * np.uint32(const[0])
+    return value ^ (value >> np.uint32(16))
+
+
+def _mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    result = np.uint32(_MIX_L) * x - np.uint32(_MIX_R) * y
+    return result ^ (result >> np.uint32(16))
+
+
+def _pcg64_states(words: np.ndarray) -> list[tuple[int, int]]:
+    """(state, inc) of PCG64 seeded by SeedSequence(entropy) for each row of ``words``
+    (uint32 [n, k]: each entropy word, every key below 2**32)."""
+    n, k = words.shape
+    const = [_INIT_A]
+    pool = [_hashmix(words[:, i] if i < k else np.zeros(n, np.uint32), const) for i in range(_POOL)]
+    for src in range(_POOL):
+        for dst in range(_POOL):
+            if src != dst:
+                pool[dst] = _mix(pool[dst], _hashmix(pool[src], const))
+    for src in range(_POOL, k):
+        for dst in range(_POOL):
+            pool[dst] = _mix(pool[dst], _hashmix(words[:, src], const))
+    const_b = _INIT_B
+    out = np.empty((n, 8), dtype=np.uint32)
+    for i in range(8):  # generate_state(4, np.uint64): eight words, little-endian pairs
+        value = pool[i % _POOL] ^ np.uint32(const_b)
+        const_b = (const_b * _MULT_B) & 0xFFFFFFFF
+        value = value * np.uint32(const_b)
+        out[:, i] = value ^ (value >> np.uint32(16))
+    seeds = out.view("<u8").astype(np.uint64).tolist()
+    states = []
+    for v0, v1, v2, v3 in seeds:
+        inc = ((((v2 << 64) | v3) << 1) | 1) & _MASK128
+        state = ((inc + ((v0 << 64) | v1)) * _PCG_MULT + inc) & _MASK128
+        states.append((state, inc))
+    return states
+
+
+def keyed_rngs(seed: int, stream: str, keys: np.ndarray) -> list[np.random.Generator]:
+    """``[keyed_rng(seed, stream, *row) for row in keys]`` (``keys`` int [n, k]), built in
+    array operations: each generator is the one :func:`keyed_rng` gives, bit for bit.
+
+    The generators are borrowed: their bit generators are this thread's, reset by the next
+    call (draw from them before calling again)."""
+    keys = np.asarray(keys, dtype=np.int64).reshape(len(keys), -1)
+    if (keys < 0).any() or (keys >= 1 << 32).any() or not 0 <= int(seed) < 1 << 32:
+        return [keyed_rng(seed, stream, *row) for row in keys.tolist()]  # multi-word keys
+    words = np.empty((len(keys), 2 + keys.shape[1]), dtype=np.uint32)
+    words[:, 0], words[:, 1], words[:, 2:] = int(seed), STREAMS[stream], keys
+    with np.errstate(over="ignore"):
+        states = _pcg64_states(words)
+    pool = _BITS.__dict__.setdefault("pool", [])
+    while len(pool) < len(states):
+        pool.append(np.random.PCG64(0))
+    generators = []
+    for bits, (state, inc) in zip(pool, states, strict=False):
+        bits.state = {
+            "bit_generator": "PCG64",
+            "state": {"state": state, "inc": inc},
+            "has_uint32": 0,
+            "uinteger": 0,
+        }
+        generators.append(np.random.Generator(bits))
+    return generators
+
+
+_BITS = threading.local()  # each thread's PCG64 bit generators for keyed_rngs

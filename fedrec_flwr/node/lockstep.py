@@ -91,18 +91,31 @@ def tensor_epoch_steps(
     owning ``sample_offsets[j]:sample_offsets[j+1]``; ``widths`` their padded widths."""
     device = sample_rows.device
     host_counts = np.diff(np.asarray(sample_offsets, np.int64))
-    plan = _Plan(host_counts, np.asarray(widths, np.int64), batch, max_entries)
+    plan = BatchPlan(host_counts, np.asarray(widths, np.int64), batch, max_entries)
+    if plan.total == 0:
+        return []
+    counts = torch.from_numpy(host_counts).to(device)
+    global_users = torch.from_numpy(np.asarray(users, np.int64)).to(device)
+    source = shuffled_order(seed, global_users, counts, server_round, tag)
+    return planned_steps(plan, source, sample_rows, sample_labels)
+
+
+def planned_steps(
+    plan: BatchPlan, source: torch.Tensor, sample_rows: torch.Tensor, sample_labels: torch.Tensor
+) -> list[Step]:
+    """The steps of ``plan``, the samples taken in the shuffled order ``source`` (the flat
+    index of the sample at each (user, position), users in order): the rows and labels of
+    every step one scatter into flat buffers, the weights runs, each step a view."""
+    device = sample_rows.device
     if plan.total == 0:
         return []
     # flat entry of the sample at each shuffled position: its batch's first entry + its slot
     entry = np.repeat(plan.base - plan.start, plan.size)
     entry += np.arange(len(entry))
     entry = torch.from_numpy(entry).to(device)
-    counts = torch.from_numpy(host_counts).to(device)
-    global_users = torch.from_numpy(np.asarray(users, np.int64)).to(device)
-    source = shuffled_order(seed, global_users, counts, server_round, tag)
     rows = torch.zeros(plan.total, dtype=torch.int64, device=device)
     labels = torch.zeros(plan.total, dtype=torch.float32, device=device)
+    source = source.to(device)
     rows.index_put_((entry,), sample_rows.index_select(0, source))
     labels.index_put_((entry,), sample_labels.index_select(0, source))
     # a batch's entries are one run of the buffers: its weight there, zero in the padding
@@ -129,23 +142,40 @@ def tensor_epoch_steps(
     return steps
 
 
-class _Plan:
+class BatchPlan:
     """Where each batch's entries lie in the flat buffers (host arrays over the epoch's
     batches, no loop over users). Batch ``s`` of a user is padded to ``PAD_TO`` above its
     own size, at most to the user's width (its last batch is often shorter); the batches of
     step ``s`` and one width form a group (parts of at most ``max_entries`` entries), users
     in order: users never share a row, so neither the grouping nor the order changes a
     value. ``start``/``size``/``base``: each batch's first sample (flat, user order), its
-    size and its first entry, batches user after user; ``order`` lists them by entry."""
+    size and its first entry, batches user after user; ``order`` lists them by entry.
 
-    def __init__(self, counts: np.ndarray, widths: np.ndarray, batch: int, max_entries: int):
+    ``most_batches_first``: the layout of the ``keyed-numpy`` plan instead (every batch
+    padded to its user's width; in a group, users with more batches first, ties in order),
+    whose steps sum the logged loss in that order."""
+
+    def __init__(
+        self,
+        counts: np.ndarray,
+        widths: np.ndarray,
+        batch: int,
+        max_entries: int,
+        most_batches_first: bool = False,
+    ):
         num_batches = -(-counts // batch)
         user = np.repeat(np.arange(len(counts)), num_batches)
         step = np.arange(len(user)) - np.repeat(np.cumsum(num_batches) - num_batches, num_batches)
         self.size = np.minimum(batch, counts[user] - step * batch)
         self.start = np.cumsum(self.size) - self.size
-        width = np.minimum(widths[user], padded_width(self.size))
-        self.order = np.lexsort((user, width, step))  # by step, then width, then user
+        if most_batches_first:
+            width = widths[user]
+            rank = np.empty(len(counts), dtype=np.int64)
+            rank[np.argsort(-num_batches, kind="stable")] = np.arange(len(counts))
+            self.order = np.lexsort((rank[user], width, step))
+        else:
+            width = np.minimum(widths[user], padded_width(self.size))
+            self.order = np.lexsort((user, width, step))  # by step, then width, then user
         step, width = step[self.order], width[self.order]
         cut = np.flatnonzero((step[1:] != step[:-1]) | (width[1:] != width[:-1])) + 1
         bounds = np.concatenate([[0], cut, [len(step)]]).tolist() if len(step) else []

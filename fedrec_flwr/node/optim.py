@@ -23,6 +23,7 @@ import torch
 
 from fedrec_flwr.methods.adam_state import ADAM_STEPS, adam_moment_names
 from fedrec_flwr.methods.base import ROWS, Role, RoundContext, Step
+from fedrec_flwr.node.row_updates import RowAdder
 from fedrec_flwr.schema import NON_NEGATIVE, Dim, Key, KeyGroup
 
 Grads = dict[str, torch.Tensor]
@@ -89,6 +90,7 @@ class SGD:
         self.row_names = row_names
         self.weight_decay = weight_decay
         self.context = context
+        self.rows = RowAdder()  # index_add_ bit for bit, faster on the CPU
 
     def rates(self, name: str, step: Step, grad: torch.Tensor) -> float | torch.Tensor:
         """The learning rate of ``name`` at ``step``: a number, or per user [a, 1, ...]
@@ -99,18 +101,34 @@ class SGD:
         shape = (-1,) + (1,) * (grad.dim() - 1)
         return (lr * step.lr_scale).to(grad.dtype).reshape(shape)
 
-    def apply(self, params: dict[str, torch.Tensor], step: Step, grads: Grads) -> None:
+    def apply(
+        self,
+        params: dict[str, torch.Tensor],
+        step: Step,
+        grads: Grads,
+        starts: dict[str, torch.Tensor] | None = None,
+    ) -> None:
+        """One update from ``grads``. ``starts``: the step's slices of row tables at the
+        current parameters (``params[name][step.rows]``), where the caller holds them: a row
+        update then reads them instead of gathering again (their values change)."""
         held = None  # the step's users' rows, for weight decay (one look-up per step)
         for name, grad in grads.items():
             lr = self.rates(name, step, grad)
             if name in self.row_names:
+                start = (starts or {}).get(name)
                 if self.weight_decay > 0 and self.learning_rates[name] > 0:
                     held = held or self.held_rows(step)
                     self.decay_rows(params[name], held, lr)
+                    start = None  # the decay moved the rows
                 if step.lr_scale is not None:
                     grad, lr = grad * lr, 1.0
-                params[name].index_add_(
-                    0, step.rows.reshape(-1), grad.reshape(-1, grad.shape[-1]), alpha=-lr
+                width = grad.shape[-1]
+                self.rows.add_(
+                    params[name],
+                    step.rows.reshape(-1),
+                    grad.reshape(-1, width),
+                    -lr,
+                    None if start is None else start.view(-1, width),
                 )
             else:
                 value = params[name][step.users]
@@ -138,7 +156,7 @@ class SGD:
     def step(self, params: dict[str, torch.Tensor], step: Step, gradients: GradientFn):
         """One update; returns the logits at the starting point (for the train loss)."""
         grads, logits = gradients(None)
-        self.apply(params, step, grads)
+        self.apply(params, step, grads, getattr(gradients, "starts", None))
         return logits
 
 
@@ -162,9 +180,15 @@ class PrivateAdam(SGD):
         super().__init__(learning_rates, row_names, weight_decay, context)
         self.adam_names = adam_names
 
-    def apply(self, params: dict[str, torch.Tensor], step: Step, grads: Grads) -> None:
+    def apply(
+        self,
+        params: dict[str, torch.Tensor],
+        step: Step,
+        grads: Grads,
+        starts: dict[str, torch.Tensor] | None = None,
+    ) -> None:
         plain = {n: g for n, g in grads.items() if n not in self.adam_names}
-        super().apply(params, step, plain)
+        super().apply(params, step, plain, starts)
         adam = [n for n in grads if n in self.adam_names]
         if not adam:
             return
@@ -221,7 +245,7 @@ class SAM:
                 grads, _ = gradients(offsets)
             else:
                 grads = self.per_group_gradients(grads, offsets, gradients)
-        self.inner.apply(params, step, grads)
+        self.inner.apply(params, step, grads, getattr(gradients, "starts", None))
         return logits
 
     def per_group_gradients(self, base: Grads, offsets: Grads, gradients: GradientFn) -> Grads:

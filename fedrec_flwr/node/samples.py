@@ -21,7 +21,7 @@ from fedrec_flwr.node.counter_rng import counter_negatives
 from fedrec_flwr.privacy.decoys import DecoyUpdates, with_trained_decoys
 from fedrec_flwr.run_keys import TrainNegatives
 from fedrec_flwr.sampling import NegativeSampler, is_member, sample_excluding
-from fedrec_flwr.seeding import STREAMS, keyed_rng
+from fedrec_flwr.seeding import STREAMS, keyed_rng, keyed_rngs
 
 
 def user_round_items(
@@ -141,10 +141,10 @@ def users_round_items(
         flat = counter_round_negatives(config, users, server_round, sizes, counts, excluded, n)
         return assembled(prepared, config, users, positives, np.split(flat, np.cumsum(sizes)[:-1]))
     fallback = (sizes == 0) | (counts >= n)  # nothing to draw, or the per-user error
-    rngs = [
-        None if fallback[j] else keyed_rng(config.seed, "train-negatives", int(u), server_round)
-        for j, u in enumerate(users)
-    ]
+    keyed = keyed_rngs(
+        config.seed, "train-negatives", np.stack([users, np.full_like(users, server_round)], 1)
+    )
+    rngs = [None if fallback[j] else rng for j, rng in enumerate(keyed)]
     sizes[fallback] = 0  # those draw user by user below
     draws = [
         rng.integers(0, n, size=int(size), dtype=np.int64) if size else np.empty(0, np.int64)

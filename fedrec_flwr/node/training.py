@@ -15,12 +15,18 @@ import torch
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods.base import ROWS, Method, RoundContext, Step, bce_losses
-from fedrec_flwr.node.lockstep import PAD_TO, padded_width, shuffle_tag, tensor_epoch_steps
+from fedrec_flwr.node.lockstep import (
+    BatchPlan,
+    padded_width,
+    planned_steps,
+    shuffle_tag,
+    tensor_epoch_steps,
+)
 from fedrec_flwr.node.optim import build_optimizer
 from fedrec_flwr.node.samples import RoundSamples
 from fedrec_flwr.node.schedule import LocalSchedule
 from fedrec_flwr.sampling import NegativeSampler
-from fedrec_flwr.seeding import keyed_rng
+from fedrec_flwr.seeding import keyed_rngs
 
 MAX_STEP_ENTRIES = 1 << 20  # users x padded batch of one step; more are cut into several steps
 
@@ -66,63 +72,28 @@ def epoch_steps(
             server_round,
             shuffle_tag(epoch, stage),
         )
-    num_batches = -(-counts // batch)
-    by_batches = np.argsort(-num_batches, kind="stable")  # users with most batches first
-    rank = np.empty_like(by_batches)
-    rank[by_batches] = np.arange(len(by_batches))
-    keys = (epoch,) if stage == 0 else (epoch, stage)
-
     # Each user's samples in its own shuffled order.
+    users = np.asarray(samples.users, dtype=np.int64)
+    keys = (epoch,) if stage == 0 else (epoch, stage)
+    key_rows = np.empty((len(users), 2 + len(keys)), dtype=np.int64)
+    key_rows[:, 0], key_rows[:, 1], key_rows[:, 2:] = users, server_round, keys
     order = (
         np.concatenate(
             [
-                samples.sample_offsets[j]
-                + keyed_rng(config.seed, "shuffle", int(user), server_round, *keys).permutation(
-                    int(counts[j])
-                )
-                for j, user in enumerate(samples.users)
+                samples.sample_offsets[j] + rng.permutation(int(counts[j]))
+                for j, rng in enumerate(keyed_rngs(config.seed, "shuffle", key_rows))
             ]
         )
-        if len(samples.users)
+        if len(users)
         else np.empty(0, dtype=np.int64)
     )
-    owner = np.repeat(np.arange(len(counts)), counts)
-    position = np.arange(len(order)) - np.repeat(samples.sample_offsets[:-1], counts)
-    step_of, slot_of = position // batch, position % batch
-    # Size of the batch each sample belongs to (the last batch of a user may be short).
-    batch_size_of = np.minimum(batch, counts[owner] - step_of * batch)
-
-    steps = []
-    # Stable: the order of each step's entries is fixed. Small integers sort by radix (O(n)).
-    narrow = np.uint16 if len(step_of) and step_of.max() < 1 << 16 else np.int64
-    by_step = np.argsort(step_of.astype(narrow), kind="stable")
-    bounds = np.searchsorted(step_of[by_step], np.arange(int(num_batches.max(initial=0)) + 1))
-    for s in range(len(bounds) - 1):
-        idx = by_step[bounds[s] : bounds[s + 1]]
-        active = int((num_batches > s).sum())
-        width = int(widths.max(initial=PAD_TO))
-        rows = np.zeros((active, width), dtype=np.int64)
-        labels = np.zeros((active, width), dtype=np.float32)
-        weights = np.zeros((active, width), dtype=np.float32)
-        r, slot = rank[owner[idx]], slot_of[idx]
-        rows[r, slot] = samples.sample_rows[order[idx]]
-        labels[r, slot] = samples.sample_labels[order[idx]]
-        weights[r, slot] = 1.0 / batch_size_of[idx]
-        active_widths = widths[by_batches[:active]]
-        for w in np.unique(active_widths):
-            members = np.flatnonzero(active_widths == w)
-            per_step = max(1, MAX_STEP_ENTRIES // int(w))
-            for lo in range(0, len(members), per_step):
-                part = members[lo : lo + per_step]
-                steps.append(
-                    Step(
-                        users=torch.from_numpy(by_batches[part].astype(np.int64)).to(device),
-                        rows=torch.from_numpy(rows[part, :w]).to(device),
-                        labels=torch.from_numpy(labels[part, :w]).to(device),
-                        weights=torch.from_numpy(weights[part, :w]).to(device),
-                    )
-                )
-    return steps
+    plan = BatchPlan(counts, widths, batch, MAX_STEP_ENTRIES, most_batches_first=True)
+    return planned_steps(
+        plan,
+        torch.from_numpy(order),
+        torch.from_numpy(np.asarray(samples.sample_rows, np.int64)).to(device),
+        torch.from_numpy(np.asarray(samples.sample_labels, np.float32)).to(device),
+    )
 
 
 def user_widths(counts: np.ndarray, batch: int) -> np.ndarray:
@@ -255,6 +226,7 @@ def _gradient_fn(
                 return fast
         return autograd_grads(method, step, others, rows, phase.params)
 
+    gradients.starts = gathered  # type: ignore[attr-defined]  # the optimiser's row starts
     return gradients
 
 

@@ -15,8 +15,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.node.lockstep import shuffle_tag, tensor_epoch_steps
-from fedrec_flwr.node.training import PAD_TO, user_widths
+from fedrec_flwr.node.lockstep import PAD_TO, shuffle_tag, tensor_epoch_steps
+from fedrec_flwr.node.training import user_widths
 from fedrec_flwr.server_app import run_federation
 from fedrec_lab.local_grid import LocalGrid
 from fedrec_lab.stats import read_per_user

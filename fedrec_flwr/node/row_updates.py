@@ -1,0 +1,107 @@
+"""Row updates of a flat table, ``table.index_add_(0, index, source, alpha=alpha)`` bit for
+bit, faster on the CPU.
+
+PyTorch's CPU ``index_add_`` with ``alpha`` adds one row at a time (``table[index[k]] =
+table[index[k]] + alpha * source[k]``, one fused multiply-add per element, entries in
+order), each row a kernel call of its own. :class:`RowAdder` computes the same values with a
+few whole-tensor operations:
+
+- every entry's row plus ``alpha`` times its source (the same fused multiply-add,
+  ``torch.add``), written back at once;
+- a row that occurs more than once (padding entries all point at row 0) then takes its later
+  entries in order, each from the previous one's result. An entry whose source is all zeros
+  leaves a value unchanged unless that value is ``-0.0`` (``-0.0 + 0.0 = +0.0``), and a
+  ``-0.0`` can only come from a ``-0.0``: when no repeated row starts with one, those
+  entries are skipped, so the chains are as long as a user's repeated samples, not as the
+  padding. (A repeated row holding a ``-0.0`` falls back to ``index_add_``.)
+
+On other devices it calls ``index_add_`` (CUDA's deterministic one sums in a fixed order of
+its own).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+class RowAdder:
+    """:meth:`add_` with a scratch array kept between calls (one per table size)."""
+
+    def __init__(self) -> None:
+        self._last = np.empty(0, dtype=np.int64)
+
+    def add_(
+        self,
+        table: torch.Tensor,
+        index: torch.Tensor,
+        source: torch.Tensor,
+        alpha: float = 1.0,
+        start: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``table.index_add_(0, index, source, alpha=alpha)`` (in place; returns ``table``).
+
+        ``start``: ``table[index]`` where the caller holds it (a contiguous [n, r] tensor,
+        used as a buffer: its values change); else it is gathered."""
+        if table.device.type != "cpu" or table.dim() != 2 or not len(index):
+            return table.index_add_(0, index, source, alpha=alpha)
+        rows = index.numpy()
+        repeated = self._repeated_entries(rows, len(table))
+        if len(repeated):
+            keep = (source.index_select(0, torch.from_numpy(repeated)) != 0).any(1).numpy()
+            starts = table.index_select(0, torch.from_numpy(np.unique(rows[repeated])))
+            if bool((starts == 0).logical_and_(starts.signbit()).any()):  # a -0.0: rare
+                return table.index_add_(0, index, source, alpha=alpha)
+        new = table.index_select(0, index) if start is None else start
+        new.add_(source, alpha=alpha)  # every entry from its row's start
+        _put_rows(table, rows, new)
+        if len(repeated):
+            self._chains(table, rows, repeated, keep, new, source, alpha)
+        return table
+
+    def _repeated_entries(self, rows: np.ndarray, size: int) -> np.ndarray:
+        """Indices of the entries whose row occurs more than once in ``rows``, in order."""
+        if len(self._last) < size:
+            self._last = np.empty(size, dtype=np.int64)
+        last = self._last  # only the slots of ``rows`` are written, then read
+        entry = np.arange(len(rows))
+        last[rows] = entry  # one entry of each row wins
+        shadowed = last[rows] != entry
+        if not shadowed.any():
+            return entry[:0]
+        twice = np.zeros(size, dtype=bool)
+        twice[rows[shadowed]] = True
+        return np.flatnonzero(twice[rows])
+
+    @staticmethod
+    def _chains(table, rows, repeated, keep, new, source, alpha) -> None:
+        """Each repeated row's final value: its entries with a non-zero source, in order, each
+        from the previous one's result (the first from the row's start: ``new``); a row with
+        none keeps its start, which every one of its entries wrote."""
+        active = repeated[keep]
+        if not len(active):
+            return
+        order = active[np.argsort(rows[active], kind="stable")]
+        keys = rows[order]
+        first = np.r_[True, keys[1:] != keys[:-1]]
+        position = np.arange(len(keys))
+        rank = position - np.maximum.accumulate(np.where(first, position, 0))
+        entries = torch.from_numpy(order)
+        values = new.index_select(0, entries)
+        for k in range(1, int(rank.max()) + 1):
+            at = torch.from_numpy(np.flatnonzero(rank == k))
+            later = source.index_select(0, entries[at])
+            values[at] = torch.add(values[at - 1], later, alpha=alpha)
+        last = np.r_[keys[1:] != keys[:-1], True]
+        _put_rows(table, keys[last], values[torch.from_numpy(last)])
+
+
+def _put_rows(table: torch.Tensor, rows: np.ndarray, values: torch.Tensor) -> None:
+    """``table[rows] = values`` (a repeated row takes one of its values), each row moved as
+    one block of bytes (NumPy's fancy assignment over rows viewed as single items, faster
+    than ``index_copy_``, which moves element by element)."""
+    if not (table.is_contiguous() and values.is_contiguous()):
+        table.index_copy_(0, torch.from_numpy(rows), values)
+        return
+    item = np.dtype((np.void, table.shape[1] * table.element_size()))
+    table.numpy().view(item).reshape(-1)[rows] = values.numpy().view(item).reshape(-1)
