@@ -17,7 +17,8 @@ for the kernel launches of a CUDA round.
 Cases: ``big`` (synthetic, 100,000 users x 20,000 items, mean degree 50, 10 % train per
 round, 1,000 users evaluated on intermediate rounds, all on the last), ``ml20m`` (the
 ML-20M shape: 138,493 users x 26,744 items, mean degree 144, the same fractions) and
-``ml100k`` / ``ml100k-paper`` (PFedRec's strict and paper presets). Prints Markdown and writes ``--out`` (JSON of every figure).
+``ml100k`` / ``ml100k-paper`` (PFedRec's strict and paper presets). Prints Markdown and
+writes ``--out`` (JSON of every figure).
 """
 
 from __future__ import annotations
