@@ -1,0 +1,47 @@
+"""CPU row updates equal ``index_add_`` bit for bit: repeated rows, padding entries with zero
+sources on row 0, ``-0.0`` rows, NaN sources, a caller-held start."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedrec_flwr.node.row_updates import RowAdder
+
+
+def case(seed: int):
+    """(table, index, source, alpha, start-or-None) with repeats and padding on row 0."""
+    rng = np.random.default_rng(seed)
+    n, width, m = int(rng.integers(1, 30)), int(rng.integers(1, 5)), int(rng.integers(1, 60))
+    table = torch.from_numpy(rng.standard_normal((n, width)).astype(np.float32))
+    index = torch.from_numpy(rng.integers(0, n, m))
+    source = torch.from_numpy(rng.standard_normal((m, width)).astype(np.float32))
+    padding = torch.from_numpy(rng.random(m) < 0.4)
+    if seed % 3:  # a step's padding: zero sources pointing at row 0
+        index[padding] = 0
+        source[padding] = 0.0 if seed % 2 else -0.0
+    if seed % 5 == 0:
+        table[0, 0] = -0.0  # a zero source turns it into +0.0 under a positive alpha
+    if seed % 11 == 0:
+        source[0, 0] = float("nan")
+    alpha = float(rng.choice([-0.1, 0.3, -1.0, 1.0]))
+    start = table.index_select(0, index) if seed % 4 else None
+    return table, index, source, alpha, start
+
+
+@pytest.mark.parametrize("seed", range(0, 300, 7))
+def test_row_adder_is_index_add_bit_for_bit(seed):
+    table, index, source, alpha, start = case(seed)
+    expected = table.clone().index_add_(0, index, source, alpha=alpha)
+    got = RowAdder().add_(table.clone(), index, source, alpha, start)
+    assert torch.equal(got.view(torch.int32), expected.view(torch.int32))
+
+
+def test_one_adder_serves_tables_of_any_size():
+    adder = RowAdder()
+    for seed in (3, 40, 8, 1):  # growing and shrinking tables share the scratch array
+        table, index, source, alpha, _ = case(seed)
+        expected = table.clone().index_add_(0, index, source, alpha=alpha)
+        got = adder.add_(table.clone(), index, source, alpha)
+        assert torch.equal(got.view(torch.int32), expected.view(torch.int32))
