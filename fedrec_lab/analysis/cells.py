@@ -73,11 +73,11 @@ COST_TIERS = (
     ),
     (("FedRAP", "ml-100k", "paper"), ("FedNCF", "lastfm-2k", "paper")),
     (
-        ("FedRecGEL", "lastfm-2k", "strict"),
         ("FedNCF", "lastfm-2k", "strict"),
         ("FedNCF", "ml-100k", "paper"),
         ("FedRAP", "lastfm-2k", "strict"),
         ("FedRAP", "lastfm-2k", "paper"),
+        ("FedRecGEL", "lastfm-2k", "strict"),
     ),
 )
 

@@ -15,16 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import sys
 import time
 from pathlib import Path
 
 from fedrec_lab.analysis import cells as sam_cells
-from fedrec_lab.analysis import item_views, landscape, sam_table
+from fedrec_lab.analysis import item_views, landscape, sam_plot, sam_table
 from fedrec_lab.analysis.state import has_state, load_best_state, replay, replay_difference
 from fedrec_lab.scratch import HelpFormatter, add_data_dir, add_out, scratch_out, wrote
 
 WORK = scratch_out("replays")
+#: The committed runs.
+RUNS = "bench/results/runs"
 
 
 def _state_of(run_dir: Path, work: Path, data_dir: str) -> tuple[Path, dict | None]:
@@ -74,6 +75,15 @@ def cmd_item_views(args) -> int:
     return 0
 
 
+def _check_replay(path: Path, runs: Path, work: Path) -> None:
+    """A record whose model was a replay in ``work`` gets that replay's check if it lacks it."""
+    record = json.loads(path.read_text())
+    name = record["run"]
+    if record.get("replay") is None and not has_state(runs / name) and has_state(work / name):
+        record["replay"] = replay_difference(runs / name, work / name)
+        landscape.write_record(record, path.parent)
+
+
 def cmd_sam_table(args) -> int:
     records = args.out / "sam" / "records"
     runs = args.runs
@@ -87,23 +97,29 @@ def cmd_sam_table(args) -> int:
     if not args.report_only:
         for cell in cells:
             if sam_table.record_path(records, cell).exists():
+                _check_replay(sam_table.record_path(records, cell), runs, args.work)
                 continue
             started = time.time()
             folder, how = sam_cells.ensure_state(cell, runs, args.work, args.data_dir)
-            check = replay_difference(runs / cell.name, folder) if how == "replayed" else None
+            own = folder.resolve() == (runs / cell.name).resolve()
+            check = None if own else replay_difference(runs / cell.name, folder)
             twin = sam_cells.SamCell(cell.method, True, cell.dataset, cell.protocol, cell.seed)
             radii = sam_cells.sam_radii(twin)
             record = landscape.analyze(load_best_state(folder, args.data_dir), radii, args.users)
             record["run"], record["replay"] = cell.name, check
             landscape.write_record(record, records)
             print(f"{cell.name}: {how}, analysed in {time.time() - started:.0f} s", flush=True)
-    command = "python -m fedrec_lab.analysis sam-table " + " ".join(
-        shlex.quote(a) for a in sys.argv[2:] if a != "--report-only"
+    command = "python -m fedrec_lab.analysis sam-table --report-only --out " + shlex.quote(
+        str(args.out)
     )
-    rows = sam_table.table_rows(runs, records, tuple(args.seeds))
+    if runs != Path(RUNS):
+        command += " --runs " + shlex.quote(str(runs))
+    rows = sam_table.table_rows(runs, records)
+    args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / "sam-table.md"
     out.write_text(sam_table.markdown(rows, command))
     (args.out / "sam-table.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    sam_plot.plot(rows, runs, args.out / "sam-table.png")
     wrote(out, "table")
     return 0
 
@@ -187,25 +203,25 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pfedrec-figure3", help="PFedRec's Figure 3 over its runs")
     common(p)
-    p.add_argument("--runs", type=Path, default=Path("bench/results/runs"))
+    p.add_argument("--runs", type=Path, default=Path(RUNS))
     p.add_argument("--report-only", action="store_true", help="write the report, run nothing")
     p.set_defaults(run=cmd_figure3)
 
     p = sub.add_parser("fedrap", help="FedRAP's sparse table and its regulariser as written")
-    p.add_argument("--runs", type=Path, default=Path("bench/results/runs"))
+    p.add_argument("--runs", type=Path, default=Path(RUNS))
     add_out(p, "analyze", "the report")
     p.set_defaults(run=cmd_fedrap)
 
     p = sub.add_parser("radius-sweep", help="FedRecGEL's radius sweep (its Figure 2)")
     add_data_dir(p)
-    p.add_argument("--runs", type=Path, default=Path("bench/results/runs"))
+    p.add_argument("--runs", type=Path, default=Path(RUNS))
     add_out(p, "analyze", "the report")
     p.add_argument("--report-only", action="store_true", help="write the report, run nothing")
     p.set_defaults(run=cmd_radius_sweep)
 
     p = sub.add_parser("sam-table", help="each method with and without SAM")
     common(p)
-    p.add_argument("--runs", type=Path, default=Path("bench/results/runs"))
+    p.add_argument("--runs", type=Path, default=Path(RUNS))
     p.add_argument("--methods", nargs="+", default=None)
     p.add_argument("--datasets", nargs="+", default=list(sam_cells.DATASETS))
     p.add_argument("--protocols", nargs="+", default=list(sam_cells.PROTOCOLS))

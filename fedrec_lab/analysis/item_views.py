@@ -168,18 +168,15 @@ def figure3_rows(records: Path) -> list[dict[str, Any]]:
 
     out = []
     for family, dataset, protocol, names in figure3_runs():
-        found = [
-            json.loads((records / f"{n}.json").read_text())
-            for n in names
-            if (records / f"{n}.json").exists()
-        ]
+        seeds = [s for s, n in zip(SEEDS, names, strict=True) if (records / f"{n}.json").exists()]
+        found = [json.loads((records / f"{names[SEEDS.index(s)]}.json").read_text()) for s in seeds]
         if not found:
             continue
         row: dict[str, Any] = {
             "family": family,
             "dataset": dataset,
             "protocol": protocol,
-            "seeds": len(found),
+            "seeds": seeds,
             "own_equals_run": all(r["own_equals_run"] for r in found),
         }
         for view in VIEWS:
@@ -225,7 +222,9 @@ def figure3_markdown(rows: list[dict[str, Any]], command: str) -> str:
             for d in (r["own - global"], r["own - random"])
         ]
         lines.append(
-            f"| {r['family']} | {r['dataset']} | {r['protocol']} | {r['seeds']} | "
+            f"| {r['family']} | {r['dataset']} | {r['protocol']} | "
+            + ", ".join(map(str, r["seeds"]))
+            + " | "
             + " | ".join(_ms(r[f"{v} {m}"]) for m in METRICS for v in VIEWS)
             + f" | {diffs[0]} | {diffs[1]} |"
         )

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from fedrec_lab import stats
-from fedrec_lab.analysis.cells import PAIRS, SamCell
+from fedrec_lab.analysis.cells import DATASETS, PAIRS, PROTOCOLS, SEEDS, SamCell
 
 #: The table's measures: (record key of a run's figure, per-user key, label, scale).
 MEASURES = (
@@ -52,6 +52,7 @@ def run_figures(cell: SamCell, runs: Path, records: Path) -> dict[str, Any] | No
         "mean_lambda_max": record["mean_lambda_max"],
         "mean_rho_sharpness": record["mean_rho_sharpness"],
         "best_round": summary["best_round"],
+        "rounds": summary["rounds"],
         "per_user": {
             "hr": (users, columns["test-hr@10"]),
             "gap": (np.asarray(record["users"]), np.asarray(record["user_gap"])),
@@ -82,7 +83,12 @@ def _mean_std(values: list[float], scale: float) -> str:
 
 
 def row(
-    method: str, dataset: str, protocol: str, seeds: Iterable[int], runs: Path, records: Path
+    method: str,
+    dataset: str,
+    protocol: str,
+    runs: Path,
+    records: Path,
+    seeds: Iterable[int] = SEEDS,
 ) -> dict[str, Any]:
     """One row: both sides' figures over the seeds that have both, and the paired intervals."""
     sides: dict[bool, list[dict]] = {False: [], True: []}
@@ -102,6 +108,12 @@ def row(
         "protocol": protocol,
         "seeds": seeds_done,
         "radii": sides[True][0]["radii"] if seeds_done else None,
+        "rounds": sorted({f["rounds"] for side in sides.values() for f in side}),
+        "best_rounds": {
+            "without": [f["best_round"] for f in sides[False]],
+            "with": [f["best_round"] for f in sides[True]],
+        },
+        "replays": [f["replay"] for side in sides.values() for f in side],
     }
     for key, per_user, _, scale in MEASURES:
         out[key] = {
@@ -118,11 +130,11 @@ def row(
     return out
 
 
-def table_rows(runs: Path, records: Path, seeds=(0, 1, 2)) -> list[dict[str, Any]]:
-    from fedrec_lab.analysis.cells import DATASETS, PROTOCOLS
-
+def table_rows(runs: Path, records: Path, seeds: Iterable[int] = SEEDS) -> list[dict[str, Any]]:
+    """Every row of the table (method, dataset, protocol), each over the seeds of ``seeds``
+    whose two records exist."""
     return [
-        row(method, dataset, protocol, seeds, runs, records)
+        row(method, dataset, protocol, runs, records, tuple(seeds))
         for method, _, _ in PAIRS
         for dataset in DATASETS
         for protocol in PROTOCOLS
@@ -136,52 +148,96 @@ def _difference(d: dict | None, scale: float) -> str:
     return f"{fmt.format(d['mean'])} [{fmt.format(d['low'])}, {fmt.format(d['high'])}]"
 
 
+def counts(rows: list[dict[str, Any]], key: str) -> tuple[int, int, int]:
+    """(rows whose interval on SAM minus without lies below 0, above 0, across 0)."""
+    below = above = across = 0
+    for r in rows:
+        d = r[key].get("difference")
+        if not d:
+            continue
+        if d["high"] < 0:
+            below += 1
+        elif d["low"] > 0:
+            above += 1
+        else:
+            across += 1
+    return below, above, across
+
+
 def verdict(rows: list[dict[str, Any]]) -> list[str]:
-    """Counts of rows where SAM's interval lies below, above or across 0, per measure."""
+    """Per measure, the rows where SAM's interval lies below, above or across 0; then whether
+    SAM finds flatter minima here and whether that buys accuracy."""
     lines = []
     for key, _, label, _ in MEASURES:
-        below = above = across = 0
-        for r in rows:
-            d = r[key].get("difference")
-            if not d:
-                continue
-            if d["high"] < 0:
-                below += 1
-            elif d["low"] > 0:
-                above += 1
-            else:
-                across += 1
+        below, above, across = counts(rows, key)
         lines.append(
             f"- {label}: SAM lower beyond the interval in {below} rows, higher in {above}, "
             f"within in {across} (of {below + above + across})."
         )
-    return lines
+    measured = [r for r in rows if r["mean_lambda_max"].get("difference")]
+    if not measured:
+        return lines
+    flat_below, flat_above, _ = counts(measured, "mean_lambda_max")
+    flatter = [r for r in measured if r["mean_lambda_max"]["difference"]["high"] < 0]
+    hr_below, hr_above, hr_across = counts(flatter, "hr@10")
+    sentence = (
+        f"SAM finds flatter minima here in {flat_below} of {len(measured)} measured rows "
+        f"(a lower top Hessian eigenvalue beyond the interval), sharper in {flat_above}"
+    )
+    if flatter:
+        sentence += (
+            f"; in those {len(flatter)}, test HR@10 with SAM is higher beyond the interval in "
+            f"{hr_above}, lower in {hr_below} and within it in {hr_across}"
+        )
+    return [*lines, "", sentence + "."]
+
+
+def _seeds(r: dict[str, Any]) -> str:
+    return ", ".join(map(str, r["seeds"]))
+
+
+def _rounds(r: dict[str, Any]) -> str:
+    best = r["best_rounds"]
+    return (
+        f"{'/'.join(map(str, r['rounds']))}; best "
+        f"{', '.join(map(str, best['without']))} / {', '.join(map(str, best['with']))}"
+    )
+
+
+def row_command(r: dict[str, Any]) -> str:
+    """The command that makes a row's records (runs or replays what is missing)."""
+    return (
+        f"python -m fedrec_lab.analysis sam-table --data-dir DIR --out bench/results "
+        f"--methods {r['method']} --datasets {r['dataset']} --protocols {r['protocol']} "
+        f"--seeds {' '.join(map(str, r['seeds']))}"
+    )
+
+
+def replay_line(rows: list[dict[str, Any]]) -> str:
+    checks = [c for r in rows for c in r["replays"] if c is not None]
+    states = sum(len(r["replays"]) for r in rows)
+    equal = sum(bool(c["metrics_equal"]) for c in checks)
+    worst = max((c["max_abs"] for c in checks), default=0.0)
+    return (
+        f"Best-round models: {states - len(checks)} kept by their run "
+        f"(`keep-best-state`), {len(checks)} replayed from their run's configuration; "
+        f"{equal} of {len(checks)} replays give their run's validation and test metrics "
+        f"exactly (largest difference in any metric or the train loss: {worst:.2g})."
+    )
 
 
 def markdown(rows: list[dict[str, Any]], command: str) -> str:
+    """The table of the measured rows, what each row took, and the rows not measured."""
     names = {"ml-100k": "ML-100K", "lastfm-2k": "Last.fm-2K"}
-    header = ["method", "dataset", "protocol", "seeds", "radii (private / shared)"]
+    done = [r for r in rows if r["seeds"]]
+    header = ["method", "dataset", "protocol", "seeds", "rounds; best (without / with)"]
+    header += ["radii (private / shared)"]
     for _, _, label, _ in MEASURES:
         header += [f"{label}: without", "with", "SAM - without [95 % CI]"]
-    lines = [
-        "# SAM: what it does, measured",
-        "",
-        "```bash",
-        command,
-        "```",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-    ]
-    for r in rows:
-        radii = " / ".join(f"{v:g}" for v in r["radii"]) if r["radii"] else "-"
-        cells = [
-            r["method"],
-            names.get(r["dataset"], r["dataset"]),
-            r["protocol"],
-            str(len(r["seeds"])),
-            radii,
-        ]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in done:
+        radii = " / ".join(f"{v:g}" for v in r["radii"])
+        cells = [r["method"], names[r["dataset"]], r["protocol"], _seeds(r), _rounds(r), radii]
         for key, _, _, scale in MEASURES:
             cells += [
                 _mean_std(r[key]["without"], scale),
@@ -189,5 +245,15 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
                 _difference(r[key].get("difference"), scale),
             ]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Across the rows:", "", *verdict(rows), ""]
-    return "\n".join(lines) + "\n"
+    missing = [
+        f"{r['method']} {names[r['dataset']]} {r['protocol']}" for r in rows if not r["seeds"]
+    ]
+    lines += ["", "Across the rows:", "", *verdict(done), ""]
+    if done:
+        lines += [replay_line(done), ""]
+    if missing:
+        lines += [f"Not measured ({len(missing)} of {len(rows)} rows): {'; '.join(missing)}.", ""]
+    lines += ["Each row's records:", "", "```bash"]
+    lines += [row_command(r) for r in done]
+    lines += ["```", "", "The table, from the records:", "", "```bash", command, "```", ""]
+    return "\n".join(lines)

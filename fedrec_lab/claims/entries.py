@@ -8,14 +8,13 @@ abstract only), and SAM itself (Foret et al., ICLR 2021), the mechanism FedRecGE
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from fedrec_lab.claims import analyses
 from fedrec_lab.claims.sources import Runs, first_number, table_cell
 from fedrec_lab.claims.verdicts import (
     CONTRADICTED,
     NOT_REPRODUCED,
     REPRODUCED,
-    Measure,
+    Claim,
     better,
     cell,
     cells,
@@ -30,15 +29,6 @@ STRICT, STRUCTURE = "bench/results/strict.md", "bench/results/table-structure.md
 AUDIT_T4 = "bench/results/privacy/table4-paper.md"
 FIDELITY = "bench/results/fidelity.md"
 NAMES = {"ml-100k": "ML-100K", "lastfm-2k": "Last.fm-2K"}
-
-
-@dataclass(frozen=True)
-class Claim:
-    paper: str
-    where: str
-    claim: str
-    theirs: str
-    measure: Measure
 
 
 #: The methods as published (no plug-in), in our tables' order.
@@ -138,6 +128,17 @@ def pfedrec() -> list[Claim]:
                     "guess): the noise protects nothing",
                 ),
             ),
+        ),
+        *(
+            Claim(
+                paper,
+                "Fig. 3",
+                f"a user's own item embeddings rank better than the global ones and a random "
+                f"user's ({protocol} protocol)",
+                "own > global > random",
+                json_values(analyses.FIGURE3, [()], analyses.own_rows_help(protocol)),
+            )
+            for protocol in ("paper", "strict")
         ),
         Claim(
             paper,
@@ -350,4 +351,4 @@ def plgc() -> list[Claim]:
 
 
 def claims() -> list[Claim]:
-    return [*pfedrec(), *fedrap(), *fedrecgel(), *plgc()]
+    return [*pfedrec(), *fedrap(), *fedrecgel(), *analyses.sam(), *plgc()]

@@ -29,6 +29,15 @@ class Measured:
 Measure = Callable[[], Measured]
 
 
+@dataclass(frozen=True)
+class Claim:
+    paper: str
+    where: str
+    claim: str
+    theirs: str
+    measure: Measure
+
+
 def _points(d: dict[str, float]) -> str:
     return f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]"
 

@@ -250,9 +250,61 @@ def test_figure3_rows_pair_the_views_over_seeds(tmp_path, monkeypatch):
         }
         (records / f"pfedrec-ml100k-paper-seed{seed}.json").write_text(json.dumps(record))
     (row,) = item_views.figure3_rows(records)
-    assert row["seeds"] == 2 and row["own hr@10"] == [50.0, 50.0]
+    assert row["seeds"] == [0, 1] and row["own hr@10"] == [50.0, 50.0]
     assert row["own - global"]["mean"] == pytest.approx(25.0)
     assert row["own - random"]["mean"] == pytest.approx(50.0)
-    assert "| pfedrec | ml-100k | paper | 2 | 50.00 ± 0.00 |" in item_views.figure3_markdown(
+    assert "| pfedrec | ml-100k | paper | 0, 1 | 50.00 ± 0.00 |" in item_views.figure3_markdown(
         [row], "cmd"
     )
+
+
+def test_sam_table_pairs_seeds_lists_them_and_says_what_is_missing(tmp_path):
+    from fedrec_lab.analysis import sam_plot, sam_table
+    from fedrec_lab.analysis.cells import SamCell
+
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    records.mkdir(parents=True)
+    users = [0, 1, 2, 3]
+    for seed, best in ((0, 7), (1, 9)):
+        for sam in (False, True):
+            cell = SamCell("PFedRec", sam, "ml-100k", "strict", seed)
+            hr = [1, 1, 1, 1] if sam else [1, 0, 0, 0]
+            eig = 0.5 if sam else 2.0
+            fake_run(
+                runs,
+                cell.name,
+                {"round": [1, 2], "gap": [0.2, 0.1] if sam else [0.3, 0.2]},
+                {"rounds": 10, "best_round": best + sam, "test": {"hr@10": sum(hr) / 4}},
+            )
+            lines = ["user,test-hr@10", *(f"{u},{h}" for u, h in zip(users, hr, strict=True))]
+            (runs / cell.name / "per-user.csv").write_text("\n".join(lines) + "\n")
+            record = {
+                "gap": 0.1 if sam else 0.2,
+                "users": users,
+                "user_gap": [0.1 if sam else 0.2] * 4,
+                "mean_lambda_max": eig,
+                "mean_rho_sharpness": eig / 10,
+                "sampled": [
+                    {"user": u, "lambda_max": eig + u / 10, "rho_sharpness": eig / 10}
+                    for u in users
+                ],
+                "radii": [0.5, 0.05],
+                "replay": None if sam else {"metrics_equal": True, "max_abs": 0.0},
+            }
+            (records / f"{cell.name}.json").write_text(json.dumps(record))
+    # seed 2 of the pair has only its run without SAM: the row holds seeds 0 and 1
+    (records / f"{SamCell('PFedRec', False, 'ml-100k', 'strict', 2).name}.json").write_text("{}")
+    rows_ = sam_table.table_rows(runs, records)
+    (done,) = [r for r in rows_ if r["seeds"]]
+    assert done["seeds"] == [0, 1] and done["best_rounds"] == {"without": [7, 9], "with": [8, 10]}
+    assert done["hr@10"]["difference"]["mean"] == pytest.approx(75.0)
+    assert done["mean_lambda_max"]["difference"]["mean"] == pytest.approx(-1.5)
+    text = sam_table.markdown(rows_, "cmd")
+    assert "| PFedRec | ML-100K | strict | 0, 1 | 10; best 7, 9 / 8, 10 | 0.5 / 0.05 |" in text
+    assert "flatter minima here in 1 of 1 measured rows" in text
+    assert "test HR@10 with SAM is higher beyond the interval in 1, lower in 0" in text
+    assert "2 kept by their run" in text and "2 of 2 replays" in text
+    assert "Not measured (19 of 20 rows)" in text and "FedRAP Last.fm-2K paper" in text
+    assert "--methods PFedRec --datasets ml-100k --protocols strict --seeds 0 1" in text
+    sam_plot.plot(rows_, runs, tmp_path / "sam-table.png")
+    assert (tmp_path / "sam-table.png").stat().st_size > 0

@@ -1,0 +1,134 @@
+"""Judges of the analyses' reports (``fedrec analyze``): the SAM table and PFedRec's Figure 3.
+
+Each reads the rows of a committed JSON report and returns ``(ours, verdict, why)`` for
+:func:`fedrec_lab.claims.verdicts.json_values`. A row counts for a claim when its paired 95 %
+interval (over users, values averaged over the row's seeds) lies on one side of 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fedrec_lab.claims.verdicts import (
+    CONTRADICTED,
+    NOT_MEASURABLE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Claim,
+    json_values,
+)
+
+SAM_TABLE = "bench/results/sam-table.json"
+FIGURE3 = "bench/results/pfedrec-figure3.json"
+
+Judge = Callable[[list], tuple[str, str, str]]
+
+
+def _seeds(seeds: list[int]) -> str:
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+
+
+def _interval(d: dict, fmt: str) -> str:
+    return f"{fmt.format(d['mean'])} [{fmt.format(d['low'])}, {fmt.format(d['high'])}]"
+
+
+def _majority(wanted: int, opposite: int, rows: int) -> str:
+    if wanted > rows / 2:
+        return REPRODUCED
+    if opposite > rows / 2:
+        return CONTRADICTED
+    return NOT_REPRODUCED
+
+
+def sam_effect(key: str, lower_is_claimed: bool, method: str | None = None) -> Judge:
+    """SAM minus without on the SAM table's measure ``key``, over the measured rows of
+    ``method`` (None: every method): reproduced when most rows lie beyond the interval in the
+    claimed direction, contradicted when most lie in the other."""
+
+    def judge(values: list) -> tuple[str, str, str]:
+        rows = [r for r in values[0] if r["seeds"] and method in (None, r["method"])]
+        if not rows:
+            return "-", NOT_MEASURABLE, f"the SAM table has no {method or 'measured'} row"
+        fmt = "{:+.2f}" if key == "hr@10" else "{:+.3g}"
+        parts, below, above = [], 0, 0
+        for r in rows:
+            d = r[key]["difference"]
+            who = "" if method else f"{r['method']} "
+            where = f"{who}{r['dataset']} {r['protocol']} ({_seeds(r['seeds'])})"
+            parts.append(f"{where}: {_interval(d, fmt)}")
+            below += d["high"] < 0
+            above += d["low"] > 0
+        wanted, opposite = (below, above) if lower_is_claimed else (above, below)
+        why = (
+            f"SAM minus without, paired over users: the claimed direction beyond the interval "
+            f"in {wanted} of {len(rows)} rows, the opposite in {opposite}"
+        )
+        return "; ".join(parts), _majority(wanted, opposite, len(rows)), why
+
+    return judge
+
+
+def own_rows_help(protocol: str) -> Judge:
+    """PFedRec's Figure 3 under ``protocol``: a user's own item rows against the global and
+    a random user's (test HR@10, own minus other)."""
+
+    def judge(values: list) -> tuple[str, str, str]:
+        rows = [r for r in values[0] if r["family"] == "pfedrec" and r["protocol"] == protocol]
+        parts, wins = [], 0
+        for r in rows:
+            g, x = r["own - global"], r["own - random"]
+            parts.append(
+                f"{r['dataset']} ({_seeds(r['seeds'])}): own - global {_interval(g, '{:+.2f}')}, "
+                f"own - random {_interval(x, '{:+.2f}')}"
+            )
+            wins += g["low"] > 0 and x["low"] > 0
+        losses = sum(r["own - global"]["high"] < 0 for r in rows)
+        why = f"own above both beyond the interval on {wins} of {len(rows)} datasets"
+        if protocol == "strict":
+            why += "; under strict a user keeps only its train positives' rows, never ranked"
+        return "; ".join(parts), _majority(wins, losses, len(rows)), why
+
+    return judge
+
+
+def sam() -> list[Claim]:
+    """What SAM does, from the SAM table (each method with and without SAM)."""
+    table = SAM_TABLE
+    return [
+        Claim(
+            "FedRecGEL",
+            "abstract",
+            "SAM improves FedRecGEL's recommendations (its ablation: both radii 0)",
+            "improves",
+            json_values(table, [()], sam_effect("hr@10", False, "FedRecGEL")),
+        ),
+        Claim(
+            "FedRecGEL",
+            "Fig. 1, 3",
+            "SAM finds flatter minima than the same model without it (top Hessian eigenvalue "
+            "of the local loss)",
+            "flatter landscapes (pictures)",
+            json_values(table, [()], sam_effect("mean_lambda_max", True, "FedRecGEL")),
+        ),
+        Claim(
+            "FedRecGEL",
+            "Sec. 4, Lemma 1",
+            "SAM narrows the generalization gap (validation minus train BCE at the best round)",
+            "a bound, no figure",
+            json_values(table, [()], sam_effect("gap", True, "FedRecGEL")),
+        ),
+        Claim(
+            "SAM",
+            "Foret et al.",
+            "SAM finds flatter minima, on every method it is applied to (top Hessian eigenvalue)",
+            "flatter",
+            json_values(table, [()], sam_effect("mean_lambda_max", True)),
+        ),
+        Claim(
+            "SAM",
+            "Foret et al.",
+            "SAM improves generalization, on every method it is applied to (test HR@10)",
+            "better",
+            json_values(table, [()], sam_effect("hr@10", False)),
+        ),
+    ]
