@@ -15,11 +15,14 @@ from fedrec_flwr.messages import (
     CONFIG,
     PER_USER,
     array_record,
+    config_record,
     dense_arrays,
+    int_value,
     read_dense,
     read_rows,
     record_arrays,
     reply,
+    round_of,
 )
 from fedrec_flwr.node import context_state, secure_node, state_store
 from fedrec_flwr.node import timing as node_timing
@@ -132,7 +135,7 @@ def hello(msg: Message, context: Context) -> Message:
     """
     identity = data_identity(context)
     run = RunConfig.from_mapping(context.run_config)
-    known = {CONFIG: ConfigRecord(identity.to_record())}
+    known = {CONFIG: ConfigRecord({**identity.to_record()})}
     if run_conflict(identity, run.dataset, run.protocol, run.seed):
         return _reply(msg, {}, {}, records=known)
     runtime = node_runtime(context)
@@ -147,9 +150,9 @@ def hello(msg: Message, context: Context) -> Message:
     }
     _with_request(runtime, 0, arrays, metrics)
     if run.secure_aggregation:  # a fresh key pair; the public key signed, to the server
-        identity = str(context.node_config.get(IDENTITY_KEY, "") or "")
+        signer = str(context.node_config.get(IDENTITY_KEY, "") or "")
         private, public = secure_node.handshake_keys(
-            run, runtime.partition_id, int(msg.metadata.run_id), identity
+            run, runtime.partition_id, int(msg.metadata.run_id), signer
         )
         context.state[SECAGG_KEY] = array_record(private=private)
         arrays.update(public)
@@ -163,7 +166,7 @@ def _received(msg: Message) -> tuple[int, np.ndarray | None, np.ndarray, dict, d
     received = record_arrays(msg.content[ARRAYS])
     item_ids, item_rows = read_rows(received)
     return (
-        int(msg.content[CONFIG]["server-round"]),
+        round_of(msg),
         item_ids,
         item_rows,
         read_dense(received),
@@ -185,7 +188,7 @@ def train(msg: Message, context: Context) -> Message:
     """Train the selected users on the rows received; upload their summed tuned rows
     (unless ``fault-fraction`` draws this node to fail: :mod:`fedrec_flwr.node.faults`)."""
     runtime = node_runtime(context)
-    inject_fault(runtime.config, int(msg.content[CONFIG]["server-round"]), runtime.partition_id)
+    inject_fault(runtime.config, round_of(msg), runtime.partition_id)
     server_round, item_ids, item_rows, dense, received = _received(msg)
     users = received["train-users"]
     if runtime.config.secure_aggregation:  # refused before any training
@@ -239,16 +242,28 @@ def _private(context: Context) -> np.ndarray:
 
 def _check_train(msg: Message, context: Context, runtime: NodeRuntime, received: dict) -> None:
     """The node's checks of a secure round before any training (:mod:`secure_node`)."""
-    run_id, server_round = int(msg.metadata.run_id), int(msg.content[CONFIG]["server-round"])
+    run_id, server_round = int(msg.metadata.run_id), round_of(msg)
     config = runtime.config
     folder = str(context.node_config.get(ROSTER, "") or "")
-    pinned = context.state.get(PINNED, ConfigRecord())
-    roster = secagg_trust.Roster(config.seed, config.secure_aggregation_keys, folder, pinned)
+    roster = secagg_trust.Roster(
+        config.seed, config.secure_aggregation_keys, folder, _pinned(context)
+    )
     saved = _secure_state(context, SECAGG_ROUND)
     private = _private(context)
     secure_node.check_train(runtime, run_id, server_round, private, received, saved, roster)
-    context.state[PINNED] = ConfigRecord(roster.pinned)
+    context.state[PINNED] = ConfigRecord({**roster.pinned})
     context.state[SECAGG_ROUND] = array_record(round=np.array([run_id, server_round], np.uint64))
+
+
+def _pinned(context: Context) -> dict[str, bytes]:
+    """The identity keys this node pinned (``context.state``), by partition."""
+    if PINNED not in context.state:
+        return {}
+    record = config_record(context.state, PINNED)
+    pinned = {partition: key for partition, key in record.items() if isinstance(key, bytes)}
+    if len(pinned) != len(record):
+        raise ValueError(f"'{PINNED}' in the node's state holds a value that is no key (bytes)")
+    return pinned
 
 
 def _masked(
@@ -256,7 +271,7 @@ def _masked(
 ) -> dict[str, np.ndarray]:
     """The masked vector and its self-mask's sealed shares (``model``: the table and
     shared-dense parameters received, which the masks' derivation holds)."""
-    run_id, server_round = int(msg.metadata.run_id), int(msg.content[CONFIG]["server-round"])
+    run_id, server_round = int(msg.metadata.run_id), round_of(msg)
     cohort = received["secagg-cohort"]
     digest = secagg_trust.round_digest(run_id, server_round, cohort, *model)
     k = secagg_dropout.degree(len(cohort), runtime.config.secure_aggregation_neighbours)
@@ -279,7 +294,7 @@ def unmask(msg: Message, context: Context) -> Message:
         _private(context),
         runtime.partition_id,
         int(msg.metadata.run_id),
-        int(msg.content[CONFIG]["server-round"]),
+        round_of(msg),
         saved,
         record_arrays(msg.content[ARRAYS]),
     )
@@ -294,8 +309,7 @@ def evaluate(msg: Message, context: Context) -> Message:
     runtime = node_runtime(context)
     server_round, item_ids, item_rows, dense, _ = _received(msg)
     state = load_state(context, runtime, msg, server_round)
-    config = msg.content[CONFIG]
-    sample = int(config["eval-users"]) if "eval-users" in config else 0
+    sample = int_value(config_record(msg.content), "eval-users", 0)
     users = runtime.eval_positions(server_round, sample)
     metrics, user_ids, user_metrics = runtime.evaluate_users(
         state, item_ids, item_rows, dense, users
@@ -312,7 +326,7 @@ def checkpoint(msg: Message, context: Context) -> Message:
     """The server checkpoints round ``server-round``: write this node's state after it
     (:mod:`fedrec_flwr.node.state_store`); reply with the bytes written."""
     runtime = node_runtime(context)
-    state = load_state(context, runtime, msg, int(msg.content[CONFIG]["server-round"]))
+    state = load_state(context, runtime, msg, round_of(msg))
     written = state_store.write_checkpoint(context, runtime, msg, state)
     return _reply(msg, {}, {"partition-id": runtime.partition_id, "bytes": written})
 

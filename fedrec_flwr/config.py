@@ -34,7 +34,7 @@ from fedrec_flwr.methods.plugins import DualKeys
 from fedrec_flwr.node.malicious import MALICIOUS_KEYS
 from fedrec_flwr.node.optim import SAM_KEYS
 from fedrec_flwr.privacy.decoys import DECOY_KEYS
-from fedrec_flwr.privacy.ldp import LDP_KEYS
+from fedrec_flwr.privacy.ldp import LdpKeys
 from fedrec_flwr.privacy.secagg import SECAGG_KEYS
 from fedrec_flwr.run_keys import (
     EvaluationKeys,
@@ -104,7 +104,7 @@ def key_groups() -> tuple[AnyGroup, ...]:
         FaultKeys,
         MALICIOUS_KEYS,
         DefenceKeys,
-        LDP_KEYS,
+        LdpKeys,
         DECOY_KEYS,
         SECAGG_KEYS,
         *dataset_key_groups(),
@@ -202,7 +202,7 @@ class Settings:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self.to_mapping() == other.to_mapping()  # type: ignore[attr-defined]
+        return self.to_mapping() == other.to_mapping()
 
     def __hash__(self) -> int:
         return hash(tuple(self.to_mapping().items()))

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
 from fedrec_flwr.npy import bytes_array, to_array, to_numpy
 
@@ -155,9 +155,15 @@ def array_record(
     return ArrayRecord({PACKED: bytes_array(_packed_parts(wire))})
 
 
-def record_arrays(record: ArrayRecord, what: str = "array") -> dict[str, np.ndarray]:
+#: What a :class:`~flwr.app.RecordDict` holds under a name.
+AnyRecord = ArrayRecord | MetricRecord | ConfigRecord
+
+
+def record_arrays(record: AnyRecord, what: str = "array") -> dict[str, np.ndarray]:
     """A record's arrays as numpy by wire name, the packed ones unpacked; ``ValueError``
-    naming the ``what`` that cannot be read."""
+    naming the ``what`` that cannot be read (or that is in a record of another kind)."""
+    if not isinstance(record, ArrayRecord):
+        raise ValueError(f"the {what}s are in a {type(record).__name__}, not an ArrayRecord")
     arrays: dict[str, np.ndarray] = {}
     for key, array in record.items():
         try:
@@ -172,6 +178,44 @@ def record_arrays(record: ArrayRecord, what: str = "array") -> dict[str, np.ndar
                 raise ValueError(f"{what} '{name}' twice (packed and not)")
             arrays[name] = value
     return arrays
+
+
+def config_record(records: RecordDict, name: str = CONFIG) -> ConfigRecord:
+    """The ConfigRecord ``records[name]``; ``ValueError`` if it is a record of another kind."""
+    record = records[name]
+    if not isinstance(record, ConfigRecord):
+        raise ValueError(f"record '{name}' is a {type(record).__name__}, not a ConfigRecord")
+    return record
+
+
+def metric_record(records: RecordDict, name: str = METRICS) -> MetricRecord:
+    """The MetricRecord ``records[name]``; ``ValueError`` if it is a record of another kind."""
+    record = records[name]
+    if not isinstance(record, MetricRecord):
+        raise ValueError(f"record '{name}' is a {type(record).__name__}, not a MetricRecord")
+    return record
+
+
+def int_value(record: ConfigRecord | MetricRecord, key: str, default: int | None = None) -> int:
+    """``record[key]`` as an int (``default`` when the key is absent and a default is given);
+    ``ValueError`` naming the key when the value is no number."""
+    value = record[key] if default is None or key in record else default
+    if not isinstance(value, int | float):
+        raise ValueError(f"'{key}' must be an integer, got {value!r}")
+    return int(value)
+
+
+def round_of(msg: Message) -> int:
+    """The ``server-round`` of a message's ``config``."""
+    return int_value(config_record(msg.content), "server-round")
+
+
+def float_value(record: ConfigRecord | MetricRecord, key: str) -> float:
+    """``record[key]`` as a float; ``ValueError`` naming the key when the value is no number."""
+    value = record[key]
+    if not isinstance(value, int | float):
+        raise ValueError(f"'{key}' must be a number, got {value!r}")
+    return float(value)
 
 
 def dense_arrays(dense: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -41,7 +41,7 @@ def to_array(array: np.ndarray) -> Array:
         shape=shape,
         stype="numpy.ndarray",
         # One copy of the data (``header + array.tobytes()`` makes two).
-        data=_interned(b"".join((_header(array.dtype, shape), memoryview(array.reshape(-1))))),
+        data=_interned(b"".join((_header(array.dtype, shape), array.reshape(-1).data))),
     )
 
 

@@ -93,11 +93,13 @@ class FedNCF(Method):
         """MLP tower and output layer, keyed by the seed: nn.Linear's default init, or with
         ``ncf-dense-init = "reference"`` that of FedRecGEL's reference code."""
         sizes = [2 * self.mlp_dim, *self.layers]
-        linear = _linear if self.config.ncf_dense_init == "pytorch" else _reference_linear
+        reference = self.config.group(NcfKeys).ncf_dense_init != "pytorch"
+        linear = _reference_linear if reference else _linear
+        seed = self.config.training.seed
         dense = {}
         for index, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
-            dense.update(linear(self.config.seed, f"mlp-{index}", fan_in, fan_out, index))
-        out = linear(self.config.seed, "out", self.dim + sizes[-1], 1, len(self.layers))
+            dense.update(linear(seed, f"mlp-{index}", fan_in, fan_out, index))
+        out = linear(seed, "out", self.dim + sizes[-1], 1, len(self.layers))
         return {
             **dense,
             "out-weight": out["out-weight"][:, 0],

@@ -43,5 +43,7 @@ def torch_device(config: RunConfig) -> torch.device:
         torch.use_deterministic_algorithms(True)
         # Deterministic mode also fills every new tensor (host ones too) with NaN: no value
         # here reads memory it did not write, so the fill is only cost.
-        torch.utils.deterministic.fill_uninitialized_memory = False
+        # (torch.utils.deterministic sets the attribute through its module class: the
+        # stubs do not declare it)
+        torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
     return device

@@ -30,7 +30,7 @@ import io
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context
 
-from fedrec_flwr.messages import PACKED, array_record, record_arrays, unpack
+from fedrec_flwr.messages import PACKED, AnyRecord, array_record, record_arrays, unpack
 from fedrec_flwr.node.layered import IDS, LayeredRows, segment_names
 from fedrec_flwr.node.personal import PersonalRows
 from fedrec_flwr.node.state import NodeState
@@ -76,14 +76,17 @@ def save(context: Context, state: NodeState) -> None:
             context.state[key] = array_record(part)
         views[index] = PersonalRows.from_arrays(_views(context.state[key]))
     if views:  # the state reads its segments from the records: the rows are held once
+        assert isinstance(personal, LayeredRows)  # the views are its segments'
         state.personal = personal.with_segments(views)
     record = array_record(arrays)
     context.state[STATE_KEY] = record
     _WRITTEN[(context.run_id, context.node_id)] = (record, state)
 
 
-def _views(record: ArrayRecord) -> dict[str, np.ndarray]:
+def _views(record: AnyRecord) -> dict[str, np.ndarray]:
     """The arrays of a packed record as read-only views of its bytes (no copy)."""
+    if not isinstance(record, ArrayRecord):
+        raise ValueError(f"a node-state segment is a {type(record).__name__}, not an ArrayRecord")
     data = record[PACKED].data
     stream = io.BytesIO(data)
     version = np.lib.format.read_magic(stream)

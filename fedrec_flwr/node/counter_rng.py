@@ -15,6 +15,7 @@ integers (no float arithmetic until the last step).
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 MASK32 = 0xFFFFFFFF
@@ -149,9 +150,9 @@ def counter_negatives(
     seed: int,
     stream: int,
     server_round: int,
-    users: np.ndarray,
-    sizes: np.ndarray,
-    exclusion_counts: np.ndarray,
+    users: npt.ArrayLike,
+    sizes: npt.ArrayLike,
+    exclusion_counts: npt.ArrayLike,
     exclusions: np.ndarray,
     num_items: int,
     device: torch.device | str = "cpu",

@@ -5,6 +5,9 @@ a seeded sample of users scores with (:class:`NodeEvaluation`, mixed into
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 
@@ -15,6 +18,12 @@ from fedrec_flwr.node.state import NodeState
 from fedrec_flwr.partition import eval_sample
 from fedrec_flwr.spectrum import effective_rank, erank_users
 
+if TYPE_CHECKING:
+    from fedrec_flwr.config import RunConfig
+    from fedrec_flwr.data.prepared import PreparedData
+    from fedrec_flwr.methods import Method
+    from fedrec_flwr.node.protocols import EvalProtocol
+
 #: Users evaluated at once where the protocol ranks them by the fast exact path.
 FAST_CHUNK = 4096
 
@@ -23,6 +32,16 @@ class NodeEvaluation:
     """Evaluation of a node's users. The runtime provides ``config``, ``prepared``,
     ``method``, ``protocol``, ``users``, ``partition_id``, ``num_partitions``, ``device`` and
     ``positions_of``."""
+
+    config: RunConfig
+    prepared: PreparedData
+    method: Method
+    protocol: EvalProtocol
+    users: np.ndarray
+    partition_id: int
+    num_partitions: int
+    device: torch.device
+    positions_of: Callable[[np.ndarray], np.ndarray]
 
     @torch.no_grad()
     def evaluate(

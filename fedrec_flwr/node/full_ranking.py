@@ -34,6 +34,7 @@ import torch
 from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
 from fedrec_flwr.methods import Method
 from fedrec_flwr.methods.heads import fixed_order_dots
+from fedrec_flwr.node.layered import RowStore
 from fedrec_flwr.node.personal import PersonalRows, run_indices
 from fedrec_flwr.node.samples import sorted_unique
 from fedrec_flwr.node.scoring import held_pairs, pair_scores
@@ -174,7 +175,7 @@ def _entries(
 def linear_full_ranks(
     method: Method,
     params: dict[str, torch.Tensor],
-    personal: PersonalRows,
+    personal: RowStore,
     private_rows: dict[str, PersonalRows] | None,
     positions: np.ndarray,
     users: np.ndarray,

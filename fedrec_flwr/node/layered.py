@@ -235,7 +235,10 @@ class LayeredRows:
         store of one segment is exactly its CSR store's arrays."""
         if len(self.segments) == 1:
             return self.segments[0].to_arrays()
-        arrays = {OWNER: self.owner, IDS: np.asarray(self.ids, dtype=np.int64)}
+        arrays: dict[str, np.ndarray] = {
+            OWNER: self.owner,
+            IDS: np.asarray(self.ids, dtype=np.int64),
+        }
         for index, segment in enumerate(self.segments):
             prefix = _segment_prefix(index)
             arrays.update(
@@ -244,7 +247,11 @@ class LayeredRows:
         return arrays
 
 
-def store_from_arrays(arrays: dict[str, np.ndarray]) -> PersonalRows | LayeredRows:
+#: A node's personal-row store: one CSR store, or its layered form.
+RowStore = PersonalRows | LayeredRows
+
+
+def store_from_arrays(arrays: dict[str, np.ndarray]) -> RowStore:
     """Inverse of ``to_arrays`` of either store."""
     if OWNER not in arrays:
         return PersonalRows.from_arrays(arrays)

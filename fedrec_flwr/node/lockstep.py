@@ -110,9 +110,9 @@ def planned_steps(
     if plan.total == 0:
         return []
     # flat entry of the sample at each shuffled position: its batch's first entry + its slot
-    entry = np.repeat(plan.base - plan.start, plan.size)
-    entry += np.arange(len(entry))
-    entry = torch.from_numpy(entry).to(device)
+    flat = np.repeat(plan.base - plan.start, plan.size)
+    flat += np.arange(len(flat))
+    entry = torch.from_numpy(flat).to(device)
     rows = torch.zeros(plan.total, dtype=torch.int64, device=device)
     labels = torch.zeros(plan.total, dtype=torch.float32, device=device)
     source = source.to(device)

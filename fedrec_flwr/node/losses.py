@@ -24,6 +24,7 @@ import torch.nn.functional as F  # noqa: N812
 
 from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
 from fedrec_flwr.methods import Method
+from fedrec_flwr.node.layered import RowStore
 from fedrec_flwr.node.personal import PersonalRows
 from fedrec_flwr.node.scoring import user_rows
 
@@ -77,7 +78,7 @@ def user_losses(
     seed: int,
     num_negatives: int,
     params: dict[str, torch.Tensor],
-    personal: PersonalRows,
+    personal: RowStore,
     private_rows: dict[str, PersonalRows] | None,
     positions: np.ndarray,
     users: np.ndarray,

@@ -18,6 +18,7 @@ from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
 from fedrec_flwr.evaluation import ranks_from_scores, reported_metrics
 from fedrec_flwr.methods import Method
 from fedrec_flwr.node.full_ranking import DeviceTable, linear_full_ranks, train_csr
+from fedrec_flwr.node.layered import RowStore
 from fedrec_flwr.node.malicious import target_exposure
 from fedrec_flwr.node.personal import PersonalRows
 from fedrec_flwr.node.scoring import (  # noqa: F401 (lookup_rows, held_items: the node's)
@@ -87,7 +88,7 @@ class EvalProtocol:
         self,
         method: Method,
         params: dict[str, torch.Tensor],
-        personal: PersonalRows,
+        personal: RowStore,
         positions: np.ndarray,
         users: np.ndarray,
         item_ids: np.ndarray | None,
@@ -152,7 +153,8 @@ class PaperProtocol(EvalProtocol):
         candidates = self.candidates_of(users)
         owner = np.arange(len(users), dtype=np.int64)
         wanted = np.sort((owner[:, None] * span + candidates).reshape(-1))
-        item_owner = np.repeat(owner, np.diff(np.asarray(row_offsets, np.int64)))
+        offsets: np.ndarray = np.asarray(row_offsets, np.int64)
+        item_owner = np.repeat(owner, np.diff(offsets))
         return is_member(item_owner * span + np.asarray(items, np.int64), wanted)
 
     def ranks(
@@ -180,8 +182,9 @@ class StrictProtocol(EvalProtocol):
         """``table`` on ``device`` (uploaded once, reused while it is the table asked for)."""
         kept = self._uploaded
         if kept is None or kept[0] is not table or kept[1].rows.device != device:
-            self._uploaded = (table, DeviceTable.of(table, device))
-        return self._uploaded[1]
+            kept = (table, DeviceTable.of(table, device))
+            self._uploaded = kept
+        return kept[1]
 
     def eval_items(self, users: np.ndarray) -> None:
         return None

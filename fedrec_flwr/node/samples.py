@@ -111,7 +111,7 @@ def distinct_user_items(
         return sorted_unique(keys, num_users * num_items)
     per_chunk = max(1, slots // max(num_items, 1))
     starts = np.arange(0, num_users + 1, per_chunk)
-    bounds = np.searchsorted(owner, np.r_[starts, num_users])
+    bounds = np.searchsorted(owner, np.append(starts, num_users))
     distinct, inverse, found = [], np.empty(len(keys), dtype=np.int64), 0
     for first_user, lo, hi in zip(starts, bounds[:-1], bounds[1:], strict=False):
         if hi == lo:
@@ -147,7 +147,9 @@ def users_round_items(
     rngs = [None if fallback[j] else rng for j, rng in enumerate(keyed)]
     sizes[fallback] = 0  # those draw user by user below
     draws = [
-        rng.integers(0, n, size=int(size), dtype=np.int64) if size else np.empty(0, np.int64)
+        rng.integers(0, n, size=int(size), dtype=np.int64)
+        if rng is not None and size
+        else np.empty(0, np.int64)
         for rng, size in zip(rngs, sizes, strict=True)
     ]
     # (position in users, item) keys: the exclusion sets' are sorted, as the users' order is.
@@ -202,8 +204,17 @@ def counter_round_negatives(
     """``negative-sampler = "counter"``: the users' negatives from the keyed Philox stream,
     drawn on the run's device (the same integers on CPU and CUDA)."""
     stream = STREAMS["train-negatives"]
-    args = (config.seed, stream, server_round, users, sizes, counts, excluded, num_items)
-    return counter_negatives(*args, device=config.device)
+    return counter_negatives(
+        config.seed,
+        stream,
+        server_round,
+        users,
+        sizes,
+        counts,
+        excluded,
+        num_items,
+        device=config.device,
+    )
 
 
 @dataclass(frozen=True)

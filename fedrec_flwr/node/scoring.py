@@ -9,11 +9,12 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods import Method
+from fedrec_flwr.node.layered import RowStore
 from fedrec_flwr.node.personal import PersonalRows, whole_rows
 
 
 def held_items(
-    personal: PersonalRows, private_rows: dict[str, PersonalRows] | None, position: int
+    personal: RowStore, private_rows: dict[str, PersonalRows] | None, position: int
 ) -> np.ndarray:
     """Sorted items the user at ``position`` holds personal or private rows of."""
     if not private_rows:  # the store keeps each user's items sorted and distinct
@@ -25,7 +26,7 @@ def held_items(
 
 def user_rows(
     method: Method,
-    personal: PersonalRows,
+    personal: RowStore,
     private_rows: dict[str, PersonalRows] | None,
     positions: np.ndarray,
     items: np.ndarray,
@@ -57,7 +58,7 @@ PAIR_CHUNK_BYTES = 1 << 26
 def score_held(
     method: Method,
     params: dict[str, torch.Tensor],
-    personal: PersonalRows,
+    personal: RowStore,
     private_rows: dict[str, PersonalRows] | None,
     positions: np.ndarray,
     table: np.ndarray,
@@ -87,7 +88,7 @@ def score_held(
 
 
 def held_pairs(
-    personal: PersonalRows,
+    personal: RowStore,
     private_rows: dict[str, PersonalRows] | None,
     positions: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -111,7 +112,7 @@ def held_pairs(
 def score_held_pairs(
     method: Method,
     params: dict[str, torch.Tensor],
-    personal: PersonalRows,
+    personal: RowStore,
     private_rows: dict[str, PersonalRows] | None,
     positions: np.ndarray,
     held: list[np.ndarray],
@@ -140,7 +141,7 @@ def score_held_pairs(
 def pair_scores(
     method: Method,
     params: dict[str, torch.Tensor],
-    personal: PersonalRows,
+    personal: RowStore,
     private_rows: dict[str, PersonalRows] | None,
     positions: np.ndarray,
     owner: np.ndarray,
@@ -187,7 +188,7 @@ def pair_scores(
 def score_held_padded(
     method: Method,
     params: dict[str, torch.Tensor],
-    personal: PersonalRows,
+    personal: RowStore,
     private_rows: dict[str, PersonalRows] | None,
     positions: np.ndarray,
     held: list[np.ndarray],
@@ -202,8 +203,8 @@ def score_held_padded(
     for j, h in enumerate(held):
         items[j, : len(h)] = h
     rows, extras = user_rows(method, personal, private_rows, positions, items, None, table)
-    extras = {n: torch.from_numpy(v).to(device) for n, v in extras.items()}
-    scored = method.logits({**params, **extras}, torch.from_numpy(rows).to(device))
+    on_device = {n: torch.from_numpy(v).to(device) for n, v in extras.items()}
+    scored = method.logits({**params, **on_device}, torch.from_numpy(rows).to(device))
     owner = torch.from_numpy(np.repeat(np.arange(len(positions)), counts))
     slot = torch.from_numpy(np.concatenate([np.arange(c) for c in counts]))
     scores[owner, torch.from_numpy(items)[owner, slot]] = scored[owner, slot]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fedrec_flwr.node.layered import LayeredRows, store_from_arrays
+from fedrec_flwr.node.layered import LayeredRows, RowStore, store_from_arrays
 from fedrec_flwr.node.personal import PersonalRows
 
 
@@ -21,7 +21,7 @@ class NodeState:
     parameter, the rows each user has trained (rows it never trained are zero)."""
 
     private: dict[str, torch.Tensor]
-    personal: PersonalRows | LayeredRows
+    personal: RowStore
     private_rows: dict[str, PersonalRows] = field(default_factory=dict)
 
     PREFIX = "private/"
@@ -59,5 +59,5 @@ class NodeState:
         return cls(
             private=private,
             personal=store_from_arrays(arrays),
-            private_rows={name: store_from_arrays(a) for name, a in stores.items()},
+            private_rows={name: PersonalRows.from_arrays(a) for name, a in stores.items()},
         )

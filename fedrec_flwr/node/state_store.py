@@ -33,7 +33,16 @@ import numpy as np
 from flwr.app import Context, Message
 
 from fedrec_flwr import atomic
-from fedrec_flwr.messages import BEST_STATE, CHECKPOINT_DIR, CONFIG, RESTORE_ROUND, RUN_KEY, SESSION
+from fedrec_flwr.messages import (
+    BEST_STATE,
+    CHECKPOINT_DIR,
+    CONFIG,
+    RESTORE_ROUND,
+    RUN_KEY,
+    SESSION,
+    config_record,
+    int_value,
+)
 from fedrec_flwr.node.runtime import NodeRuntime
 from fedrec_flwr.node.state import NodeState
 from fedrec_flwr.resume import differing_keys, fingerprinted_config
@@ -52,11 +61,12 @@ def data_fingerprint(runtime: NodeRuntime) -> str:
     """sha256 of the node's users and their rows (train, validation, test) and the catalogue
     size: a state written for other data is refused."""
     prepared = runtime.prepared
-    digest = hashlib.sha256(np.int64([prepared.num_items, len(runtime.users)]).tobytes())
+    digest = hashlib.sha256(np.array([prepared.num_items, len(runtime.users)], np.int64).tobytes())
     digest.update(np.asarray(runtime.users, np.int64).tobytes())
     for user in runtime.users:
         digest.update(np.asarray(prepared.train_positives(int(user)), np.int64).tobytes())
-        digest.update(np.int64([prepared.valid_item[user], prepared.test_item[user]]).tobytes())
+        held_out = [prepared.valid_item[user], prepared.test_item[user]]
+        digest.update(np.array(held_out, np.int64).tobytes())
     return digest.hexdigest()[:16]
 
 
@@ -250,17 +260,19 @@ def write_checkpoint(context: Context, runtime: NodeRuntime, msg: Message, state
     """The server checkpoints round ``server-round``: write the state after it (keeping the
     files of ``committed-round``, the checkpoint it last committed); the bytes written. With
     ``best-state`` (``keep-best-state``) into the best round's folder."""
-    config = msg.content[CONFIG]
-    keep = {int(config.get("committed-round", 0))}
+    config = config_record(msg.content)
+    keep = {int_value(config, "committed-round", 0)}
     store = _store(context, runtime, msg)
     if config.get(BEST_STATE) and store.keeps_latest:  # a state-dir: its best-state/ folder
         store = NodeStateStore(store.folder / BEST_STATE, runtime, config, keeps_latest=True)
-    return store.save_round(state, int(config["server-round"]), keep)
+    return store.save_round(state, int_value(config, "server-round"), keep)
 
 
 def restore(context: Context, runtime: NodeRuntime, msg: Message) -> NodeState:
     """A resumed run starts: the state after its checkpoint round ``restore-round``."""
-    return _store(context, runtime, msg).load_round(int(msg.content[CONFIG][RESTORE_ROUND]))
+    return _store(context, runtime, msg).load_round(
+        int_value(config_record(msg.content), RESTORE_ROUND)
+    )
 
 
 def _store(context: Context, runtime: NodeRuntime, msg: Message) -> NodeStateStore:

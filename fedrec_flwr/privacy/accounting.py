@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from fedrec_flwr.privacy.ldp import LdpKeys
 from fedrec_flwr.run_keys import RunGroups
 
 #: How to install the accountant (an extra: the runtime runs without it).
@@ -87,7 +88,8 @@ def user_level(
 
 def accounted(config: RunGroups) -> bool:
     """Does the run's LDP carry a formal epsilon (``ldp-mechanism`` laplace or gaussian)?"""
-    return config.ldp_mechanism != "none" and not config.ldp_laplace_lambda
+    ldp = config.group(LdpKeys)
+    return ldp.ldp_mechanism != "none" and not ldp.ldp_laplace_lambda
 
 
 def run_rows_bound(rounds: Sequence[dict[str, Any]]) -> int:
@@ -107,27 +109,28 @@ def _count(value: Any) -> int:
 def summary_record(config: RunGroups, rounds: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """``summary.json``'s ``ldp_user_level``: None without LDP; the worst user's bound
     (:func:`run_rows_bound`) under a formal mechanism; why there is none otherwise."""
-    if config.ldp_mechanism == "none" and not config.ldp_laplace_lambda:
+    ldp = config.group(LdpKeys)
+    if ldp.ldp_mechanism == "none" and not ldp.ldp_laplace_lambda:
         return None
-    per_row = {"mechanism": config.ldp_mechanism, "epsilon": config.ldp_epsilon}
+    per_row = {"mechanism": ldp.ldp_mechanism, "epsilon": ldp.ldp_epsilon}
     if not accounted(config):
         return {
             "mechanism": "laplace-lambda",
             "epsilon": None,
             "why": "ldp-laplace-lambda adds noise without clipping: no finite epsilon",
         }
-    per_row["delta"] = config.ldp_delta if config.ldp_mechanism == "gaussian" else 0.0
+    per_row["delta"] = ldp.ldp_delta if ldp.ldp_mechanism == "gaussian" else 0.0
     record: dict[str, Any] = {
         "per_row": per_row,
         "rows": "bound: every distinct row uploaded in each round with training",
     }
     try:
         level = user_level(
-            config.ldp_mechanism,
-            config.ldp_epsilon,
-            config.ldp_delta,
+            ldp.ldp_mechanism,
+            ldp.ldp_epsilon,
+            ldp.ldp_delta,
             run_rows_bound(rounds),
-            config.ldp_delta,
+            ldp.ldp_delta,
         )
     except ImportError as error:
         return {**record, "epsilon": None, "why": str(error)}
@@ -157,15 +160,16 @@ class RowCounter:
         if not accounted(config) or not self.rows:
             return {}
         counts = sorted(self.rows.values())
+        ldp = config.group(LdpKeys)
 
         def epsilon(rows: int) -> float:
             return user_level(
-                config.ldp_mechanism, config.ldp_epsilon, config.ldp_delta, rows, config.ldp_delta
+                ldp.ldp_mechanism, ldp.ldp_epsilon, ldp.ldp_delta, rows, ldp.ldp_delta
             ).epsilon
 
         median = counts[(len(counts) - 1) // 2]
         return {
-            "delta": config.ldp_delta,
+            "delta": ldp.ldp_delta,
             "rows-median": median,
             "rows-max": counts[-1],
             "epsilon-median": epsilon(median),

@@ -51,6 +51,8 @@ class UserItems(Protocol):
 
     def train_positives(self, user: int) -> np.ndarray: ...
 
+    def __hash__(self) -> int: ...  # item_popularity caches by it
+
 
 class DecoyUpdates(StrEnum):
     """``decoy-updates``: what a decoy row's upload is."""

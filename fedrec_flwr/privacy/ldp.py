@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Key, KeyGroup, Range
+from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Group, Range, key
 
 
 class Mechanism(StrEnum):
@@ -58,45 +58,40 @@ def check_ldp(config: Any) -> None:
         )
 
 
-LDP_KEYS = KeyGroup(
-    title="LDP (plug-in)",
-    owner=__name__,
-    plugin="ldp",
-    check=check_ldp,
-    keys=(
-        Key(
-            "ldp-mechanism",
-            Mechanism.NONE.value,
-            "LDP on each user's uploaded rows: `none`, `laplace` or `gaussian`: the row's change "
-            "is clipped to `ldp-clip`, then noise of scale `2C sqrt(d)/eps` (Laplace) or "
-            "`2C sqrt(2 ln(1.25/delta))/eps` (Gaussian) is added to every coordinate",
-            choices=Mechanism,
-        ),
-        Key("ldp-epsilon", 1.0, "epsilon per uploaded row and round", range=POSITIVE),
-        Key(
-            "ldp-delta",
-            1e-5,
-            "delta of the Gaussian mechanism",
-            range=Range(0, 1, low_included=False, high_included=False),
-            why=" (the Gaussian mechanism's delta; e.g. 1e-5, below 1 / number of users)",
-        ),
-        Key("ldp-clip", 1.0, "L2 bound `C` of a row's change before the noise", range=POSITIVE),
-        Key(
-            "ldp-laplace-lambda",
-            0.0,
-            "PFedRec Table 4's LDP: `Laplace(0, lambda)` on the uploaded rows, no clipping, no "
-            "formal epsilon (0 = off; not with `ldp-mechanism`)",
-            range=NON_NEGATIVE,
-            why=" (PFedRec Table 4's raw Laplace scale, 0 = off)",
-        ),
-        Key(
-            "ldp-denoise",
-            False,
-            "the server shrinks each aggregated row change by the James-Stein factor of the "
-            "known noise variance (post-processing, no privacy cost)",
-        ),
-    ),
-)
+class LdpKeys(Group):
+    title = "LDP (plug-in)"
+    plugin = "ldp"
+    check = check_ldp
+
+    ldp_mechanism: str = key(
+        default=Mechanism.NONE.value,
+        help="LDP on each user's uploaded rows: `none`, `laplace` or `gaussian`: the row's "
+        "change is clipped to `ldp-clip`, then noise of scale `2C sqrt(d)/eps` (Laplace) or "
+        "`2C sqrt(2 ln(1.25/delta))/eps` (Gaussian) is added to every coordinate",
+        choices=Mechanism,
+    )
+    ldp_epsilon: float = key(default=1.0, help="epsilon per uploaded row and round", range=POSITIVE)
+    ldp_delta: float = key(
+        default=1e-5,
+        help="delta of the Gaussian mechanism",
+        range=Range(0, 1, low_included=False, high_included=False),
+        why=" (the Gaussian mechanism's delta; e.g. 1e-5, below 1 / number of users)",
+    )
+    ldp_clip: float = key(
+        default=1.0, help="L2 bound `C` of a row's change before the noise", range=POSITIVE
+    )
+    ldp_laplace_lambda: float = key(
+        default=0.0,
+        help="PFedRec Table 4's LDP: `Laplace(0, lambda)` on the uploaded rows, no clipping, "
+        "no formal epsilon (0 = off; not with `ldp-mechanism`)",
+        range=NON_NEGATIVE,
+        why=" (PFedRec Table 4's raw Laplace scale, 0 = off)",
+    )
+    ldp_denoise: bool = key(
+        default=False,
+        help="the server shrinks each aggregated row change by the James-Stein factor of the "
+        "known noise variance (post-processing, no privacy cost)",
+    )
 
 
 def noise_scale(mechanism: str, epsilon: float, delta: float, clip: float, dim: int) -> float:

@@ -45,10 +45,11 @@ from fedrec_flwr.messages import (
     BEST_STATE,
     CHECKPOINT_DIR,
     CONFIG,
-    METRICS,
     RESTORE_ROUND,
     RUN_KEY,
     SESSION,
+    int_value,
+    metric_record,
 )
 from fedrec_flwr.results import RunRecorder, new_run_dir
 from fedrec_flwr.resume import (
@@ -152,7 +153,7 @@ class Checkpoints:
     def restore(self, server: ServerState, grid: Grid, timeout: float) -> int:
         """Load the checkpoint's state into the connected ``server`` and have every node
         reload its own; the round to continue after (0: from the start)."""
-        if not self.restore_round:
+        if not self.restore_round or self.resumed is None:
             return 0
         meta, arrays = self.resumed.meta, self.resumed.arrays
         partitions = sorted(info.partition_id for info in server.nodes.values())
@@ -299,9 +300,10 @@ class Checkpoints:
             waiting.discard(node_id)
             partition = nodes[node_id].partition_id
             if reply.has_error():
-                failed.append(f"partition {partition}: {reply.error.reason.splitlines()[0]}")
+                reason = reply.error.reason or "no reason given"
+                failed.append(f"partition {partition}: {reason.splitlines()[0]}")
             else:
-                written.append(int(reply.content[METRICS].get("bytes", 0)))
+                written.append(int_value(metric_record(reply.content), "bytes", 0))
         failed += [f"partition {nodes[n].partition_id}: no reply" for n in waiting]
         return written, failed
 

@@ -27,7 +27,7 @@ from flwr.serverapp import Grid
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.device import DataIdentity, conflict, run_conflict
-from fedrec_flwr.messages import ARRAYS, CONFIG, METRICS, record_arrays
+from fedrec_flwr.messages import ARRAYS, CONFIG, int_value, metric_record, record_arrays
 from fedrec_flwr.privacy.secagg_trust import SIGNATURE_BYTES
 from fedrec_flwr.server.nodes import NodeInfo
 
@@ -72,7 +72,7 @@ def connect(grid: Grid, config: RunConfig, wait: float, timeout: float) -> Feder
     nodes: dict[int, NodeInfo] = {}
     deadline = time.monotonic() + wait
     expected: int | None = None
-    failed: dict[int, str] = {}  # node id -> why its handshake failed
+    failed: dict[int, str | None] = {}  # node id -> why its handshake failed
     keys: dict[int, dict[str, np.ndarray]] = {}  # node id -> its signed key (secure-aggregation)
     while True:
         new = [n for n in grid.get_node_ids() if n not in nodes and n not in failed]
@@ -174,11 +174,11 @@ def _register(
     nodes: dict[int, NodeInfo], reply: Message, expected: int | None, config: RunConfig
 ) -> int:
     data = _identity(reply, config)
-    metrics, arrays = reply.content[METRICS], record_arrays(reply.content[ARRAYS])
-    partition, num_partitions = int(metrics["partition-id"]), int(metrics["num-partitions"])
+    metrics, arrays = metric_record(reply.content), record_arrays(reply.content[ARRAYS])
+    partition = int_value(metrics, "partition-id")
+    num_partitions = int_value(metrics, "num-partitions")
     first = next(iter(nodes.values()), None)  # the registered nodes agree with it
-    why = first and first.data and conflict(first.data, data)
-    if why:
+    if first is not None and first.data is not None and (why := conflict(first.data, data)):
         raise FederationError(
             f"nodes hold different data: partition {first.partition_id} "
             f"({_where(first.data)}) and partition {partition} ({_where(data)}) differ "
@@ -189,9 +189,9 @@ def _register(
             f"nodes disagree on num-partitions ({expected} vs {num_partitions}): give every "
             "node the same num-partitions in its node config."
         )
-    if int(metrics["num-items"]) != data.num_items:
+    if int_value(metrics, "num-items") != data.num_items:
         raise FederationError(
-            f"node {partition} sees {int(metrics['num-items'])} items but reports data of "
+            f"node {partition} sees {int_value(metrics, 'num-items')} items but reports data of "
             f"{data.num_items}: the node reads different data."
         )
     if any(info.partition_id == partition for info in nodes.values()):
@@ -205,6 +205,7 @@ def _register(
     for info in _holders(nodes, users):
         shared = np.intersect1d(info.users, users)
         if len(shared):
+            assert info.data is not None  # every registered node's (NodeInfo below)
             raise FederationError(
                 f"partitions {info.partition_id} ({_where(info.data)}) and {partition} "
                 f"({_where(data)}) both hold {len(shared)} users (e.g. {shared[:5].tolist()}): "

@@ -51,7 +51,9 @@ class SecureRounds:
         self.num_users: int = federation.num_users
         self.config = config
         self.graph: dict[int, np.ndarray] = {}  # the round's: partition -> its neighbours
-        self.threshold, self.grid, self.by_partition = 0, None, {}
+        self.threshold = 0
+        self.grid: Any = None  # the round's (peers)
+        self.by_partition: dict[int, int] = {}
 
     @staticmethod
     def check_size(config: Any, num_partitions: int) -> None:
@@ -143,7 +145,7 @@ class SecureReader(ReplyReader):
 
 
 def masked_vectors(
-    reader: ReplyReader, replies: Iterable[Message], orders: dict[int, TrainOrder], length: int
+    reader: SecureReader, replies: Iterable[Message], orders: dict[int, TrainOrder], length: int
 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """The participants' masked vectors and sealed shares, by partition (``orders``: the
     participants, consumed). A failed, missing or malformed reply is a dropout, counted in

@@ -51,6 +51,7 @@ from fedrec_flwr.messages import (
     CONFIG,
     array_record,
     dense_arrays,
+    float_value,
     read_dense,
     record_arrays,
     sparse_rows,
@@ -234,7 +235,7 @@ class FedRecStrategy(Strategy):
             "c-density": self.model.density(),
         }
         self.round_log.metrics.update(metrics)
-        return array_record(item_table=self.model.table), MetricRecord(metrics)
+        return array_record(item_table=self.model.table), MetricRecord({**metrics})
 
     # ----------------------------------------------------------- evaluation
     def configure_evaluate(
@@ -246,8 +247,9 @@ class FedRecStrategy(Strategy):
             return []
         base = self.model.evaluation_table()
         config = self._config(server_round)
-        config["eval-users"] = self.evaluation.sample_size(server_round)  # 0: all users
-        plan = self.planner.evaluation_plan(server_round, int(config["eval-users"]))
+        sample = self.evaluation.sample_size(server_round)  # 0: all users
+        config["eval-users"] = sample
+        plan = self.planner.evaluation_plan(server_round, sample)
         full = None  # one record for every node that ranks all items: Flower stores it once
         messages = []
         for node_id, ids in plan.items():
@@ -280,7 +282,7 @@ class FedRecStrategy(Strategy):
         if outcome is None:
             return None, None
         self.round_log.metrics.update(outcome.means)
-        return MetricRecord(outcome.means), outcome.per_user
+        return MetricRecord({**outcome.means}), outcome.per_user
 
     # ----------------------------------------------------------------- loop
     def start(
@@ -345,7 +347,7 @@ class FedRecStrategy(Strategy):
         if metrics is None:
             return False
         result.evaluate_metrics_clientapp[server_round] = metrics
-        stale = self.stopping.observe(server_round, float(metrics["val-hr@10"]), per_user)
+        stale = self.stopping.observe(server_round, float_value(metrics, "val-hr@10"), per_user)
         return stale and server_round < num_rounds
 
     def _report(self, num_rounds: int) -> None:

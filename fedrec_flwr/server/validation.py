@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,7 @@ __all__ = [
 ]
 
 TRAIN_KEYS = frozenset({"item-ids", "row-sums", "row-counts", "zero-ids", "zero-counts"})
-EVAL_KEYS = frozenset()
+EVAL_KEYS: frozenset[str] = frozenset()
 PER_USER_KEYS = frozenset({"user-ids", "user-metrics"})  # an evaluate reply's per-user record
 REQUEST_KEY = "next-items"  # allowed in both: the rows a node needs next round
 ID_DTYPE = np.dtype(np.int64)
@@ -190,7 +191,9 @@ def _per_user(
 
 
 # ------------------------------------------------------------------ helpers
-def _keys(arrays: Mapping[str, Any], allowed: set | frozenset, required: set, kind: str) -> None:
+def _keys(
+    arrays: Mapping[str, Any], allowed: AbstractSet[str], required: AbstractSet[str], kind: str
+) -> None:
     missing = sorted(set(required) - set(arrays))
     if missing:
         raise ReplyError(f"missing arrays in {kind} replies: {', '.join(missing)}")
