@@ -33,9 +33,9 @@ from fedrec_flwr.methods.plgc import PlgcKeys
 from fedrec_flwr.methods.plugins import DualKeys
 from fedrec_flwr.node.malicious import MALICIOUS_KEYS
 from fedrec_flwr.node.optim import SAM_KEYS
-from fedrec_flwr.privacy.decoys import DECOY_KEYS
+from fedrec_flwr.privacy.decoys import DecoyKeys
 from fedrec_flwr.privacy.ldp import LdpKeys
-from fedrec_flwr.privacy.secagg import SECAGG_KEYS
+from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.run_keys import (
     EvaluationKeys,
     ExecutionKeys,
@@ -105,8 +105,8 @@ def key_groups() -> tuple[AnyGroup, ...]:
         MALICIOUS_KEYS,
         DefenceKeys,
         LdpKeys,
-        DECOY_KEYS,
-        SECAGG_KEYS,
+        DecoyKeys,
+        SecAggKeys,
         *dataset_key_groups(),
     )
 

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fedrec_flwr.sampling import sample_excluding
-from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Key, KeyGroup
+from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Group, key
 from fedrec_flwr.seeding import keyed_rng
 
 
@@ -87,44 +87,37 @@ def check_decoys(config: Any) -> None:
         )
 
 
-DECOY_KEYS = KeyGroup(
-    title="Decoys (plug-in)",
-    owner=__name__,
-    plugin="decoys",
-    check=check_decoys,
-    keys=(
-        Key(
-            "decoy-ratio",
-            0.0,
-            "decoy rows per distinct train positive, requested and uploaded by each user (fixed "
-            "per seed and user, never an item it interacted with; `round-mean` only)",
-            range=NON_NEGATIVE,
-            why=": decoy rows per distinct train positive (0 = none)",
-        ),
-        Key(
-            "decoy-updates",
-            DecoyUpdates.UNCHANGED.value,
-            "a decoy row's upload: `unchanged` (the row as sent), `negatives` or `positives` "
-            "(trained with the user's samples under that label, so it moves like a real row)",
-            choices=DecoyUpdates,
-        ),
-        Key(
-            "decoy-selection",
-            DecoySelection.UNIFORM.value,
-            "how decoys are drawn from the items a user never interacted with: `uniform`, or "
-            "`popularity` (weighted by the item's number of train users)",
-            choices=DecoySelection,
-        ),
-        Key(
-            "decoy-request-size",
-            0,
-            "at least `K - (1 + num-negatives) m` decoys, so that each user requests about `K` "
-            "rows (`m` distinct train positives; 0 = off)",
-            range=NON_NEGATIVE,
-            why=": the rows each user requests, decoys included (0 = off)",
-        ),
-    ),
-)
+class DecoyKeys(Group):
+    title = "Decoys (plug-in)"
+    plugin = "decoys"
+    check = check_decoys
+
+    decoy_ratio: float = key(
+        default=0.0,
+        help="decoy rows per distinct train positive, requested and uploaded by each user "
+        "(fixed per seed and user, never an item it interacted with; `round-mean` only)",
+        range=NON_NEGATIVE,
+        why=": decoy rows per distinct train positive (0 = none)",
+    )
+    decoy_updates: str = key(
+        default=DecoyUpdates.UNCHANGED.value,
+        help="a decoy row's upload: `unchanged` (the row as sent), `negatives` or `positives` "
+        "(trained with the user's samples under that label, so it moves like a real row)",
+        choices=DecoyUpdates,
+    )
+    decoy_selection: str = key(
+        default=DecoySelection.UNIFORM.value,
+        help="how decoys are drawn from the items a user never interacted with: `uniform`, "
+        "or `popularity` (weighted by the item's number of train users)",
+        choices=DecoySelection,
+    )
+    decoy_request_size: int = key(
+        default=0,
+        help="at least `K - (1 + num-negatives) m` decoys, so that each user requests about "
+        "`K` rows (`m` distinct train positives; 0 = off)",
+        range=NON_NEGATIVE,
+        why=": the rows each user requests, decoys included (0 = off)",
+    )
 
 
 def num_decoys(ratio: float, num_positives: int, num_free: int) -> int:

@@ -43,7 +43,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedrec_flwr.aggregation import RowUpload
-from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Key, KeyGroup
+from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Group, key
 from fedrec_flwr.seeding import keyed_rng
 
 #: Fixed point of the row and dense changes: ``x`` travels as ``round(x * 2^32)``.
@@ -89,43 +89,36 @@ def check_secure_aggregation(config: Any) -> None:
         )
 
 
-SECAGG_KEYS = KeyGroup(
-    title="Secure aggregation (plug-in)",
-    owner=__name__,
-    check=check_secure_aggregation,
-    keys=(
-        Key(
-            "secure-aggregation",
-            False,
-            "every node gets the full table and uploads a masked dense vector (fixed-point "
-            "row changes and counts, pairwise X25519 masks): the server learns only the "
-            "round's sum; a missing participant voids the round's shared update",
-        ),
-        Key(
-            "secure-aggregation-min-peers",
-            2,
-            "the fewest other participants a node masks towards: with fewer, it refuses the "
-            "round (the sum of too few uploads says too much about each)",
-            range=NON_NEGATIVE,
-        ),
-        Key(
-            "secure-aggregation-neighbours",
-            0,
-            "each node's neighbours on the round's graph (masks and self-mask shares go to "
-            "them; a round survives dropouts while more than half of each survivor's "
-            "neighbours answer); 0 = 2 ceil(1.5 log2 n) for a cohort of n nodes (SecAgg+)",
-            range=NON_NEGATIVE,
-        ),
-        Key(
-            "secure-aggregation-keys",
-            KeySource.RANDOM.value,
-            "each node's X25519 key pair: `random` (fresh at each handshake) or `seeded` "
-            "(keyed by seed and partition: reproducible uploads for simulation; anyone who "
-            "knows the seed can unmask)",
-            choices=KeySource,
-        ),
-    ),
-)
+class SecAggKeys(Group):
+    title = "Secure aggregation (plug-in)"
+    check = check_secure_aggregation
+
+    secure_aggregation: bool = key(
+        default=False,
+        help="every node gets the full table and uploads a masked dense vector (fixed-point "
+        "row changes and counts, pairwise X25519 masks): the server learns only the "
+        "round's sum; a missing participant voids the round's shared update",
+    )
+    secure_aggregation_min_peers: int = key(
+        default=2,
+        help="the fewest other participants a node masks towards: with fewer, it refuses the "
+        "round (the sum of too few uploads says too much about each)",
+        range=NON_NEGATIVE,
+    )
+    secure_aggregation_neighbours: int = key(
+        default=0,
+        help="each node's neighbours on the round's graph (masks and self-mask shares go to "
+        "them; a round survives dropouts while more than half of each survivor's "
+        "neighbours answer); 0 = 2 ceil(1.5 log2 n) for a cohort of n nodes (SecAgg+)",
+        range=NON_NEGATIVE,
+    )
+    secure_aggregation_keys: str = key(
+        default=KeySource.RANDOM.value,
+        help="each node's X25519 key pair: `random` (fresh at each handshake) or `seeded` "
+        "(keyed by seed and partition: reproducible uploads for simulation; anyone who "
+        "knows the seed can unmask)",
+        choices=KeySource,
+    )
 
 
 # --------------------------------------------------------------------- fixed point
@@ -347,10 +340,10 @@ def masked(
             f"{partition} with this node's public key: the round cannot be aggregated"
         )
     out = np.array(vector, dtype=np.uint64)
-    for peer, key in zip(peers, keys, strict=True):
+    for peer, peer_key in zip(peers, keys, strict=True):
         if peer == partition:
             continue
-        mask = mask_stream(shared_secret(own, key), server_round, len(out), context)
+        mask = mask_stream(shared_secret(own, peer_key), server_round, len(out), context)
         if partition < peer:
             out += mask
         else:
