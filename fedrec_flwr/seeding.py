@@ -31,6 +31,9 @@ STREAMS = {
     "secagg-key": 16,
     "secagg-identity": 17,
     "secagg-graph": 18,
+    "secagg-bound": 19,
+    "secagg-rounding": 20,
+    "secagg-verify": 21,
     # the lab's analyses of a run's state (fedrec_lab.analysis)
     "sharpness-users": 40,
     "sharpness-start": 41,

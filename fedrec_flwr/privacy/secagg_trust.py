@@ -48,6 +48,10 @@ from fedrec_flwr.partition import participants
 from fedrec_flwr.privacy.secagg_dropout import degree, neighbours
 from fedrec_flwr.seeding import keyed_rng
 
+#: The helper aggregator's id where a node's is its partition id (bounded secure
+#: aggregation, :mod:`fedrec_flwr.privacy.bounded.helper`): beyond any partition; its roster
+#: file is ``helper.pub``.
+HELPER_ID = 1 << 32
 #: Bytes of a signature as it travels: Ed25519's 64, or P-384 ECDSA's r and s (48 each).
 SIGNATURE_BYTES = 96
 P384_HALF = 48
@@ -142,7 +146,8 @@ class Roster:
         """``partition``'s identity key; ``shown``: the one the server relays (used only
         when the node has no roster and no seed to derive it)."""
         if self.folder:
-            path = Path(self.folder) / f"{partition}.pub"
+            name = "helper" if partition == HELPER_ID else str(partition)
+            path = Path(self.folder) / f"{name}.pub"
             if not path.is_file():
                 raise SecureRoundRefused(
                     f"the roster {self.folder} has no key of partition {partition}"
