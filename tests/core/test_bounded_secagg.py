@@ -398,6 +398,17 @@ def test_a_share_tampered_by_the_server_is_refused(bounds):
     assert total.accepted == (1, 2) and 0 in total.refused
 
 
+def test_a_second_report_of_a_user_is_refused_and_the_round_goes_on(bounds):
+    helper = make_helper(bounds, min_reports=1)
+    rng = np.random.default_rng(13)
+    reports = [honest(bounds, helper, u, [u], change(rng, 1, 1.0)) for u in range(3)]
+    again = honest(bounds, helper, 0, [5], change(rng, 1, 1.0))
+    total = run_round(bounds, helper, [*reports, again])
+    assert total.accepted == (0, 1, 2) and total.users == 3
+    assert "second report" in total.refused[0]
+    assert total.counts[5] == 0 and total.counts[:3].tolist() == [1, 1, 1]
+
+
 def test_the_helper_refuses_a_report_of_a_forged_node_key(bounds):
     helper = make_helper(bounds, min_reports=1)
     rng = np.random.default_rng(8)

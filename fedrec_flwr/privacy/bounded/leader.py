@@ -49,25 +49,22 @@ class RoundSum:
     samples: int
     loss: float
     accepted: tuple[int, ...]
-    refused: dict[int, str] = field(default_factory=dict)
+    refused: dict[int, str] = field(default_factory=dict)  # users with a refused report
 
 
 #: The helper as the leader reaches it: (run id, round, requests) -> its answer.
 HelperLink = Callable[[int, int, list[Request]], Answer]
 
 
-def aggregate(
-    bounds: Bounds,
-    run_id: int,
-    server_round: int,
-    reports: Sequence[tuple[rep.Report, Sender]],
-    helper: HelperLink,
-    verify_key: bytes,
-) -> RoundSum:
-    """The round's sum over the reports that verify (see the module's doc)."""
+def _requests(bounds, run_id, server_round, reports, verify_key):
+    """(the leader's share of each user's first well-formed report, the helper's requests,
+    the refused users with why)."""
     refused: dict[int, str] = {}
     requests, mine = [], {}
     for report, sender in reports:
+        if report.user in mine:  # the first report of a user counts, a second is refused
+            refused[report.user] = "a second report of this user in the round"
+            continue
         ctx = rep.context(run_id, server_round, report.user, bounds)
         try:
             share = rep.leader_share(bounds, ctx, report, verify_key)
@@ -87,17 +84,42 @@ def aggregate(
                 report.helper_parts,
             )
         )
+    return mine, requests, refused
+
+
+def _decoded(bounds: Bounds, server_round: int, total: np.ndarray, users: int) -> dict:
+    """The sum of ``users`` accepted reports decoded (void when it is not theirs)."""
+    values = decode(bounds, total)
+    counts = values["counts"]
+    if values["users"] != users or counts.min(initial=0) < 0 or counts.max(initial=0) > users:
+        raise RoundVoid(
+            f"round {server_round}: the sum of {users} verified reports decodes to "
+            f"{values['users']} users: the helper's sum is not theirs"
+        )
+    return values
+
+
+def aggregate(
+    bounds: Bounds,
+    run_id: int,
+    server_round: int,
+    reports: Sequence[tuple[rep.Report, Sender]],
+    helper: HelperLink,
+    verify_key: bytes,
+) -> RoundSum:
+    """The round's sum over the reports that verify (see the module's doc)."""
+    mine, requests, refused = _requests(bounds, run_id, server_round, reports, verify_key)
     try:
         answer = helper(run_id, server_round, requests)
     except ValueError as why:
         raise RoundVoid(f"round {server_round}: the helper refused: {why}") from why
     refused.update(answer.refused)
-    accepted = [
+    accepted = sorted(
         user
         for user, verifier in answer.verifiers.items()
-        if rep.accepts(bounds, mine[user][1].verifier, verifier)
-    ]
-    if sorted(accepted) != sorted(answer.accepted):
+        if user in mine and rep.accepts(bounds, mine[user][1].verifier, verifier)
+    )
+    if accepted != sorted(answer.accepted):
         raise RoundVoid(
             f"round {server_round}: the helper accepted {len(answer.accepted)} reports, the "
             f"leader {len(accepted)} of the same: the aggregators disagree"
@@ -105,23 +127,13 @@ def aggregate(
     total = answer.total
     for user in accepted:
         total = gf.add(total, output_of(bounds, mine[user][0].share))
-    values = decode(bounds, total)
-    counts = values["counts"]
-    if (
-        values["users"] != len(accepted)
-        or counts.min(initial=0) < 0
-        or counts.max(initial=0) > len(accepted)
-    ):
-        raise RoundVoid(
-            f"round {server_round}: the sum of {len(accepted)} verified reports decodes to "
-            f"{values['users']} users: the helper's sum is not theirs"
-        )
+    values = _decoded(bounds, server_round, total, len(accepted))
     return RoundSum(
         values["changes"],
-        counts.astype(np.int64),
+        values["counts"].astype(np.int64),
         values["users"],
         values["samples"],
         values["loss"],
-        tuple(sorted(accepted)),
+        tuple(accepted),
         refused,
     )
