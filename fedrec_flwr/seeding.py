@@ -64,7 +64,7 @@ def _hashmix(value: np.ndarray, const: list[int]) -> np.ndarray:
 
 
 def _mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    result = np.uint32(_MIX_L) * x - np.uint32(_MIX_R) * y
+    result: np.ndarray = np.uint32(_MIX_L) * x - np.uint32(_MIX_R) * y
     return result ^ (result >> np.uint32(16))
 
 

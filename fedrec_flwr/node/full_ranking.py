@@ -204,10 +204,10 @@ def linear_full_ranks(
     owner, items, storage = held_pairs(personal, private_rows, positions)
     own = np.empty(0, dtype=np.float32)
     if len(items):
-        own = pair_scores(
+        scored = pair_scores(
             method, params, personal, private_rows, positions, owner, items, table, storage
         )
-        own = own.cpu().numpy()
+        own = scored.cpu().numpy()
     entries = _entries(prepared, users, (owner, items), own)
     every = np.arange(a, dtype=np.int64)
     held_out = np.stack(

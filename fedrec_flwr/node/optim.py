@@ -120,7 +120,7 @@ class SGD:
                     held = held or self.held_rows(step)
                     self.decay_rows(params[name], held, lr)
                     start = None  # the decay moved the rows
-                if step.lr_scale is not None:
+                if isinstance(lr, torch.Tensor):  # per-user rates (step.lr_scale): in the grad
                     grad, lr = grad * lr, 1.0
                 width = grad.shape[-1]
                 self.rows.add_(

@@ -152,6 +152,7 @@ def local_update(
                         gathered.pop(name, None)
                     logits = at if logits is None else logits
                 if stage.logged:
+                    assert logits is not None  # a stage has at least one phase
                     loss_sum += logged_loss(logits, step)
             if stage.logged:  # every sample takes part once an epoch
                 num_samples += int(samples.sample_offsets[-1])

@@ -108,7 +108,7 @@ def summed_upload(
     row_sums = rows if one else sums.numpy()
     nonzero = np.ones(len(item_ids), dtype=bool)
     if sparse:
-        nonzero = row_sums.any(axis=1)
+        nonzero = np.asarray(row_sums.any(axis=1))
     return TrainResult(
         item_ids=item_ids[nonzero],
         row_sums=row_sums[nonzero],
