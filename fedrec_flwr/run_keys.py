@@ -273,6 +273,11 @@ class RunGroups:
         raise NotImplementedError
 
     @property
+    def method_name(self) -> str:
+        """The ``method`` key: the registered method the run trains."""
+        raise NotImplementedError
+
+    @property
     def training(self) -> TrainingKeys:
         return self.group(TrainingKeys)
 

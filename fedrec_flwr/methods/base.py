@@ -156,9 +156,11 @@ class Method(ABC):
         """Frozen copies of the received global rows (role ``global-rows``)."""
         return self._names("global-rows", lambda: self._with_role(Role.GLOBAL_ROWS))
 
-    #: Does a user start a round's item rows from its personal copies (where it has them)
-    #: instead of the global rows? (PLGC: the local rows persist.)
-    train_from_personal: ClassVar[bool] = False
+    @property
+    def train_from_personal(self) -> bool:
+        """Does a user start a round's item rows from its personal copies (where it has
+        them) instead of the global rows? (PLGC: the local rows persist.)"""
+        return False
 
     @property
     def zero_threshold(self) -> float | None:

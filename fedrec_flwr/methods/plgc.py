@@ -141,7 +141,7 @@ class PLGC(MethodPlugin):
     def train_from_personal(self) -> bool:
         """``plgc-persist``: the local rows persist across rounds (else, as the base method,
         a round starts them from the global rows)."""
-        return self.base.personal_rows and self.config.plgc_persist
+        return self.base.personal_rows and self.config.group(PlgcKeys).plgc_persist
 
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
         start = 0.5 if self.alpha is None else self.alpha
@@ -196,7 +196,7 @@ class PLGC(MethodPlugin):
     def loss(self, step: Step, params, rows: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         """The base loss plus ``plgc-decorrelation`` times the redundancy-reduction loss."""
         loss = self.base.loss(step, params, rows, logits)
-        weight = self.config.plgc_decorrelation
+        weight = self.config.group(PlgcKeys).plgc_decorrelation
         if weight > 0 and GLOBAL in params:
             local = self.base.represent(params, rows)
             per_user = decorrelation_loss(local, params[GLOBAL].detach(), step.weights > 0)
@@ -207,7 +207,7 @@ class PLGC(MethodPlugin):
         return None  # autograd through the mix and the decorrelation loss
 
     def describe(self) -> dict[str, str]:
-        return {**self.base.describe(), "plgc": f"alpha {self.config.plgc_alpha}"}
+        return {**self.base.describe(), "plgc": f"alpha {self.config.group(PlgcKeys).plgc_alpha}"}
 
 
 def check_applies(config, method: Method) -> None:

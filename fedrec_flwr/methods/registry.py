@@ -161,7 +161,7 @@ def enabled_plugins(config: RunGroups) -> tuple[Plugin, ...]:
 def build_method(config: RunGroups, num_items: int) -> Method:
     """The configured method with every enabled plug-in attached (raises ConfigError for
     impossible combinations)."""
-    method: Method = method_card(config.method).method(config, num_items)
+    method: Method = method_card(config.method_name).method(config, num_items)
     for plugin in enabled_plugins(config):
         method = plugin.attach(config, num_items, method)
     return method
