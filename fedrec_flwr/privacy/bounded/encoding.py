@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
+import numpy.typing as npt
 
 from fedrec_flwr.privacy.bounded import field as gf
 from fedrec_flwr.privacy.bounded.circuit import (
@@ -45,7 +47,7 @@ def isqrt(values: np.ndarray) -> np.ndarray:
     return root
 
 
-def bits_of(values: np.ndarray, count: int) -> np.ndarray:
+def bits_of(values: npt.ArrayLike, count: int) -> np.ndarray:
     """Little-endian ``count`` bits of non-negative integers, flattened value after value."""
     v = np.asarray(values, dtype=np.int64).reshape(-1, 1)
     if (v < 0).any() or (count < 63 and (v >> count).any()):
@@ -128,7 +130,17 @@ def wrap_bits(bounds: Bounds, projections: np.ndarray) -> np.ndarray | None:
     return bits_of(shifted, bounds.wrap_bits)
 
 
-def decode(bounds: Bounds, total: np.ndarray) -> dict[str, np.ndarray]:
+class Aggregate(TypedDict):
+    """What :func:`decode` reads from the aggregate of accepted reports."""
+
+    changes: np.ndarray
+    counts: np.ndarray
+    users: int
+    samples: int
+    loss: float
+
+
+def decode(bounds: Bounds, total: np.ndarray) -> Aggregate:
     """The aggregate of accepted reports (:func:`~.circuit.output_of` summed) as numbers:
     ``changes`` [num_items, row_dim] float64, ``counts``, ``users``, ``samples``, ``loss``."""
     values = gf.to_signed(total)

@@ -20,7 +20,7 @@ import numpy as np
 from fedrec_flwr.privacy.bounded import field as gf
 from fedrec_flwr.privacy.bounded import report as rep
 from fedrec_flwr.privacy.bounded.circuit import Bounds, output_of
-from fedrec_flwr.privacy.bounded.encoding import decode
+from fedrec_flwr.privacy.bounded.encoding import Aggregate, decode
 from fedrec_flwr.privacy.bounded.helper import Answer, Request
 
 
@@ -87,7 +87,7 @@ def _requests(bounds, run_id, server_round, reports, verify_key):
     return mine, requests, refused
 
 
-def _decoded(bounds: Bounds, server_round: int, total: np.ndarray, users: int) -> dict:
+def _decoded(bounds: Bounds, server_round: int, total: np.ndarray, users: int) -> Aggregate:
     """The sum of ``users`` accepted reports decoded (void when it is not theirs)."""
     values = decode(bounds, total)
     counts = values["counts"]
