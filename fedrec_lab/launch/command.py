@@ -188,7 +188,7 @@ def check_arguments(argv: Sequence[str]) -> dict[str, Any]:
     """The configuration ``fedrec run ARGV`` would submit, checked but for its data (the
     docs' commands are checked so); ``--resume`` names a run folder, which is not read.
     ConfigError, ProjectNotFoundError or SystemExit (argparse) if it would be refused."""
-    args = parser().parse_args(list(argv))
+    args = parser().parse_intermixed_args(list(argv))
     if args.resume:
         federation_of(args)
         return read_config(args.items)
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["deploy-local"]:
         say("error: a local deployment is `fedrec deploy-local N ...`, not `fedrec run`")
         return 2
-    args = parser().parse_args(argv)
+    args = parser().parse_intermixed_args(argv)  # settings may stand among the options
     if args.which_superlink:
         report = default_superlink_report()
         print(report or f"No SuperLink on Flower's default port 127.0.0.1:{DEFAULT_HTTP_PORT}.")

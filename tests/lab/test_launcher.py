@@ -103,6 +103,16 @@ def test_an_override_is_read_as_its_keys_type() -> None:
         merged_run_config(None, ["seed=one"])
 
 
+def test_settings_may_stand_after_the_options() -> None:
+    """``fedrec run PRESET seed=1 --nodes 4 num-server-rounds=2``: a setting typed after an
+    option is read as one, as ``fedrec tune`` and ``fedrec deploy-local`` read them."""
+    from fedrec_lab.launch.command import check_arguments
+
+    preset = "conf/fedrap-plgc-ml100k-strict.toml"
+    config = check_arguments([preset, "seed=1", "--nodes", "4", "num-server-rounds=2"])
+    assert config["seed"] == 1 and config["num-server-rounds"] == 2
+
+
 def test_the_entry_point_names_an_unknown_key_and_starts_nothing(tmp_path: Path) -> None:
     done = subprocess.run(
         [*fedrec(), "num-server-round=3"],
