@@ -43,6 +43,9 @@ from fedrec_flwr.node.scoring import held_pairs, pair_scores
 UNIT = 2.0**-24
 #: Scores one block of the matrix product holds (users x items).
 BLOCK_SCORES = 1 << 22
+#: At most this many on the CPU: a block and its comparison buffer (8 MB) stay in the cache
+#: for the four comparison passes.
+CPU_BLOCK_SCORES = 1 << 20
 #: Pairs scored at once in the fixed order (their products: pairs x dim floats).
 EXACT_CHUNK = 1 << 16
 #: Flags of a user's (item) entry in its exclusion and held CSR.
@@ -333,15 +336,17 @@ def _scan(
     device = weight.device
     num_items = table.rows.shape[0]
     a = len(weight)
-    step = max(1, BLOCK_SCORES // max(num_items, 1))
+    block_scores = BLOCK_SCORES if device.type != "cpu" else min(BLOCK_SCORES, CPU_BLOCK_SCORES)
+    step = max(1, block_scores // max(num_items, 1))
     bounds = np.searchsorted(entries.owner, np.arange(0, a + step, step))
     count_dtype = torch.float32 if num_items < 1 << 24 else torch.float64
-    buffer = None
+    # The product and the comparisons write into buffers kept across blocks.
+    product = torch.empty((min(step, a), num_items), dtype=weight.dtype, device=device)
+    counts = torch.empty((min(step, a), num_items), dtype=count_dtype, device=device)
     for block, lo in enumerate(range(0, a, step)):
         hi = min(a, lo + step)
-        scores = torch.mm(weight[lo:hi], table.transposed)
-        if buffer is None or buffer.shape != scores.shape:
-            buffer = torch.empty_like(scores, dtype=count_dtype)
+        scores = torch.mm(weight[lo:hi], table.transposed, out=product[: hi - lo])
+        buffer = counts[: hi - lo]
         high_t = torch.from_numpy(high[lo:hi]).to(device)
         low_t = torch.from_numpy(low[lo:hi]).to(device)
         band = torch.zeros(hi - lo, dtype=torch.bool, device=device)
