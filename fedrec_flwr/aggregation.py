@@ -31,6 +31,9 @@ class RowUpload:
     # Rows trained whose sum is zero (sent as ids and counts only) and their counts.
     zero_ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     zero_counts: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    # Sum over its users of 1 - f_u: the factor weight decay took the rows they did not hold
+    # (weight-decay-rows = "all", fedrec_flwr/node/dense_decay.py); 0: none.
+    row_shrink: float = 0.0
 
 
 def row_changes(

@@ -200,17 +200,23 @@ def train(msg: Message, context: Context) -> Message:
         item_ids,
         item_rows,
         dense,
+        received.get("itemitem-support"),
     )
     save_state(context, state)
     state_store.persist_latest(context, runtime, msg, state, server_round)
     if result.secure is not None:  # one masked vector and its sealed shares, nothing else
-        secure = _masked(msg, context, runtime, received, result.secure, (item_rows, dense))
+        bound = {**dense, **_support(received)}  # the masks hold what was received
+        secure = _masked(msg, context, runtime, received, result.secure, (item_rows, bound))
         return _reply(msg, secure, {})
-    arrays = {
-        "item_ids": result.item_ids,
-        "row_sums": result.row_sums,
-        "row_counts": result.row_counts,
-    }
+    arrays = (
+        dict(result.statistics)
+        if result.statistics is not None  # a method that sums co-occurrences
+        else {
+            "item_ids": result.item_ids,
+            "row_sums": result.row_sums,
+            "row_counts": result.row_counts,
+        }
+    )
     if len(result.zero_ids):
         arrays.update(zero_ids=result.zero_ids, zero_counts=result.zero_counts)
     metrics = {
@@ -218,8 +224,17 @@ def train(msg: Message, context: Context) -> Message:
         "num-samples": result.num_samples,
         "loss-sum": result.loss_sum,
     }
+    if result.row_shrink:  # weight-decay-rows = "all" (fedrec_flwr/node/dense_decay.py)
+        metrics["row-shrink-sum"] = result.row_shrink
     _with_request(runtime, server_round, arrays, metrics)
     return _reply(msg, arrays, metrics, result.dense_sums)
+
+
+def _support(received: dict) -> dict[str, np.ndarray]:
+    """The item-item support a train message names (as ``float32``, for the round's digest:
+    a server that sends two nodes different supports makes their masks disagree)."""
+    support = received.get("itemitem-support")
+    return {} if support is None else {"itemitem-support": support.astype(np.float32)}
 
 
 def _keep(context: Context, name: str, arrays: dict[str, np.ndarray]) -> None:

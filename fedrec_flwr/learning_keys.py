@@ -123,18 +123,72 @@ class ServerKeys(Group):
 DECAY = Range(0, 1, low_included=False)
 
 
+class DecayRows(StrEnum):
+    """``weight-decay-rows``: which item rows weight decay acts on at a user's step."""
+
+    HELD = "held"
+    ALL = "all"
+
+
+#: What ``weight-decay-rows = "all"`` cannot go with (the key, its neutral value).
+DENSE_DECAY_REFUSES = {
+    "secure-aggregation": False,
+    "ldp-mechanism": "none",
+    "ldp-laplace-lambda": 0.0,
+    "decoy-ratio": 0.0,
+    "robust-aggregation": "none",
+    "row-update-bound": 0.0,
+    "malicious-fraction": 0.0,
+    "server-optimizer": "none",
+    "aggregation": "round-mean",
+    "plgc": False,
+    "personalization": "none",
+}
+
+
+def check_schedule(config: Any) -> None:
+    """``weight-decay-rows = "all"``: the server applies the users' factor on the rows they
+    did not hold as a plain round mean of full tables would
+    (:mod:`fedrec_flwr.node.dense_decay`); the uploads that change it (secure, noised,
+    defended, decoyed, poisoned) and personal rows are refused."""
+    if config.weight_decay_rows != DecayRows.ALL:
+        return
+    for name, neutral in DENSE_DECAY_REFUSES.items():
+        value = getattr(config, name.replace("-", "_"))
+        if value != neutral:
+            raise ConfigError(
+                f"weight-decay-rows = 'all' shrinks the rows a user did not hold through one "
+                f"factor per user that the server applies to a plain round mean; {name}="
+                f"{value!r} does not combine with it: set {name} = {neutral!r}, or "
+                "weight-decay-rows = 'held'."
+            )
+    if config.method == "pfedrec":
+        raise ConfigError(
+            "weight-decay-rows = 'all' does not cover personal rows (PFedRec's): use "
+            "weight-decay-rows = 'held'."
+        )
+
+
 class ScheduleKeys(Group):
     title = "Local schedule: weight decay and learning-rate decay"
+    check = check_schedule
 
     weight_decay: float = key(
         default=0.0,
         help="L2 weight decay of the local optimiser, as torch.optim.SGD's (`+ weight-decay * "
         "p` on the gradient of every trained parameter, Adam's private parameters too); "
         "item rows (shared and private, FedRAP's `D_u`) decay on every row the user holds "
-        "this round at each of its steps, not on rows it does not hold (the reference "
-        "code's dense gradients shrink every item row)",
+        "this round at each of its steps, the others as `weight-decay-rows` says",
         range=NON_NEGATIVE,
         why=" (0 = off)",
+    )
+    weight_decay_rows: str = key(
+        default=DecayRows.HELD.value,
+        help="the item rows weight decay shrinks at a user's step: `held`, those it holds this "
+        "round; `all`, every row, as dense gradients do (the reference code of FedRAP): the "
+        "rows it does not hold take its round's factor, the shared ones on the server (a "
+        "plain round mean), the private ones on the device",
+        choices=DecayRows,
     )
     lr_decay: float = key(
         default=1.0,

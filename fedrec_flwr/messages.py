@@ -68,6 +68,8 @@ UPLOAD_KEYS = frozenset(
         "row-counts",
         "zero-ids",
         "zero-counts",
+        "basket-items",  # a method that sums co-occurrences (fedrec_flwr/node/statistics.py)
+        "basket-offsets",
         "user-ids",  # evaluate replies' per-user record
         "user-metrics",
     }

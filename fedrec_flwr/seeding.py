@@ -34,6 +34,9 @@ STREAMS = {
     "secagg-bound": 19,
     "secagg-rounding": 20,
     "secagg-verify": 21,
+    "fedrap-local-init": 22,
+    "itemitem-degree": 23,
+    "itemitem-dp": 24,
     # the lab's analyses of a run's state (fedrec_lab.analysis)
     "sharpness-users": 40,
     "sharpness-start": 41,

@@ -19,6 +19,7 @@ from fedrec_flwr.server.checkpoint import Checkpoints, open_run
 from fedrec_flwr.server.handshake import connect
 from fedrec_flwr.server.in_flight import message_window, windowed
 from fedrec_flwr.server.model import ServerModel, initial_item_table
+from fedrec_flwr.server.statistics import StatisticsModel
 from fedrec_flwr.server.strategy import FedRecStrategy, model_record
 
 __all__ = ["app", "initial_item_table", "run_federation"]
@@ -68,7 +69,11 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
             node_data=federation.sources,
         )
         method = build_method(config, num_items)
-        model = ServerModel.initial(config, method, num_items)
+        model = (
+            StatisticsModel(config, method, num_items)
+            if method.uploads_statistics  # sums of co-occurrences, not trained rows
+            else ServerModel.initial(config, method, num_items)
+        )
         strategy = FedRecStrategy(
             config,
             method,
@@ -97,6 +102,8 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
         except ValueError as error:  # a bug: the summary is still written
             log(ERROR, "per-user.csv not written: %s", error)
     recorder.extra.update(summary_fields(config, recorder.rows))  # LDP's user-level epsilon
+    if isinstance(strategy.model, StatisticsModel) and strategy.model.noise is not None:
+        recorder.extra["dp_user_level"] = strategy.model.dp_record()  # the sums' mechanism
     summary = recorder.finish(time.perf_counter() - started + checkpoints.prior_seconds)
     checkpoints.completed()
     log(

@@ -7,8 +7,8 @@ Each family takes the method keys of its ``conf/<family>-ml100k-strict.toml`` pr
 a family ending in ``-counter`` is its base family under ``negative-sampler = "counter"``)
 but runs on the synthetic dataset (40 users x 300 items), 3 rounds, in-process on 2 nodes
 (the real ServerApp and ClientApp through :class:`~fedrec_lab.local_grid.LocalGrid`).
-Recorded: the train loss of every round and the validation and test metrics of the last
-round.
+Recorded: the train loss of every round (None for a method without one: the item-item
+models) and the validation and test metrics of the last round.
 
 When a change of the numbers is intended (a fix, a new default), regenerate and commit the
 file, saying why in the commit message:
@@ -94,7 +94,7 @@ def run_family(family: str, folder: Path) -> dict:
         rows = list(csv.DictReader(f))
     last = rows[-1]
     return {
-        "train-loss": [float(r["train-loss"]) for r in rows],
+        "train-loss": [float(r["train-loss"]) if r["train-loss"] else None for r in rows],
         "last-round": {
             name: float(value)
             for name, value in last.items()
@@ -121,7 +121,9 @@ def differences(family: str, expected: dict, got: dict) -> list[str]:
     """Human-readable differences beyond ``REL`` (relative), one line per number."""
     out = []
 
-    def same(a: float, b: float) -> bool:
+    def same(a: float | None, b: float | None) -> bool:  # None: no loss (item-item)
+        if a is None or b is None:
+            return a is b
         return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=REL, abs_tol=1e-12)
 
     if len(expected["train-loss"]) != len(got["train-loss"]):

@@ -13,6 +13,7 @@ from fedrec_flwr.methods.fedmf import FedMF
 from fedrec_flwr.methods.fedncf import FedNCF, FedRecGEL
 from fedrec_flwr.methods.fedrap import FedRAP
 from fedrec_flwr.methods.fedrecon import FedRecon
+from fedrec_flwr.methods.itemitem import ItemItem
 from fedrec_flwr.methods.pfedrec import PFedRec
 from fedrec_flwr.methods.plgc import PLGC
 from fedrec_flwr.methods.plgc import PLUGIN as PLGC_PLUGIN
@@ -48,6 +49,7 @@ __all__ = [
     "FedRAP",
     "FedRecGEL",
     "FedRecon",
+    "ItemItem",
     "Method",
     "MethodCard",
     "MethodPlugin",

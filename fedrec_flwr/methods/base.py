@@ -61,7 +61,29 @@ __all__ = [
 ]
 
 
-class Method(ABC):
+class PrivateData:
+    """How a method's private state relates to the user's own data and how its private rows
+    are stored on the device: hooks of :class:`Method`, identities by default."""
+
+    def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def init_private_from(self, users: np.ndarray, data) -> dict[str, torch.Tensor]:
+        """:meth:`init_private` on the node holding ``data`` (the users' interactions): a
+        method whose private parameters are the user's data overrides it (item-item)."""
+        return self.init_private(users)
+
+    def private_rows_in(self, name: str, rows: np.ndarray, items: np.ndarray) -> np.ndarray:
+        """Private rows ``name`` of ``items`` as the score reads them, from their stored form
+        (zero: never trained); as stored by default (FedRAP: offsets from a shared table)."""
+        return rows
+
+    def private_rows_out(self, name: str, rows: np.ndarray, items: np.ndarray) -> np.ndarray:
+        """The stored form of private rows after training (the inverse of the above)."""
+        return rows
+
+
+class Method(PrivateData, ABC):
     """A federated recommendation method, as plain batched PyTorch.
 
     A subclass declares its parameters and their roles, its score function (``logits``) and
@@ -107,6 +129,9 @@ class Method(ABC):
 
         Draws must be keyed by (seed, user) so a user's init does not depend on its node.
         """
+
+    #: Uploads its users' co-occurrence sums once (item-item) instead of training rows?
+    uploads_statistics: ClassVar[bool] = False
 
     def init_dense(self) -> dict[str, np.ndarray]:
         """The method's dense parameters (one copy, keyed by the seed); none by default.

@@ -66,6 +66,8 @@ class MethodCard:
     - ``golden``: the preset variants whose short runs ``tests/golden.json`` records besides
       the method's own preset (``"sam"``: ``conf/<name>-sam-ml100k-strict.toml``;
       ``"paper"``: the paper protocol's preset; ``"counter"``: under the counter sampler);
+      ``golden_own`` False: the variants only, for a method whose presets are all variants
+      (the item-item models: ``conf/itemitem-ease-ml100k-strict.toml``, ...);
     - ``order``: where a built-in method is listed among the built-in ones (the ``method``
       key's choices, the order of the run-config keys, the golden runs); methods from
       entry points or ``register_method`` follow the built-in ones in registration order.
@@ -80,6 +82,7 @@ class MethodCard:
     reference_defaults: tuple[Mapping[str, Scalar], ...] = ()
     supports_dual: bool = False
     golden: tuple[str, ...] = ()
+    golden_own: bool = True
     order: int = 0
 
     @property
@@ -90,5 +93,7 @@ class MethodCard:
     @property
     def golden_families(self) -> tuple[str, ...]:
         """The golden runs that record it (``tests/golden.py``): ``<name>``, then
-        ``<name>-<variant>`` for each of ``golden``."""
-        return (self.name, *(f"{self.name}-{variant}" for variant in self.golden))
+        ``<name>-<variant>`` for each of ``golden`` (the variants only: ``golden_own``
+        False)."""
+        own = (self.name,) if self.golden_own else ()
+        return (*own, *(f"{self.name}-{variant}" for variant in self.golden))

@@ -65,9 +65,9 @@ from fedrec_flwr.methods.base import (
     linear_logits_all,
 )
 from fedrec_flwr.methods.card import LR, MethodCard
+from fedrec_flwr.methods.fedrap_local import LOCAL, LocalInit, LocalRows
 from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, Dim, Group, key
 
-LOCAL = "local-rows"  # D_u
 SCORE = ("score-weight", "score-bias")
 
 
@@ -142,6 +142,13 @@ class FedRapKeys(Group):
         range=NON_NEGATIVE,
         why=OFF,
     )
+    fedrap_local_init: str = key(
+        default=LocalInit.ZERO.value,
+        help="`D_u`'s rows before the user trains them: `zero`; `normal`, one N(0, "
+        "init-std^2) table (keyed by the seed) that every user starts from, as the reference "
+        "code copies its one N(0, 1) table to every user",
+        choices=LocalInit,
+    )
     fedrap_local_lr_ratio: float = key(
         default=1.0,
         help="learning rate of `D_u` over that of `C` (`item-lr`; 1.0 as FedRAP's code)",
@@ -166,11 +173,25 @@ class FedRAP(Method):
         super().__init__(config, num_items)
         self.keys = config.group(FedRapKeys)
         self.weights = fedrap_weights(self.keys, 1)
+        schedule = config.schedule
+        self.local = LocalRows(  # how D_u is stored on the device
+            self.keys.fedrap_local_init,
+            schedule.weight_decay_rows == "all" and schedule.weight_decay > 0,
+            config.training.seed,
+            config.learning.init_std,
+            (num_items, self.dim),
+        )
 
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
         """One shared initialisation for every user: PyTorch's nn.Linear(d, 1) default (the
-        same draw as PFedRec's)."""
-        return linear_head_init(self.config, users, self.dim)
+        same draw as PFedRec's); each user's factor on ``D_u`` (1) when it is scaled."""
+        return {**linear_head_init(self.config, users, self.dim), **self.local.scale_init(users)}
+
+    def private_rows_in(self, name: str, rows: np.ndarray, items: np.ndarray) -> np.ndarray:
+        return self.local.loaded(rows, items) if name == LOCAL else rows
+
+    def private_rows_out(self, name: str, rows: np.ndarray, items: np.ndarray) -> np.ndarray:
+        return self.local.stored(rows, items) if name == LOCAL else rows
 
     def roles(self) -> dict[str, Role]:
         roles = super().roles()
@@ -191,7 +212,7 @@ class FedRAP(Method):
 
     # -------------------------------------------------------------- scoring
     def represent(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
-        return rows + params[LOCAL] if LOCAL in params else rows
+        return rows + self.local.values(params) if LOCAL in params else rows
 
     def score(self, params: dict[str, torch.Tensor], reps: torch.Tensor) -> torch.Tensor:
         return linear_logits(reps, params["score-weight"], params["score-bias"])
@@ -200,10 +221,16 @@ class FedRAP(Method):
         return self.score(params, self.represent(params, rows))
 
     def logits_all(self, params: dict[str, torch.Tensor], table: torch.Tensor) -> torch.Tensor:
-        """Scores from ``C`` alone (``D_u`` = 0); evaluation rescores the rows a user holds."""
-        return linear_logits_all(table, params["score-weight"], params["score-bias"])
+        """Scores from ``C`` and ``D_u``'s rows never trained (zero, or the initial table
+        times the user's factor); evaluation rescores the rows a user holds."""
+        scores = linear_logits_all(table, params["score-weight"], params["score-bias"])
+        return self.local.untrained_scores(params, scores)
 
     def linear_head(self, params: dict[str, torch.Tensor]):
+        """The head on ``C``: not the whole score when untrained rows of ``D_u`` are not
+        zero (``fedrap-local-init = "normal"``: then None, scores come from ``logits_all``)."""
+        if self.local.initial is not None:
+            return None
         return params["score-weight"], params["score-bias"]
 
     def closed_form_grads(self, step: Step, params, rows, wrt):
@@ -229,6 +256,7 @@ class FedRAP(Method):
         self.weights = fedrap_weights(self.keys, context.server_round)
         counts = torch.diff(context.row_offsets)
         owner = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
+        self.local.begin(params, owner)  # D_u's values for the round's steps
         # held: a user's rows are regularised once per epoch, after its last batch, with the
         # epoch's weight (its batches / its samples, about 1 / batch-size).
         self._batches = torch.ceil(
@@ -238,6 +266,9 @@ class FedRAP(Method):
         self._row_weight = (self._batches / context.sample_counts)[owner]
         # held: the sum of each user's learning-rate factors (step.lr_scale) over the epoch
         self._owner, self._scales = owner, torch.zeros_like(self._batches, dtype=torch.float64)
+
+    def end_local_update(self, params: dict[str, torch.Tensor], context: RoundContext) -> None:
+        self.local.end(params, context)
 
     def regularised_rows(
         self, step: Step, context: RoundContext

@@ -17,7 +17,7 @@ Roles (``Role``) say where each parameter lives:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import torch
@@ -95,6 +95,9 @@ class RoundContext:
     row_offsets: torch.Tensor
     sample_counts: torch.Tensor
     row_labels: torch.Tensor
+    #: Per row table, each user's log of the factor weight decay took its rows by this round
+    #: (float64 [n]; filled by the local optimiser, :mod:`fedrec_flwr.node.optim`).
+    row_decay: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def held_rows(self, users: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(flat rows held by ``users``, index in ``users`` of each row's owner)."""

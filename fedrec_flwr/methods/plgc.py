@@ -150,6 +150,9 @@ class PLGC(MethodPlugin):
             ALPHA: torch.full((len(users),), start, dtype=torch.float32),
         }
 
+    def init_private_from(self, users: np.ndarray, data) -> dict[str, torch.Tensor]:
+        return {**self.base.init_private_from(users, data), ALPHA: self.init_private(users)[ALPHA]}
+
     def roles(self) -> dict[str, Role]:
         return {**self.base.roles(), GLOBAL: Role.GLOBAL_ROWS, ALPHA: Role.PRIVATE}
 

@@ -119,6 +119,7 @@ class SGD:
                 if self.weight_decay > 0 and self.learning_rates[name] > 0:
                     held = held or self.held_rows(step)
                     self.decay_rows(params[name], held, lr)
+                    self.count_decay(name, step, lr)
                     start = None  # the decay moved the rows
                 if isinstance(lr, torch.Tensor):  # per-user rates (step.lr_scale): in the grad
                     grad, lr = grad * lr, 1.0
@@ -152,6 +153,19 @@ class SGD:
         if isinstance(rate, torch.Tensor):
             rate = rate.reshape(-1, 1)[owner]
         table.index_add_(0, rows, table.index_select(0, rows).mul_(-rate))
+
+    def count_decay(self, name: str, step: Step, lr: float | torch.Tensor) -> None:
+        """Add the step's ``log(1 - lr * weight_decay)`` to each of its users' in the
+        context's ``row_decay[name]`` (the factor the rows it does not hold would take:
+        ``weight-decay-rows = "all"``)."""
+        if self.context is None:
+            return
+        users = len(self.context.sample_counts)
+        logs = self.context.row_decay.setdefault(
+            name, torch.zeros(users, dtype=torch.float64, device=step.users.device)
+        )
+        rate = torch.as_tensor(lr, dtype=torch.float64).reshape(-1) * self.weight_decay
+        logs.index_add_(0, step.users, torch.log1p(-rate).expand(len(step.users)))
 
     def step(self, params: dict[str, torch.Tensor], step: Step, gradients: GradientFn):
         """One update; returns the logits at the starting point (for the train loss)."""

@@ -22,6 +22,7 @@ from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.methods import ROWS, Method, build_method
 from fedrec_flwr.node import malicious
 from fedrec_flwr.node.accelerator import torch_device
+from fedrec_flwr.node.dense_decay import DenseDecay
 from fedrec_flwr.node.evaluate import NodeEvaluation
 from fedrec_flwr.node.layered import LayeredRows
 from fedrec_flwr.node.personal import KEY_STRIDE, PersonalRows
@@ -35,6 +36,7 @@ from fedrec_flwr.node.samples import (
     round_draws,
 )
 from fedrec_flwr.node.state import NodeState
+from fedrec_flwr.node.statistics import statistics_upload
 from fedrec_flwr.node.training import local_update
 from fedrec_flwr.node.upload import SecureUploads, TrainResult, summed_upload
 from fedrec_flwr.partition import participants, users_of_partition
@@ -79,7 +81,7 @@ class NodeRuntime(NodeEvaluation):
         Dense parameters that the method keeps private (dual personalisation) start, for
         every user, from the method's one dense initialisation.
         """
-        private = self.method.init_private(self.users)
+        private = self.method.init_private_from(self.users, self.prepared)
         dense = self.method.init_dense()
         for name in self.method.kept_private_names():
             if name in dense:
@@ -111,6 +113,8 @@ class NodeRuntime(NodeEvaluation):
         The draws are kept for that round's training (when this process runs it).
         """
         selected = self.selected(server_round)
+        if self.method.uploads_statistics:  # no rows: the upload is the users' items
+            return np.empty(0, dtype=np.int64)
         draws = round_draws(self.prepared, self.config, selected, server_round)
         self._planned = (server_round, draws)
         if not len(selected):
@@ -161,10 +165,14 @@ class NodeRuntime(NodeEvaluation):
         item_ids: np.ndarray | None,
         item_rows: np.ndarray,
         dense: dict[str, np.ndarray] | None = None,
+        support: np.ndarray | None = None,
     ) -> tuple[TrainResult, NodeState]:
         """Train ``users`` starting from the global rows (``item_ids`` None = full table)
-        and the global shared-dense parameters ``dense``."""
+        and the global shared-dense parameters ``dense`` (``support``: the items of an
+        item-item method's co-occurrence round, :mod:`fedrec_flwr.node.statistics`)."""
         positions = self.positions_of(users)
+        if self.method.uploads_statistics:  # no training: the users' co-occurrences
+            return statistics_upload(self, users, server_round, support), state
         draws = self._planned_draws(server_round)
         samples = build_round_samples(
             self.prepared, self.config, users, positions, server_round, draws=draws
@@ -184,19 +192,27 @@ class NodeRuntime(NodeEvaluation):
             )
             received = np.where(held[:, None], local, received)
         params[ROWS] = torch.from_numpy(received).to(self.device)
-        for name in self.method.private_row_names():
-            # Zero rows for the items a user never trained.
+        decay = DenseDecay.of(self.config, received)  # weight-decay-rows = "all"
+        for name in self.method.private_row_names():  # stored: zero for rows never trained
             rows = state.private_rows[name].gathered(samples.row_positions(), samples.row_items)
+            rows = self.method.private_rows_in(name, rows, samples.row_items)
             params[name] = torch.from_numpy(rows).to(self.device)
         loss_sum, num_samples = local_update(
-            self.method, samples, params, self.config, server_round, self.max_samples
+            self.method,
+            samples,
+            params,
+            self.config,
+            server_round,
+            self.max_samples,
+            decay.logs if decay else None,
         )
         tuned = params[ROWS].cpu().numpy()
         threshold = self.method.zero_threshold
         if threshold is not None:  # rows at or below the threshold count (and travel) as zero
             tuned[np.abs(tuned).max(axis=1, initial=0.0) <= threshold] = 0.0
-
         up_items, up_rows = samples.row_items, tuned
+        if decay:  # the rows not held: their factor (fedrec_flwr/node/dense_decay.py)
+            up_rows, shrink = decay.upload(tuned, samples.row_offsets)
         offsets, sent_rows = samples.row_offsets, sent
         if attack:  # the malicious users' uploads (simulation: fedrec_flwr/node/malicious.py)
             offsets, up_items, up_rows, sent_rows = malicious.poisoned_rows(
@@ -240,16 +256,17 @@ class NodeRuntime(NodeEvaluation):
             private[name][index] = params[name].cpu()
         personal = state.personal
         if self.method.personal_rows:
-            personal = self._kept_rows(personal, samples, tuned)
+            personal = kept_rows(self, personal, samples, tuned)
         private_rows = {  # rows at or below the zero threshold are zero: not kept
             name: store.merged(
                 samples.row_positions(),
                 samples.row_items,
-                params[name].cpu().numpy(),
+                self.method.private_rows_out(name, params[name].cpu().numpy(), samples.row_items),
                 zero_at=threshold,
             )
             for name, store in state.private_rows.items()
         }
+        result = DenseDecay.finish(result, shrink) if decay else result
         return result, NodeState(private, personal, private_rows)
 
     def _round_params(
@@ -269,20 +286,24 @@ class NodeRuntime(NodeEvaluation):
             params[name] = value.unsqueeze(0).repeat(len(positions), *[1] * value.dim())
         return params
 
-    def _kept_rows(
-        self, personal: PersonalRows | LayeredRows, samples: RoundSamples, tuned: np.ndarray
-    ) -> PersonalRows | LayeredRows:
-        """The trained users' personal rows become this round's tuned rows (filtered by the
-        protocol: under ``paper`` only rows among the user's candidates are kept), added as
-        one segment of a layered store: the other users' rows are not copied."""
-        if self.method.train_from_personal:  # local rows persist: keep every trained row
-            return personal.merged(samples.row_positions(), samples.row_items, tuned)
-        keep = self.protocol.keep_personal_rows(
-            samples.users, samples.row_offsets, samples.row_items
-        )
-        if self.config.keep_personal_rows == "positives":  # rows of sampled negatives go
-            keep &= samples.positive_row_mask()
-        positions, items = samples.row_positions(), samples.row_items
-        if not keep.all():
-            positions, items, tuned = positions[keep], items[keep], tuned[keep]
-        return LayeredRows.of_store(personal).replaced(samples.positions, positions, items, tuned)
+
+def kept_rows(
+    runtime: NodeRuntime,
+    personal: PersonalRows | LayeredRows,
+    samples: RoundSamples,
+    tuned: np.ndarray,
+) -> PersonalRows | LayeredRows:
+    """The trained users' personal rows become this round's tuned rows (filtered by the
+    protocol: under ``paper`` only rows among the user's candidates are kept), added as
+    one segment of a layered store: the other users' rows are not copied."""
+    if runtime.method.train_from_personal:  # local rows persist: keep every trained row
+        return personal.merged(samples.row_positions(), samples.row_items, tuned)
+    keep = runtime.protocol.keep_personal_rows(
+        samples.users, samples.row_offsets, samples.row_items
+    )
+    if runtime.config.keep_personal_rows == "positives":  # rows of sampled negatives go
+        keep &= samples.positive_row_mask()
+    positions, items = samples.row_positions(), samples.row_items
+    if not keep.all():
+        positions, items, tuned = positions[keep], items[keep], tuned[keep]
+    return LayeredRows.of_store(personal).replaced(samples.positions, positions, items, tuned)

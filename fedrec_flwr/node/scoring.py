@@ -46,6 +46,7 @@ def user_rows(
             extras[name] = private_rows[name].gathered(owners, flat)
         else:
             extras[name] = np.zeros_like(global_rows)
+        extras[name] = method.private_rows_in(name, extras[name], flat)
     personal.overlay_pairs(owners, flat, global_rows)  # personal rows replace global ones
     shape = (*items.shape, -1)
     return global_rows.reshape(shape), {n: v.reshape(shape) for n, v in extras.items()}
@@ -168,10 +169,12 @@ def pair_scores(
             global_rows = np.asarray(table[what], dtype=np.float32)
             extras = {name: global_rows.copy() for name in method.global_row_names()}
             for name in method.private_row_names():
-                extras[name] = (
+                extras[name] = method.private_rows_in(
+                    name,
                     private_rows[name].gathered(where, what)
                     if private_rows and name in private_rows
-                    else np.zeros_like(global_rows)
+                    else np.zeros_like(global_rows),
+                    what,
                 )
         if storage is None:
             personal.overlay_pairs(where, what, global_rows)

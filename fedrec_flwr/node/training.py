@@ -110,11 +110,14 @@ def local_update(
     config: RunConfig,
     server_round: int,
     max_samples: int | None = None,
+    row_decay: dict[str, torch.Tensor] | None = None,
 ) -> tuple[float, int]:
     """Run the method's stages in place on ``params`` (``ROWS``: the flat row table; every
     other parameter [users of ``samples``, ...]).
 
     Returns (sum of per-sample BCE over the logged stage, number of its samples).
+    ``row_decay``: filled with the round's ``RoundContext.row_decay`` (each user's log factor
+    of weight decay, per row table).
     """
     device = params[ROWS].device
     method.begin_round(params, samples.users, server_round)
@@ -157,6 +160,8 @@ def local_update(
             if stage.logged:  # every sample takes part once an epoch
                 num_samples += int(samples.sample_offsets[-1])
     method.end_local_update(params, context)
+    if row_decay is not None:
+        row_decay.update(context.row_decay)
     return float(loss_sum), num_samples
 
 

@@ -35,6 +35,10 @@ class TrainResult:
     zero_counts: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     # Under secure-aggregation: the unmasked ring vector (secagg.encode), no sparse rows.
     secure: np.ndarray | None = None
+    # A method that sums co-occurrences: its plain upload's arrays (node/statistics.py).
+    statistics: dict[str, np.ndarray] | None = None
+    # weight-decay-rows = "all": the sum over its users of 1 - f_u (node/dense_decay.py).
+    row_shrink: float = 0.0
 
 
 class SecureUploads:

@@ -63,7 +63,7 @@ class EvaluationRounds:
         return 0 if server_round == self.config.num_server_rounds else self.config.eval_users
 
     def combine(
-        self, evaluated: Sequence[NodeEvaluation], table: np.ndarray
+        self, evaluated: Sequence[NodeEvaluation], table: np.ndarray | None
     ) -> EvaluationOutcome | None:
         """The means over the evaluated users of the valid replies (None: no user), with
         ``erank-global`` of ``table``, ``erank-personal`` when the nodes report it, and under
@@ -95,7 +95,8 @@ class EvaluationRounds:
         order = np.argsort(ids, kind="stable")
         means: dict[str, float] = {name: value / users for name, value in sums.items()}
         means["eval-users"] = users
-        means["erank-global"] = effective_rank(table)
+        if table is not None:  # not for an item-item matrix (it is no embedding table)
+            means["erank-global"] = effective_rank(table)
         if erank_users:
             means["erank-personal"] = erank_sum / erank_users
         if exposed is not None:

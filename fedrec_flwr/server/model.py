@@ -220,7 +220,7 @@ class ServerModel:
             delta = self.denoise(touched, delta, uploads)
         saved = {k: np.array(v) for k, v in self.optimizer.state_arrays().items()}
         with np.errstate(all="ignore"):
-            table = self.optimizer.update_rows(self.table, touched, delta)
+            table = self.optimizer.update_rows(self._shrunk(uploads), touched, delta)
             if self.zero_threshold is not None:  # rows at or below it are zero (and not sent)
                 table[np.abs(table).max(axis=1, initial=0.0) <= self.zero_threshold] = 0.0
             dense = {
@@ -245,6 +245,22 @@ class ServerModel:
             if worst > self.value_limit:
                 return f"move '{name}' to {worst:.4g}, beyond {self.value_limit:.4g}"
         return None
+
+    def _shrunk(self, uploads: Sequence[RowUpload]) -> np.ndarray:
+        """The table with every row moved by ``- shrink * C_i / n`` (the users' factors on
+        the rows they did not hold, ``weight-decay-rows = "all"``:
+        :mod:`fedrec_flwr.node.dense_decay`; the uploads' changes are taken from the table
+        before it, as a round mean of full tables does)."""
+        shrink = sum(upload.row_shrink for upload in uploads)
+        if not shrink:
+            return self.table
+        users = sum(upload.num_users for upload in uploads)
+        return (self.table.astype(np.float64) * (1.0 - shrink / users)).astype(np.float32)
+
+    def train_arrays(self) -> dict[str, np.ndarray]:
+        """What a train message carries besides the users, rows and dense parameters:
+        nothing (the item-item methods' support: :mod:`fedrec_flwr.server.statistics`)."""
+        return {}
 
     def evaluation_table(self) -> np.ndarray:
         """The global table evaluation reads (the round's start, or its latest)."""

@@ -46,10 +46,18 @@ EvaluationPlan = dict[int, np.ndarray | None]
 class PayloadPlanner:
     """Plans each round's train and evaluate payloads from what the nodes hold and asked for."""
 
-    def __init__(self, config: RunConfig, nodes: dict[int, NodeInfo], num_users: int) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        nodes: dict[int, NodeInfo],
+        num_users: int,
+        train_rows: bool = True,
+    ) -> None:
         self.config = config
         self.nodes = nodes
         self.num_users = num_users
+        #: Does training read item rows? (Not for a method that sums co-occurrences.)
+        self.train_rows = train_rows
 
     def train_orders(self, server_round: int) -> dict[int, TrainOrder]:
         """The round's train orders by node id (nodes with no selected user get none)."""
@@ -64,6 +72,8 @@ class PayloadPlanner:
             fresh = info.request_round == server_round and info.request_items is not None
             fresh = fresh and not self.config.secure_aggregation  # everyone gets everything
             ids = info.request_items if fresh else None  # no fresh request: the full table
+            if not self.train_rows:  # the upload reads no row: none sent
+                ids = np.empty(0, dtype=np.int64)
             orders[node_id] = TrainOrder(users=users, item_ids=ids)
         return orders
 

@@ -23,6 +23,7 @@ from fedrec_flwr.server.evaluation_rounds import NodeEvaluation
 from fedrec_flwr.server.nodes import NodeInfo
 from fedrec_flwr.server.payloads import TrainOrder
 from fedrec_flwr.server.recording import RoundLog
+from fedrec_flwr.server.statistics import StatisticsUpload, check_statistics_reply
 from fedrec_flwr.server.validation import (
     NonFiniteReplyError,
     ReplyError,
@@ -39,7 +40,7 @@ class NodeUpload:
     """One node's valid train reply: its upload and its loss and sample counts."""
 
     partition_id: int
-    upload: RowUpload
+    upload: RowUpload | StatisticsUpload
     metrics: Mapping[str, Any]
 
 
@@ -98,7 +99,8 @@ class ReplyReader:
                 self.round_log.bytes_up += reply.content[ARRAYS].count_bytes()
                 if order is None:
                     raise ReplyError("the node was not sent a train message this round")
-                upload = check_train_reply(arrays, metrics, schema, order)
+                check = check_statistics_reply if schema.statistics else check_train_reply
+                upload = check(arrays, metrics, schema, order)
             except ValueError as error:  # ReplyError, or a reply that cannot be read
                 self._reject("train", node_id, error)
                 continue

@@ -35,6 +35,7 @@ from fedrec_flwr.schema import ConfigError
 from fedrec_flwr.server.nodes import NodeInfo
 from fedrec_flwr.server.payloads import TrainOrder
 from fedrec_flwr.server.replies import NodeUpload, ReplyReader
+from fedrec_flwr.server.statistics import secure_statistics
 from fedrec_flwr.server.validation import ReplySchema
 
 __all__ = ["SecureReader", "SecureRounds", "masked_vectors", "unmasked_total"]
@@ -113,6 +114,8 @@ class SecureReader(ReplyReader):
     ) -> list[NodeUpload]:
         """The round's sum as one upload (partition -1) with its loss and sample sums, or
         none when a participant's vector is missing (the round is void)."""
+        if schema.statistics:  # a method that sums co-occurrences
+            return self._statistics(replies, orders, schema.layout)
         layout = secagg.Layout.of(schema.num_items, schema.row_dim, schema.dense_shapes)
         users = {self.nodes[n].partition_id: len(order.users) for n, order in orders.items()}
         answered = masked_vectors(self, replies, orders, layout.length)
@@ -142,6 +145,21 @@ class SecureReader(ReplyReader):
                 )
                 return []
         return list(uploads)
+
+    def _statistics(
+        self, replies: Iterable[Message], orders: dict[int, TrainOrder], layout
+    ) -> list[NodeUpload]:
+        """The round's co-occurrence sums as one upload, the survivors' (a dropped node's
+        users are not counted: :mod:`fedrec_flwr.server.statistics`)."""
+        answered = masked_vectors(self, replies, orders, layout.length)
+        try:
+            if not answered:
+                raise secagg_dropout.DropoutError("no masked vector arrived")
+            upload = secure_statistics(unmasked_total(self, answered), layout)
+        except (secagg.SecureAggregationError, secagg_dropout.DropoutError) as error:
+            log(WARNING, "round %d: secure aggregation void: %s", self.server_round, error)
+            return []
+        return [NodeUpload(-1, upload, {"loss-sum": 0.0, "num-samples": 0})]
 
 
 def masked_vectors(

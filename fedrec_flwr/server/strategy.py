@@ -63,8 +63,9 @@ from fedrec_flwr.server.handshake import Federation, FederationError, NodeInfo
 from fedrec_flwr.server.model import ServerModel, UpdateRefusedError
 from fedrec_flwr.server.payloads import PayloadPlanner, TrainOrder
 from fedrec_flwr.server.recording import RoundLog, RoundReporter
-from fedrec_flwr.server.replies import ReplyReader
+from fedrec_flwr.server.replies import NodeUpload, ReplyReader
 from fedrec_flwr.server.secure_rounds import SecureRounds
+from fedrec_flwr.server.statistics import StatisticsModel
 from fedrec_flwr.server.stopping import RunStopping
 from fedrec_flwr.server.validation import ReplySchema
 
@@ -104,6 +105,28 @@ def applied(model: ServerModel, uploads: list, server_round: int) -> np.ndarray 
     return None
 
 
+def reply_schema(config: RunConfig, method: Method, model) -> ReplySchema:
+    """What every reply must match (item catalogue, row width, dense shapes; for a method
+    that sums co-occurrences, its uploads and their bound on a user's items)."""
+    shapes = {name: value.shape for name, value in model.dense.items()}
+    if method.uploads_statistics:
+        degree, layout = config.itemitem_max_degree, model.secure_layout()
+        return ReplySchema(model.num_items, model.row_dim, shapes, True, degree, layout)
+    return ReplySchema(model.num_items, model.row_dim, shapes)
+
+
+def train_loss(uploads: list[NodeUpload], method: Method) -> dict[str, float]:
+    """``train-loss``: the mean over the round's samples (none for a method that sums
+    co-occurrences: it has no loss)."""
+    if method.uploads_statistics:
+        return {}
+    loss_sum, num_samples = 0.0, 0
+    for entry in uploads:  # partition order, not arrival order
+        loss_sum += float(entry.metrics["loss-sum"])
+        num_samples += int(entry.metrics["num-samples"])
+    return {"train-loss": loss_sum / max(num_samples, 1)}
+
+
 class FedRecStrategy(Strategy):
     """Sparse, row-wise federated averaging of a global item table, plus the mean of
     shared-dense parameters, through an optional server optimiser.
@@ -116,7 +139,7 @@ class FedRecStrategy(Strategy):
         self,
         config: RunConfig,
         method: Method,
-        model: ServerModel,
+        model: ServerModel | StatisticsModel,
         federation: Federation,
         on_round: Callable[[dict[str, Any]], None] | None = None,
         checkpoints: Checkpoints | None = None,
@@ -136,7 +159,9 @@ class FedRecStrategy(Strategy):
         if self.secure is not None:  # the table holds only what a user can encode
             self.secure.check_size(config, len(federation.nodes))
             model.value_limit = self.secure.value_limit()
-        self.planner = PayloadPlanner(config, federation.nodes, federation.num_users)
+        self.planner = PayloadPlanner(
+            config, federation.nodes, federation.num_users, not method.uploads_statistics
+        )
         self.evaluation = EvaluationRounds(config)
         self.stopping = RunStopping(config.early_stopping_patience)
         self.reporter = RoundReporter(on_round)
@@ -148,8 +173,7 @@ class FedRecStrategy(Strategy):
 
     def schema(self) -> ReplySchema:
         """What every reply must match (item catalogue, row width, dense shapes)."""
-        shapes = {name: value.shape for name, value in self.model.dense.items()}
-        return ReplySchema(self.model.num_items, self.model.row_dim, shapes)
+        return reply_schema(self.config, self.method, self.model)
 
     def state_dict(self) -> dict[str, Any]:
         """The parts' state: the model's, the pending requests, the best round, the clock."""
@@ -204,7 +228,8 @@ class FedRecStrategy(Strategy):
         for node_id, order in self.orders.items():
             ids = order.item_ids
             rows = self.model.table if ids is None else self.model.table[ids]
-            payload = rows_record(self.model, order.users, ids, rows, peers.get(node_id))
+            extra = {**peers.get(node_id, {}), **self.model.train_arrays()}  # item-item: support
+            payload = rows_record(self.model, order.users, ids, rows, extra)
             config = self._config(server_round)
             messages.append(self._message(node_id, payload, config, MessageType.TRAIN))
         self.sent = messages
@@ -222,14 +247,10 @@ class FedRecStrategy(Strategy):
         touched = applied(self.model, [entry.upload for entry in uploads], server_round)
         if touched is None:
             return None, None
-        loss_sum, num_samples = 0.0, 0
-        for entry in uploads:  # partition order, not arrival order
-            loss_sum += float(entry.metrics["loss-sum"])
-            num_samples += int(entry.metrics["num-samples"])
         self.round_log.touched_items = len(touched)
         self.round_log.train_users = sum(entry.upload.num_users for entry in uploads)
         metrics = {
-            "train-loss": loss_sum / max(num_samples, 1),
+            **train_loss(uploads, self.method),
             "train-users": self.round_log.train_users,
             "touched-items": self.round_log.touched_items,
             "c-density": self.model.density(),
@@ -278,7 +299,8 @@ class FedRecStrategy(Strategy):
         reader = ReplyReader(server_round, self.nodes, self.sent, self.round_log)
         names = self.evaluation.metric_names
         evaluated = reader.evaluations(replies, sent, self.schema(), names)
-        outcome = self.evaluation.combine(evaluated, self.model.table)
+        embeddings = None if self.method.uploads_statistics else self.model.table
+        outcome = self.evaluation.combine(evaluated, embeddings)
         if outcome is None:
             return None, None
         self.round_log.metrics.update(outcome.means)

@@ -27,6 +27,8 @@ __all__ = [
     "ReplySchema",
     "TrainOrder",
     "check_eval_reply",
+    "check_number",
+    "check_request",
     "check_train_reply",
 ]
 
@@ -55,6 +57,12 @@ class ReplySchema:
     num_items: int
     row_dim: int
     dense_shapes: Mapping[str, tuple[int, ...]]
+    #: A method that sums co-occurrences (its uploads: :mod:`fedrec_flwr.server.statistics`)
+    #: and the most items one user may upload (``itemitem-max-degree``; 0: no bound).
+    statistics: bool = False
+    max_degree: int = 0
+    #: Their secure vectors' layout this round (a ``StatisticsLayout``; None: none).
+    layout: Any = None
 
     def train_keys(self) -> frozenset[str]:
         """Array keys a train reply may carry (a subset of ``allowed_upload_keys``)."""
@@ -100,6 +108,9 @@ def check_train_reply(
     for name, shape in schema.dense_shapes.items():
         dense[name] = _floats(arrays, DENSE_PREFIX + name, shape)
     _request(arrays, metrics, schema.num_items)
+    shrink = _number(metrics, "row-shrink-sum") if "row-shrink-sum" in metrics else 0.0
+    if shrink > num_users:
+        raise ReplyError(f"row-shrink-sum={shrink:g} exceeds num-users={num_users:g}")
     return RowUpload(
         item_ids=item_ids,
         row_sums=row_sums,
@@ -108,6 +119,7 @@ def check_train_reply(
         dense_sums=dense,
         zero_ids=zero_ids,
         zero_counts=zero_counts,
+        row_shrink=shrink,
     )
 
 
@@ -283,6 +295,9 @@ def _request(arrays: Mapping[str, np.ndarray], metrics: Mapping[str, Any], num_i
     if REQUEST_KEY in arrays:
         _ids(arrays, REQUEST_KEY, num_items)
         _number(metrics, "next-round", integral=True)
+
+
+check_number, check_request = _number, _request  # for the other uploads' checks
 
 
 def _show(values: np.ndarray) -> str:

@@ -8,6 +8,9 @@ in-process, attacks sampled users' uploads (:mod:`fedrec_lab.audit.attacks`) and
     # the decoys built against the attacks that know them
     python -m fedrec_lab.audit.command --configs none decoys decoys-trained \
         decoys-as-positives fixed-requests
+    # what an item-item method's sums tell its server
+    python -m fedrec_lab.audit.command --sums itemitem-ease-ml100k-strict \
+        itemitem-ease-secure-ml100k-strict --tag sums-itemitem
     # PFedRec Table 4: raw Laplace lambda 0 .. 0.5, paper protocol
     python -m fedrec_lab.audit.command --methods pfedrec --protocol paper --tag table4-paper \\
         --lambdas 0 0.1 0.2 0.3 0.4 0.5
@@ -23,6 +26,7 @@ import json
 from pathlib import Path
 
 from fedrec_lab import progress
+from fedrec_lab.audit import sums
 from fedrec_lab.audit.report import markdown, parse_sets
 from fedrec_lab.audit.run import ATTACKS, auditable_methods, audited_run, imitation_of, preset
 from fedrec_lab.scratch import HelpFormatter, add_data_dir, add_out, wrote
@@ -101,6 +105,13 @@ def parser() -> argparse.ArgumentParser:
     add_out(parser, "audit", "<tag>.json and <tag>.md")
     parser.add_argument("--tag", default="audit-ml100k")
     parser.add_argument("--merge", nargs="+", help="only merge these result files into --tag")
+    parser.add_argument(
+        "--sums",
+        nargs="+",
+        metavar="PRESET",
+        help="instead: what the server of these item-item presets learns from the sums "
+        "(fedrec_lab/audit/sums.py; no attack is run)",
+    )
     progress.add_switch(parser)
     return parser
 
@@ -116,6 +127,12 @@ def main(argv: list[str] | None = None) -> None:
     args = check_arguments(argv)
     if args.merge:  # one table from several runs' files (e.g. the table and its sweeps)
         merge([Path(f) for f in args.merge], Path(args.out), args.tag)
+        return
+    if args.sums:
+        command = "python -m fedrec_lab.audit.command " + " ".join(
+            shown_argv(progress.without_switch(argv if argv is not None else _argv()))
+        )
+        wrote(sums.write(args.sums, args.data_dir, Path(args.out), args.tag, command), "sums")
         return
 
     ldp, decoys = parse_sets(args.ldp), parse_sets(args.decoys)

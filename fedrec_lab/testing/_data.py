@@ -138,8 +138,8 @@ class Run:
         return {
             name: [float(row[name]) for row in self.rounds]
             for name in self.rounds[0]
-            if name.startswith(METRIC_PREFIXES)
-        }
+            if name.startswith(METRIC_PREFIXES) and all(row[name] != "" for row in self.rounds)
+        }  # a column the method leaves empty is no metric of it (no train loss: item-item)
 
 
 class Uploads:

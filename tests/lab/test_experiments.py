@@ -41,8 +41,8 @@ def test_every_row_resolves(name: str) -> None:
         path = runner.preset_path(spec)
         assert path.exists(), spec
         config = runner.run_config(
-            runner.Cell(spec, 0), Path("runs"), "data", None, {"num-server-rounds": 1}
-        )
+            runner.Cell(spec, 0), Path("runs"), "data", None, {"num-server-rounds": 2}
+        )  # 2: the fewest rounds a preset may run (two-round secure item-item sums)
         RunConfig.from_mapping(config)  # every override is a valid run-config key
     names = [c.name for s in specs for c in s.cells([0, 1, 2])]
     assert len(names) == len(set(names)), "two cells share a run folder"

@@ -1,0 +1,124 @@
+"""Item-item models from a sum over users of their co-occurrences (plain NumPy and PyTorch).
+
+Every model here needs only two sums over the users ``u`` with binary history ``x_u``:
+
+- the Gram matrix ``G = sum_u w_u x_u x_u^T`` (``w_u = 1``; GF-CF: ``1 / d_u``, the user's
+  degree), whose diagonal is, for ``w_u = 1``, each item's number of users;
+- the item counts ``n = sum_u x_u``.
+
+Each model is a matrix ``W`` [items, items] that scores user ``u``'s items as ``x_u W``:
+
+- **EASE** (Steck, WWW 2019): ``P = (G + lambda I)^-1``, ``W = I - P diag(1 / diag P)``
+  (zero diagonal);
+- **ItemKNN** (cosine): ``cos(i, j) = G_ij / (sqrt(G_ii G_jj) + shrink)``; column ``j`` of
+  ``W`` keeps item ``j``'s ``k`` most similar other items (ties: the lower item id);
+- **GF-CF** (Shen et al., CIKM 2021): with ``D = diag(n)`` and the user-degree-normalised
+  Gram ``G`` (``w_u = 1 / d_u``), the normalised item-item matrix is
+  ``S = D^-1/2 G D^-1/2`` (``R~^T R~`` of the paper) and
+  ``W = S + alpha D^-1/2 V V^T D^1/2``, ``V`` the top ``rank`` eigenvectors of ``S`` (the
+  ideal low-pass filter).
+
+The inputs are float64 and may be noisy (the Gaussian mechanism): a count at or below zero
+counts as absent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+#: Items at or below which GF-CF's top eigenvectors come from a full eigendecomposition;
+#: above, from a keyed randomised subspace iteration.
+FULL_EIGEN_LIMIT = 4096
+SUBSPACE_ITERATIONS = 12
+OVERSAMPLING = 64
+
+
+def symmetric_from_upper(upper: np.ndarray, num_items: int) -> np.ndarray:
+    """The symmetric [I, I] float64 matrix whose upper triangle (row-major, diagonal
+    included, ``np.triu_indices`` order) is ``upper`` (row by row: no index arrays of the
+    triangle's size)."""
+    out = np.zeros((num_items, num_items), dtype=np.float64)
+    start = 0
+    for i in range(num_items):
+        segment = upper[start : start + num_items - i]
+        out[i, i:] = segment
+        out[i:, i] = segment
+        start += num_items - i
+    return out
+
+
+def ease_weights(gram: np.ndarray, lam: float) -> np.ndarray:
+    """EASE's ``W = I - P / diag(P)`` (columns), ``P = (G + lam I)^-1``, float64."""
+    matrix = torch.from_numpy(np.array(gram, dtype=np.float64))
+    matrix.diagonal().add_(lam)
+    inverse = torch.linalg.inv(matrix)  # noisy sums may make it indefinite: no Cholesky
+    del matrix
+    inverse.div_(inverse.diagonal().clone().unsqueeze(0)).neg_()
+    inverse.diagonal().zero_()
+    return inverse.numpy()
+
+
+def itemknn_weights(gram: np.ndarray, k: int, shrink: float = 0.0, block: int = 512):
+    """Cosine ItemKNN's ``W`` (float64 [I, I]): column ``j`` holds ``cos(i, j)`` for item
+    ``j``'s ``k`` most similar other items ``i`` (most similar first, ties: lower id first;
+    the others 0). A noisy diagonal at or below zero gives the item a zero norm."""
+    num_items = len(gram)
+    norms = np.sqrt(np.clip(np.diagonal(gram), 0.0, None))
+    inverse = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)
+    k = min(k, num_items - 1)
+    weights = np.zeros((num_items, num_items), dtype=np.float64)
+    for lo in range(0, num_items, block):
+        hi = min(lo + block, num_items)
+        if shrink > 0:
+            dense = gram[lo:hi] / (norms[lo:hi, None] * norms[None, :] + shrink)
+        else:
+            dense = gram[lo:hi] * inverse[lo:hi, None] * inverse[None, :]
+        dense[np.arange(hi - lo), np.arange(lo, hi)] = -1.0  # never its own neighbour
+        order = np.argsort(-dense, axis=1, kind="stable")[:, :k]
+        sims = np.take_along_axis(dense, order, axis=1).astype(np.float32)
+        rows = np.repeat(np.arange(lo, hi), k)
+        weights[order.ravel(), rows] = sims.ravel()  # column j: j's neighbours
+    return weights
+
+
+def gfcf_weights(gram: np.ndarray, counts: np.ndarray, alpha: float, rank: int, seed: int):
+    """GF-CF's ``W = S + alpha D^-1/2 V V^T D^1/2`` from the user-degree-normalised Gram
+    ``gram`` and the item counts (float64 [I, I])."""
+    counts = np.clip(np.asarray(counts, dtype=np.float64), 0.0, None)
+    root = np.sqrt(counts)
+    inverse_root = np.divide(1.0, root, out=np.zeros_like(root), where=root > 0)
+    normalised = gram * inverse_root[:, None] * inverse_root[None, :]
+    weights = normalised.copy()
+    if alpha != 0 and rank > 0:
+        vectors = top_eigenvectors(normalised, min(rank, len(gram)), seed)
+        weights += alpha * (inverse_root[:, None] * vectors) @ (vectors.T * root[None, :])
+    return weights
+
+
+def top_eigenvectors(matrix: np.ndarray, rank: int, seed: int) -> np.ndarray:
+    """The ``rank`` eigenvectors of the symmetric ``matrix`` with the largest eigenvalues
+    ([I, rank]): a full eigendecomposition for small catalogues, else a randomised subspace
+    iteration started from a generator keyed by ``seed``."""
+    size = len(matrix)
+    if size <= FULL_EIGEN_LIMIT or rank + OVERSAMPLING >= size:
+        _, vectors = np.linalg.eigh(matrix)
+        return vectors[:, ::-1][:, :rank]
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 39, rank]))
+    basis = np.linalg.qr(matrix @ rng.standard_normal((size, rank + OVERSAMPLING)))[0]
+    for _ in range(SUBSPACE_ITERATIONS):
+        basis = np.linalg.qr(matrix @ basis)[0]
+    values, small = np.linalg.eigh(basis.T @ matrix @ basis)
+    order = np.argsort(-values, kind="stable")[:rank]
+    return basis @ small[:, order]
+
+
+def model_weights(kind: str, gram: np.ndarray, counts: np.ndarray, config) -> np.ndarray:
+    """The item-item matrix ``W`` of ``kind`` (``itemitem-model``) from the sums."""
+    if kind == "ease":
+        return ease_weights(gram, config.itemitem_lambda)
+    if kind == "itemknn":
+        return itemknn_weights(gram, config.itemitem_neighbours, config.itemitem_shrink)
+    if kind == "gfcf":
+        return gfcf_weights(gram, counts, config.itemitem_alpha, config.itemitem_rank, config.seed)
+    raise ValueError(f"unknown item-item model '{kind}' (ease, itemknn, gfcf)")

@@ -1,0 +1,248 @@
+"""Item-item models over a sum of the users' co-occurrences: EASE, cosine ItemKNN, GF-CF.
+
+No gradient step: each user uploads, once (the first round it is selected), its
+co-occurrence contribution ``w_u x_u x_u^T`` and its items ``x_u`` (its train positives,
+at most ``itemitem-max-degree`` of them, a subset keyed by (seed, user)); the server sums
+them, optionally adds Gaussian noise calibrated to a user-level epsilon, and computes the
+item-item matrix ``W`` from the sums (:mod:`fedrec_flwr.methods.cooccurrence`). The model is
+shared; each user scores its own full history locally, ``x_u W``: the history is the
+method's private parameter (``history``, the multi-hot train positives) and never leaves
+the device.
+
+As an item table, item ``j``'s row is column ``j`` of ``W`` (width: the number of items), so
+the score function is the dot product of a user's history with the item's row, as FedMF's is
+with a user vector. The node's upload and the server's sums are in
+:mod:`fedrec_flwr.node.statistics` and :mod:`fedrec_flwr.server.statistics`;
+``docs/methods/itemitem.md`` says what the server learns in each mode.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import numpy as np
+import torch
+
+from fedrec_flwr.methods.base import Method, Phase, Stage, linear_logits
+from fedrec_flwr.methods.card import MethodCard
+from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Dim, Group, Range, key
+from fedrec_flwr.seeding import keyed_rng
+
+HISTORY = "history"
+
+
+class ItemItemModel(StrEnum):
+    """``itemitem-model``: the item-item matrix computed from the sums."""
+
+    EASE = "ease"
+    ITEMKNN = "itemknn"
+    GFCF = "gfcf"
+
+
+def check_itemitem(config) -> None:
+    if config.method != "itemitem":
+        return
+    if two_rounds(config) and (config.fraction_train < 1 or config.num_server_rounds < 2):
+        raise ConfigError(
+            "itemitem-min-count > 1 under secure-aggregation takes two rounds of every user "
+            "(the item counts, then the co-occurrences over the items at least that many users "
+            "hold): set fraction-train = 1.0 and num-server-rounds >= 2, or "
+            "itemitem-min-count = 0."
+        )
+    if config.itemitem_dp_epsilon > 0 and config.itemitem_max_degree <= 0:
+        raise ConfigError(
+            "itemitem-dp-epsilon > 0 calibrates the Gaussian noise to one user's largest "
+            "contribution, which needs a bound on its number of items: set "
+            "itemitem-max-degree (e.g. 100), or itemitem-dp-epsilon = 0."
+        )
+
+
+OFF = " (0 = off)"
+
+
+class ItemItemKeys(Group):
+    title = "Item-item (EASE, ItemKNN, GF-CF)"
+    check = check_itemitem
+
+    itemitem_model: str = key(
+        default=ItemItemModel.EASE.value,
+        help="the model computed from the summed co-occurrences: `ease`, `itemknn` (cosine) "
+        "or `gfcf` (graph filter)",
+        choices=ItemItemModel,
+    )
+    itemitem_lambda: float = key(default=500.0, help="EASE: the L2 weight `lambda`", range=POSITIVE)
+    itemitem_neighbours: int = key(
+        default=100, help="ItemKNN: the most similar items that score an item (`k`)", range=Range(1)
+    )
+    itemitem_shrink: float = key(
+        default=0.0,
+        help="ItemKNN: added to the cosine's denominator (favours pairs seen often)",
+        range=NON_NEGATIVE,
+    )
+    itemitem_alpha: float = key(
+        default=0.3,
+        help="GF-CF: weight of the ideal low-pass filter beside the linear one",
+        range=NON_NEGATIVE,
+    )
+    itemitem_rank: int = key(
+        default=256,
+        help="GF-CF: eigenvectors of the ideal low-pass filter",
+        range=NON_NEGATIVE,
+        why=" (0: the linear filter alone)",
+    )
+    itemitem_min_count: int = key(
+        default=0,
+        help="the model covers the items at least this many users hold (the support); under "
+        "secure-aggregation a first round sums the item counts, the second the co-occurrences "
+        "over the support",
+        range=NON_NEGATIVE,
+        why=" (0 or 1: every item a user holds)",
+    )
+    itemitem_max_degree: int = key(
+        default=0,
+        help="each user uploads at most this many of its items (a subset keyed by seed and "
+        "user; it still scores with all of them): bounds one user's contribution",
+        range=NON_NEGATIVE,
+        why=OFF,
+    )
+    itemitem_dp_epsilon: float = key(
+        default=0.0,
+        help="user-level epsilon of the Gaussian noise the server adds to the sums (needs "
+        "itemitem-max-degree)",
+        range=NON_NEGATIVE,
+        why=OFF,
+    )
+    itemitem_dp_delta: float = key(
+        default=1e-5,
+        help="delta of itemitem-dp-epsilon",
+        range=Range(0, 1, low_included=False, high_included=False),
+    )
+
+
+#: Options of the gradient-trained methods that mean nothing for sums of co-occurrences.
+REFUSED: dict[str, object] = {
+    "personalization": "none",
+    "plgc": False,
+    "ldp-mechanism": "none",
+    "ldp-laplace-lambda": 0.0,
+    "decoy-ratio": 0.0,
+    "sam-rho-private": 0.0,
+    "sam-rho-shared": 0.0,
+    "robust-aggregation": "none",
+    "row-update-bound": 0.0,
+    "malicious-fraction": 0.0,
+}
+
+
+def two_rounds(config) -> bool:
+    """Does the run sum the counts first, then the co-occurrences over the support (secure
+    aggregation with ``itemitem-min-count`` > 1: a vector's layout is fixed before it is
+    filled)?"""
+    return bool(config.secure_aggregation) and config.itemitem_min_count > 1
+
+
+class ItemItem(Method):
+    name = "itemitem"
+    rowwise_logits = True  # linear_logits: a product and a sum over each row
+    #: Uploads its users' co-occurrence sums once instead of training item rows.
+    uploads_statistics = True
+
+    def __init__(self, config, num_items: int) -> None:
+        super().__init__(config, num_items)
+        self.keys = config.group(ItemItemKeys)
+        for name, neutral in REFUSED.items():
+            value = getattr(config, name.replace("-", "_"), neutral)
+            if value != neutral:
+                raise ConfigError(
+                    f"method 'itemitem' sums co-occurrences and takes no gradient step, so "
+                    f"{name}={value!r} does not apply: leave {name} = {neutral!r} (for privacy: "
+                    "secure-aggregation and itemitem-dp-epsilon)."
+                )
+
+    @property
+    def row_dim(self) -> int:
+        """An item's row is its column of the item-item matrix: as wide as the catalogue."""
+        return self.num_items
+
+    @property
+    def model_kind(self) -> str:
+        return str(self.keys.itemitem_model)
+
+    def stages(self) -> tuple[Stage, ...]:
+        """No local training: the upload is the user's co-occurrence contribution."""
+        return ()
+
+    def phases(self) -> tuple[Phase, ...]:
+        return ()
+
+    # ---------------------------------------------------------------- the user's data
+    def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
+        """Empty histories (:meth:`init_private_from` fills them from the users' data)."""
+        return {HISTORY: torch.zeros((len(users), self.num_items), dtype=torch.float32)}
+
+    def init_private_from(self, users: np.ndarray, data) -> dict[str, torch.Tensor]:
+        """Each user's history: its train positives as a multi-hot row."""
+        private = self.init_private(users)
+        history = private[HISTORY]
+        for j, user in enumerate(np.asarray(users).tolist()):
+            history[j, torch.from_numpy(np.array(data.train_positives(user), np.int64))] = 1.0
+        return private
+
+    def uploaded_items(self, data, user: int) -> np.ndarray:
+        """The items user ``user`` uploads (sorted): its train positives, at most
+        ``itemitem-max-degree`` of them (a subset keyed by (seed, user))."""
+        items = np.unique(np.asarray(data.train_positives(user), dtype=np.int64))
+        limit = self.keys.itemitem_max_degree
+        if limit <= 0 or len(items) <= limit:
+            return items
+        rng = keyed_rng(self.config.training.seed, "itemitem-degree", user)
+        return np.sort(rng.choice(items, size=limit, replace=False))
+
+    def upload_kind(self, server_round: int) -> str:
+        """What a user contributes in its first selected round (``gram``: its items, for
+        the co-occurrences), or in round 1 and 2 of a two-round run (:func:`two_rounds`):
+        ``counts``, then ``gram`` over the support."""
+        if two_rounds(self.config) and server_round == 1:
+            return "counts"
+        return "gram"
+
+    def basket_weight(self, size: int) -> float:
+        """``w_u`` of a user who uploads ``size`` items: 1, or ``1 / size`` for GF-CF (the
+        user-degree normalisation of ``R~``)."""
+        if self.model_kind == ItemItemModel.GFCF:
+            return 1.0 / size if size else 0.0
+        return 1.0
+
+    # --------------------------------------------------------------------- scoring
+    def logits(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        """``sum_i history_u[i] W[i, j]`` for each item ``j`` of ``rows`` [a, k, I]."""
+        return linear_logits(rows, params[HISTORY], None)
+
+    def logits_all(self, params: dict[str, torch.Tensor], table: torch.Tensor) -> torch.Tensor:
+        """``x_u W`` for every item: the sum of the columns of ``W^T`` (the table) at the
+        user's items, each user on its own (a sum over its items, not a matrix product, so
+        its scores do not depend on the other users scored with it)."""
+        history = params[HISTORY]
+        out = table.new_zeros((len(history), len(table)))
+        for j, weights in enumerate(history):
+            items = torch.nonzero(weights).squeeze(1)
+            if len(items):
+                out[j] = (table[:, items] * weights[items]).sum(1)
+        return out
+
+
+CARD = MethodCard(
+    ItemItem,
+    title="Item-item (EASE, ItemKNN, GF-CF)",
+    paper="EASE (Steck, WWW 2019), cosine ItemKNN (Sarwar et al., WWW 2001), GF-CF (Shen et "
+    "al., CIKM 2021), over a secure sum (Nicolas et al., 2025; Han et al., 2025)",
+    keys=ItemItemKeys,
+    search_space={
+        "itemitem-lambda": Dim(1.0, 10000.0),
+        "itemitem-neighbours": Dim(5, 1000, integer=True),
+        "itemitem-alpha": Dim(0.0, 10.0, log=False),
+    },
+    golden=("ease", "itemknn", "gfcf"),
+    golden_own=False,
+    order=7,
+)

@@ -1,0 +1,60 @@
+"""``weight-decay-rows = "all"``: weight decay on every item row, as dense gradients apply it.
+
+PyTorch's ``SGD(weight_decay=w)`` on an embedding table whose gradient is dense shrinks every
+row by ``1 - lr * w`` at each step, the rows the user does not hold too. Here a user holds
+only the rows of its round (:mod:`fedrec_flwr.node.optim` decays those at each step); a row it
+does not hold takes the product of those factors over its steps, ``f_u``
+(``RoundContext.row_decay``), and only that, since nothing else moves it:
+
+- the shared table: a plain round mean of the users' full tables moves row ``i`` by
+  ``(sum over its holders of (tuned - C_i) + sum over the others of (f_u - 1) C_i) / n``.
+  Each holder uploads ``tuned - (f_u - 1) C_i`` (its round's rows, as sent), and the node
+  reports ``row-shrink-sum``, the sum of ``1 - f_u`` over its users; the server then moves
+  every row by ``- shrink C_i / n`` besides the uploads' changes
+  (:meth:`~fedrec_flwr.server.model.ServerModel.apply`), which is that mean exactly;
+- private rows (FedRAP's ``D_u``): the method keeps each user's factor since its first round
+  (:mod:`fedrec_flwr.methods.fedrap`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from fedrec_flwr.methods.base import ROWS
+from fedrec_flwr.node.upload import TrainResult
+
+
+@dataclasses.dataclass
+class DenseDecay:
+    """One round's: the rows each user was sent, and the optimiser's log factors."""
+
+    received: np.ndarray  # the flat rows as sent (a copy: training changes the original)
+    logs: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, config, received: np.ndarray) -> DenseDecay | None:
+        """The round's bookkeeping, or None (``weight-decay-rows = "held"``, or no decay)."""
+        if config.weight_decay_rows != "all" or config.weight_decay <= 0:
+            return None
+        return cls(received.copy())
+
+    def factors(self, num_users: int) -> np.ndarray:
+        """``f_u`` of each of the round's users on the shared rows (1: no step decayed)."""
+        if ROWS not in self.logs:
+            return np.ones(num_users)
+        return torch.exp(self.logs[ROWS]).cpu().numpy()
+
+    def upload(self, tuned: np.ndarray, row_offsets: np.ndarray) -> tuple[np.ndarray, float]:
+        """(each user's rows as it uploads them, ``tuned - (f_u - 1) * sent``; the sum of
+        ``1 - f_u`` over the users)."""
+        factors = self.factors(len(row_offsets) - 1)
+        owner = np.repeat(np.arange(len(factors)), np.diff(row_offsets))
+        shift = (factors[owner] - 1.0)[:, None] * self.received.astype(np.float64)
+        return (tuned - shift).astype(tuned.dtype), float((1.0 - factors).sum())
+
+    @staticmethod
+    def finish(result: TrainResult, shrink: float) -> TrainResult:
+        return dataclasses.replace(result, row_shrink=shrink)

@@ -1,0 +1,84 @@
+"""A node's upload for a method that sums co-occurrences (``uploads_statistics``: the
+item-item methods, :mod:`fedrec_flwr.methods.itemitem`).
+
+A user contributes once: in the first round it is selected (``fraction-train``; a pure
+function of the seed and the round, so the server knows it too). Its contribution is its
+uploaded items ``x_u`` (at most ``itemitem-max-degree``) and the weight ``w_u`` of its
+co-occurrences ``w_u x_u x_u^T``, which the server derives from the number of items:
+
+- plain: the users' item lists, ``basket-items`` (int64, user after user) and
+  ``basket-offsets`` (int64 [users + 1]): the server sees each user's items, exactly what its
+  co-occurrences would tell it;
+- ``secure-aggregation``: one dense vector over the ring, the same length for every node
+  (:class:`~fedrec_flwr.privacy.secure_statistics.StatisticsLayout`), masked by the
+  ClientApp as the item rows are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedrec_flwr.methods.itemitem import two_rounds
+from fedrec_flwr.node.upload import TrainResult
+from fedrec_flwr.partition import participants
+from fedrec_flwr.privacy.secure_statistics import StatisticsLayout
+
+ITEMS, OFFSETS = "basket_items", "basket_offsets"
+
+
+def first_selected(config, num_users: int, users: np.ndarray, server_round: int) -> np.ndarray:
+    """Mask of ``users`` (selected in ``server_round``) not selected in any earlier round
+    (a two-round run: rounds 1 and 2 are every user's)."""
+    users = np.asarray(users, dtype=np.int64)
+    earlier = np.zeros(num_users, dtype=bool)
+    if two_rounds(config):
+        earlier[:] = server_round > 2
+    elif config.fraction_train < 1.0:
+        for past in range(1, server_round):
+            earlier[participants(config.seed, past, num_users, config.fraction_train)] = True
+    elif server_round > 1:
+        earlier[:] = True
+    return ~earlier[users]
+
+
+def statistics_upload(
+    runtime, users: np.ndarray, server_round: int, support: np.ndarray | None = None
+) -> TrainResult:
+    """The upload of ``users`` (this node's, selected in ``server_round``): the
+    contributions of those selected for the first time. ``support``: the items of the
+    second round of a two-round run (sent by the server), whose positions the vector uses."""
+    method, data = runtime.method, runtime.prepared
+    users = np.asarray(users, dtype=np.int64)
+    new = users[first_selected(runtime.config, data.num_users, users, server_round)]
+    baskets = [method.uploaded_items(data, int(user)) for user in new]
+    sizes = np.array([len(b) for b in baskets], dtype=np.int64)
+    empty = np.empty(0, dtype=np.int64)
+    common = {"num_users": len(new), "num_samples": int(sizes.sum()), "loss_sum": 0.0}
+    if runtime.config.secure_aggregation:
+        weights = [method.basket_weight(len(b)) for b in baskets]
+        kind = method.upload_kind(server_round)
+        layout = StatisticsLayout(data.num_items, gram=kind == "gram")
+        if kind == "gram" and two_rounds(runtime.config):
+            if support is None:
+                raise RuntimeError("the server sent no support for the co-occurrence round")
+            layout = StatisticsLayout(len(support))
+            baskets = [positions_in(support, b) for b in baskets]
+        vector = layout.encode(baskets, weights, data.num_users)
+        rows = np.empty((0, method.row_dim), dtype=np.float32)
+        return TrainResult(empty, rows, empty, secure=vector, **common)
+    items = np.concatenate(baskets) if baskets else empty
+    offsets = np.r_[0, np.cumsum(sizes)].astype(np.int64)
+    return TrainResult(
+        empty,
+        np.empty((0, 0), dtype=np.float32),
+        empty,
+        statistics={ITEMS: items, OFFSETS: offsets},
+        **common,
+    )
+
+
+def positions_in(support: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """Positions in the sorted ``support`` of those of ``items`` it holds."""
+    where = np.minimum(np.searchsorted(support, items), max(len(support) - 1, 0))
+    held = support[where] == items if len(support) else np.zeros(len(items), dtype=bool)
+    return where[held]
