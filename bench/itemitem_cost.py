@@ -5,10 +5,11 @@ messages, without Flower's transport).
 Per client (medians over a seeded sample of users): the bytes of its train reply (plain:
 its item lists; secure: the masked vector; as the ClientApp packs them), of what it downloads
 (the train message: the peers' public keys under secure aggregation; the evaluate message:
-the model's full table), and its CPU seconds: building its upload, one pairwise mask (the
-secure aggregation here masks towards every other participant of the round: the number of
-masks is the round's participants minus one; SecAgg+ would use O(log n)), and scoring its own
-history. Server: the CPU seconds of the model from the round's sums.
+the model's full table), and its CPU seconds: building its upload, masking it (a self-mask
+and one pairwise mask towards each of its neighbours on the round's graph, SecAgg+'s
+logarithmic degree, with its self-mask seed's shares sealed for them:
+:func:`~fedrec_flwr.privacy.secagg_dropout.mask_round`), and scoring its own history.
+Server: the CPU seconds of the model from the round's sums.
 
     python bench/itemitem_cost.py --data-dir DIR --presets itemitem-ease-ml100k-strict \\
         itemitem-ease-secure-ml100k-strict --write bench/results/itemitem-cost
@@ -30,8 +31,10 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.messages import array_record
 from fedrec_flwr.node.runtime import NodeRuntime
-from fedrec_flwr.privacy import secagg
+from fedrec_flwr.privacy import secagg, secagg_dropout
+from fedrec_flwr.privacy.secagg_trust import SIGNATURE_BYTES
 from fedrec_flwr.seeding import keyed_rng
+from fedrec_flwr.server.handshake import IDENTITY_BYTES
 from fedrec_flwr.server.statistics import StatisticsModel, StatisticsUpload
 from fedrec_lab.presets import resolve
 from fedrec_lab.project import conf_dir
@@ -68,8 +71,9 @@ def measure(preset: str, data_dir: str) -> dict:
         support = np.flatnonzero(counts >= config.itemitem_min_count)
     up, build, score = [], [], []
     mask_seconds, vector_bytes = 0.0, 0
+    k = secagg_dropout.degree(prepared.num_users, config.secure_aggregation_neighbours)
     key = secagg.private_key(0, 0, "seeded")
-    peer = secagg.public_bytes(secagg.private_key(0, 1, "seeded"))
+    near = {p: secagg.public_bytes(secagg.private_key(0, p, "seeded")) for p in range(1, k + 1)}
     for user in users.tolist():
         node = NodeRuntime(config, prepared, user, prepared.num_users)  # one user per node
         reply = 0
@@ -77,14 +81,15 @@ def measure(preset: str, data_dir: str) -> dict:
             result, seconds = cpu(lambda n=node, r=server_round: upload_of(n, r, support))
             build.append(seconds)
             if secure:
-                _, masked = cpu(
-                    lambda v=result.secure: secagg.masked(
-                        v, key, 0, np.array([0, 1]), np.stack([secagg.public_bytes(key), peer]), 1
+                (_, sealed, _), masked = cpu(
+                    lambda v=result.secure: secagg_dropout.mask_round(
+                        v, key, 0, near, bytes(32), secagg_dropout.threshold(k)
                     )
                 )
                 mask_seconds = max(mask_seconds, masked)
                 vector_bytes = max(vector_bytes, result.secure.nbytes)
-                reply += array_record(secure=result.secure).count_bytes()
+                packed = array_record(secure=result.secure, secagg_shares=sealed)
+                reply += packed.count_bytes()
             else:
                 reply += array_record(result.statistics).count_bytes()
         up.append(reply)
@@ -110,20 +115,34 @@ def measure(preset: str, data_dir: str) -> dict:
         "support": None if support is None else len(support),
         "up_bytes_median": float(np.median(up)),
         "up_bytes_max": int(np.max(up)),
-        "down_train_bytes": 32 * prepared.num_users if secure else 0,
+        "down_train_bytes": peers_bytes(prepared.num_users, k) if secure else 0,
         "down_eval_bytes": table_bytes,
         "upload_cpu_s_median": float(np.median(build)),
-        "mask_cpu_s_per_peer": mask_seconds,
-        "masks_per_client": prepared.num_users - 1 if secure else 0,
+        "mask_cpu_s": mask_seconds,
+        "neighbours": k if secure else 0,
         "score_cpu_s_median": float(np.median(score)),
         "server_model_cpu_s": server_seconds,
     }
 
 
+def peers_bytes(users: int, k: int) -> int:
+    """Bytes of a train message's secure-aggregation arrays (one user per node): the
+    cohort's partition ids, and the node and its ``k`` neighbours' ids, public keys, the
+    keys' signatures and identity keys (:meth:`SecureRounds.peers`)."""
+    listed = k + 1
+    return array_record(
+        secagg_cohort=np.zeros(users, np.int64),
+        secagg_peers=np.zeros(listed, np.int64),
+        secagg_keys=np.zeros((listed, secagg.KEY_BYTES), np.uint8),
+        secagg_signatures=np.zeros((listed, SIGNATURE_BYTES), np.uint8),
+        secagg_identities=np.zeros((listed, IDENTITY_BYTES), np.uint8),
+    ).count_bytes()
+
+
 def markdown(command: str, rows: list[dict]) -> str:
     head = (
         "| preset | users x items | rounds | up (median / max) | down: train, eval | upload CPU s "
-        "| mask CPU s (per peer x peers) | scoring CPU s | server model CPU s |"
+        "| masking CPU s (neighbours) | scoring CPU s | server model CPU s |"
     )
     lines = [
         "# Item-item: bytes and CPU seconds per client",
@@ -134,7 +153,7 @@ def markdown(command: str, rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        masks = f"{r['mask_cpu_s_per_peer']:.4f} x {r['masks_per_client']}" if r["secure"] else "-"
+        masks = f"{r['mask_cpu_s']:.4f} ({r['neighbours']})" if r["secure"] else "-"
         lines.append(
             f"| {r['preset']} | {r['users']:,} x {r['items']:,} | {r['rounds']} "
             f"| {mb(r['up_bytes_median'])} / {mb(r['up_bytes_max'])} "
@@ -146,9 +165,12 @@ def markdown(command: str, rows: list[dict]) -> str:
         "",
         f"Per client: medians over {SAMPLE} users (seeded), one user per node, the reply "
         "records as the ClientApp packs them. Down, eval: the evaluate message's table (the "
-        "whole model, every client's download); down, train: the peers' public keys. "
-        "Secure: the vector is the same length for every client; a client masks it towards "
-        "each other participant of the round (its masks: the users minus one). CPU seconds "
+        "whole model, every client's download); down, train: the round's cohort and its "
+        "neighbours' public keys, signatures and identity keys. "
+        "Secure: the vector is the same length for every client; a client adds its "
+        "self-mask and one pairwise mask per neighbour on the round's graph (the reply "
+        "holds the self-mask seed's shares sealed for them; the largest of the users' "
+        "masking times). CPU seconds "
         "of this process, measured on a shared machine: ratios between rows hold, absolute "
         "values vary.",
         "",

@@ -93,7 +93,7 @@ def main() -> None:
                     "test-hr@10": metrics["test"]["hr@10"],
                     "test-ndcg@10": metrics["test"]["ndcg@10"],
                     "seconds": round(time.perf_counter() - started, 1),
-                    **({"epsilon": dp["epsilon"], "noise-std": dp["noise_std"]} if dp else {}),
+                    **({"epsilon": dp["epsilon"], "noise-std": dp["gram_noise_std"]} if dp else {}),
                 }
             )
             print(json.dumps(cells[-1]), flush=True)
