@@ -219,15 +219,19 @@ def processes_with_home(home: Path) -> list[int]:
 
 
 @pytest.mark.slow
-def test_a_failed_run_exits_non_zero_through_the_entry_point(tmp_path: Path) -> None:
+def test_missing_data_exits_2_through_the_entry_point_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    """The data is checked before the SuperLink starts: the console script says what is
+    missing and where, exits 2, and starts no SuperLink and no run folder."""
     env = outside_env(tmp_path)
     done = subprocess.run(
         [
             *fedrec(),
-            "dataset='ml-100k'",
-            f"data-dir='{tmp_path / 'nowhere'}'",
+            "dataset=ml-100k",
+            f"data-dir={tmp_path / 'nowhere'}",
             "num-server-rounds=1",
-            f"results-dir='{tmp_path / 'results'}'",
+            f"results-dir={tmp_path / 'results'}",
         ],
         capture_output=True,
         text=True,
@@ -235,13 +239,21 @@ def test_a_failed_run_exits_non_zero_through_the_entry_point(tmp_path: Path) -> 
         env=env,
         timeout=600,
     )
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "run status: finished:failed" in done.stdout, done.stdout + done.stderr
-    assert "u.data not found" in done.stdout  # the run's own error, streamed
-    superlink, home, stopped = started_pids(done.stderr)
-    assert superlink in stopped
-    assert processes.start_time(superlink) is None
-    assert not home.exists()  # the temporary FLWR_HOME is removed
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "u.data not found" in done.stderr and "run status" not in done.stdout
+    assert "SuperLink PID" not in done.stderr, done.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_run_that_fails_in_flower_exits_1_and_says_its_status(monkeypatch, capsys) -> None:
+    """A run that started and failed (its ServerApp raised: ``finished:failed``, see
+    tests/apps/test_flower_simulation.py) ends ``fedrec run`` with exit status 1."""
+    from fedrec_lab.launch import command
+    from fedrec_lab.launch.runs import Outcome
+
+    monkeypatch.setattr(command, "launch", lambda *a, **k: Outcome("finished:failed"))
+    assert command.main(["num-server-rounds=1"]) == 1
+    assert "run status: finished:failed" in capsys.readouterr().out
 
 
 @linux
