@@ -112,14 +112,14 @@ class PhaseClock:
 
 def instrument(clock: PhaseClock) -> None:
     """Put the clock's timers around the node's phases (where their callers look them up)."""
-    from fedrec_flwr.node import evaluate, runtime, samples, training
+    from fedrec_flwr.node import evaluate, runtime, samples, training, upload
 
     clock.wrap(runtime, "round_draws", "sampling (negatives)")
     clock.wrap(samples, "user_round_items", "sampling (negatives)")
     clock.wrap(runtime, "build_round_samples", "rows of the round (build_round_samples)")
     clock.wrap(training, "epoch_steps", "batch plan (epoch_steps)")
     clock.wrap(runtime, "local_update", "training loop (tensor kernels)")
-    clock.wrap(runtime, "summed_upload", "upload (summed_upload)")
+    clock.wrap(upload, "summed_upload", "upload (summed_upload)")
     clock.wrap(runtime.NodeRuntime, "train", "node train: look-ups, copies, state")
     clock.wrap(evaluate.NodeEvaluation, "evaluate_users", "evaluation")
 

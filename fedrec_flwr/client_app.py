@@ -115,8 +115,8 @@ def save_state(context: Context, state: NodeState) -> None:
 
 def _with_request(runtime: NodeRuntime, server_round: int, arrays: dict, metrics: dict) -> None:
     """Add the ids of the rows this node's users train next round (if there is one; none
-    under secure aggregation: every node is sent the full table)."""
-    if runtime.config.secure_aggregation:
+    when its upload chain has every node sent the full table: secure aggregation)."""
+    if runtime.uploads.full_table:
         return
     next_round = server_round + 1
     if next_round <= runtime.config.num_server_rounds:

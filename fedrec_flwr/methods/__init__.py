@@ -1,8 +1,11 @@
 """Methods and plug-ins, and their registry.
 
 Registers the built-in methods (every :class:`MethodCard` declared in a module of this
-package) and plug-ins; a method from another package joins through an entry point of the
-group ``fedrec_flwr.methods``, or :func:`register_method` (``docs/adding-a-method.md``).
+package); a method from another package joins through an entry point of the group
+``fedrec_flwr.methods``, or :func:`register_method` (``docs/adding-a-method.md``). The
+built-in plug-ins join the registry from their own modules
+(:data:`~fedrec_flwr.methods.registry.BUILTIN_PLUGINS`); another joins with
+:func:`register_plugin` (``docs/adding-a-stage.md``).
 """
 
 from __future__ import annotations
@@ -16,9 +19,7 @@ from fedrec_flwr.methods.fedrecon import FedRecon
 from fedrec_flwr.methods.itemitem import ItemItem
 from fedrec_flwr.methods.pfedrec import PFedRec
 from fedrec_flwr.methods.plgc import PLGC
-from fedrec_flwr.methods.plgc import PLUGIN as PLGC_PLUGIN
-from fedrec_flwr.methods.plugin import Attachment, MethodPlugin, Plugin
-from fedrec_flwr.methods.plugins import DECOYS, DUALPER, LDP, SAM
+from fedrec_flwr.methods.plugin import PLACES, MethodPlugin, Plugin
 from fedrec_flwr.methods.registry import (
     METHOD_ENTRY_POINTS,
     PLUGINS,
@@ -26,6 +27,7 @@ from fedrec_flwr.methods.registry import (
     enabled_plugins,
     method_card,
     methods,
+    plugin_enabled,
     register_builtin_methods,
     register_method,
     register_plugin,
@@ -34,15 +36,13 @@ from fedrec_flwr.methods.registry import (
 )
 
 register_builtin_methods()
-for _plugin in (DUALPER, SAM, PLGC_PLUGIN, LDP, DECOYS):
-    register_plugin(_plugin)
 
 __all__ = [
     "METHOD_ENTRY_POINTS",
+    "PLACES",
     "PLGC",
     "PLUGINS",
     "ROWS",
-    "Attachment",
     "AuditImitation",
     "FedMF",
     "FedNCF",
@@ -63,6 +63,7 @@ __all__ = [
     "enabled_plugins",
     "method_card",
     "methods",
+    "plugin_enabled",
     "register_method",
     "register_plugin",
     "unregister_method",

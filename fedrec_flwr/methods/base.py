@@ -99,8 +99,9 @@ class Method(PrivateData, ABC):
         self.config = config
         self.num_items = num_items
         self.dim = config.learning.embedding_dim
-        #: DualPer (``personalization = "dual"``, for a method whose card ``supports_dual``).
-        self.dual = config.personalization == "dual"
+        #: Under DualPer (set by that plug-in, :mod:`fedrec_flwr.methods.plugins`, on a
+        #: method whose card ``supports_dual``)?
+        self.dual = False
 
     # ----------------------------------------------------------------- roles
     #: Does the method as published keep personal rows (PFedRec)?

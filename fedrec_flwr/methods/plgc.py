@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods.base import ROWS, Method, Role, RoundContext, Step
-from fedrec_flwr.methods.plugin import Attachment, MethodPlugin, Plugin
+from fedrec_flwr.methods.plugin import MethodPlugin, Plugin
 from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Dim, Group, key
 
 GLOBAL = "plgc-global"  # G: the received global rows, frozen
@@ -230,9 +230,8 @@ def plgc_enabled(config) -> bool:
 PLUGIN = Plugin(
     name="plgc",
     paper="Zhao et al. 2025 (our interpretation, docs/plgc.md)",
-    attaches_to=Attachment.METHOD,
     enabled=plgc_enabled,
-    module=__name__,
     check=check_applies,
-    wrapper=PLGC,
+    method=PLGC,
+    preset="plgc",
 )

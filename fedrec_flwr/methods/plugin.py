@@ -1,15 +1,20 @@
-"""How a plug-in composes with a base method: one declaration, one way to attach.
+"""How a plug-in composes with a run: one declaration, the places it acts.
 
 A plug-in is a :class:`Plugin` declaration in the registry (``register_plugin``): its name,
-when a run config enables it, the checks that it applies to the configured method, and where
-it acts (:class:`Attachment`). ``build_method`` builds the configured method, then attaches
-every enabled plug-in in registry order:
+when a run config enables it, the checks that it applies to the configured method, and what
+it contributes where it acts. The run composes every enabled plug-in's contributions in
+registry order, each place from the same list:
 
-- ``method``: the plug-in wraps the method in a :class:`MethodPlugin` subclass (PLGC);
-- ``roles``: the method reads the plug-in's flag and changes its roles and phases (DualPer,
-  for methods that declare ``supports_dual``);
-- ``local-update``: the node's local optimiser reads the plug-in's keys (SAM);
-- ``upload``: the node's uploads read the plug-in's keys (LDP, decoys).
+- ``method``: :func:`~fedrec_flwr.methods.registry.build_method` passes the method through
+  it: PLGC wraps it in a :class:`MethodPlugin` subclass, DualPer turns its dense parameters
+  and score function private and its item rows personal;
+- ``local_update``: the node's local optimiser is passed through it (SAM wraps it:
+  :func:`fedrec_flwr.node.optim.local_optimizer`);
+- ``node``: a stage of the node's upload chain (:class:`fedrec_flwr.stages.UploadStage`:
+  malicious clients, decoys, LDP, secure aggregation's masking);
+- ``server``: a stage of the server's chain in front of its optimiser
+  (:class:`fedrec_flwr.stages.ServerStage`: secure aggregation's decoding, LDP denoising,
+  the defences against poisoning).
 
 A :class:`MethodPlugin` holds the base method and delegates every member of :class:`Method`
 it does not override, automatically and completely; the members that :class:`Method`
@@ -22,20 +27,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from fedrec_flwr.methods.base import Method
 from fedrec_flwr.run_keys import RunGroups
+from fedrec_flwr.stages import ServerStage, UploadStage
 
-
-class Attachment(StrEnum):
-    """Where a plug-in acts."""
-
-    METHOD = "method"
-    ROLES = "roles"
-    LOCAL_UPDATE = "local-update"
-    UPLOAD = "upload"
+#: The places a plug-in may act, as :class:`Plugin` fields.
+PLACES = ("method", "local_update", "node", "server")
 
 
 @dataclass(frozen=True)
@@ -43,34 +42,51 @@ class Plugin:
     """A plug-in's declaration.
 
     ``enabled(config)``: does the run config switch it on? ``check(config, method)``: raise
-    ``ConfigError`` (saying what to do) when it does not apply to the configured ``method``.
-    ``wrapper``: the :class:`MethodPlugin` subclass it wraps the method in (``METHOD`` only).
-    ``module``: where it is carried out.
+    ``ConfigError`` (saying what to do) when it does not apply to the configured ``method``
+    (the method as the plug-ins before it left it). What it contributes, each built from the
+    run config where the run composes that place:
+
+    - ``method(config, num_items, method)``: the method it returns in place of ``method``;
+    - ``local_update(config, method, optimizer)``: the optimiser it returns in place of the
+      local ``optimizer``;
+    - ``node(config, data)``: its stage of the node's upload chain (``data``: the node's);
+    - ``server(config, method, num_items)``: its stage of the server's chain, or None when
+      the run needs none.
+
+    ``preset``: the word naming it in a plug-in preset's file name (``conf/``), if it has
+    presets.
     """
 
     name: str
     paper: str
-    attaches_to: Attachment
     enabled: Callable[[RunGroups], bool]
-    module: str
     check: Callable[[RunGroups, Method], None] | None = None
-    wrapper: type[MethodPlugin] | None = None
+    method: Callable[[RunGroups, int, Method], Method] | None = None
+    local_update: Callable[[RunGroups, Method, Any], Any] | None = None
+    node: Callable[[RunGroups, Any], UploadStage] | None = None
+    server: Callable[[RunGroups, Method, int], ServerStage | None] | None = None
+    preset: str | None = None
 
     def __post_init__(self) -> None:
-        if (self.wrapper is None) == (self.attaches_to is Attachment.METHOD):
+        if not self.acts_on:
             raise ValueError(
-                f"plug-in '{self.name}': give a wrapper (a MethodPlugin subclass) exactly when "
-                "it attaches to the method (attaches_to=Attachment.METHOD)."
+                f"plug-in '{self.name}' contributes nothing: give it a method, local_update, "
+                "node or server contribution."
             )
 
+    @property
+    def acts_on(self) -> tuple[str, ...]:
+        """The places it acts (:data:`PLACES` it contributes to)."""
+        return tuple(place for place in PLACES if getattr(self, place) is not None)
+
     def attach(self, config: RunGroups, num_items: int, method: Method) -> Method:
-        """``method`` with this plug-in: checked, then wrapped (``METHOD``) or as it is (the
-        other attachments read the plug-in's keys from the config)."""
+        """``method`` with this plug-in: checked, then passed through its ``method``
+        contribution (if any)."""
         if self.check is not None:
             self.check(config, method)
-        if self.wrapper is None:
+        if self.method is None:
             return method
-        return self.wrapper(config, num_items, method)
+        return self.method(config, num_items, method)
 
 
 #: Members of :class:`Method` computed from its other members: a :class:`MethodPlugin` runs

@@ -1,4 +1,4 @@
-"""The registry: methods by name (their cards) and plug-ins in the order they attach.
+"""The registry: methods by name (their cards), and plug-ins in the order they act.
 
 Built-in methods are the :class:`~fedrec_flwr.methods.card.MethodCard` objects declared in
 the modules of :mod:`fedrec_flwr.methods` (:func:`register_builtin_methods`, listed by their
@@ -7,8 +7,10 @@ them. A method from another installed package joins through an entry point of th
 ``fedrec_flwr.methods`` naming its card (``toy = "fedrec_toy:CARD"``), loaded the first time
 the registry is read, so ``flwr run``, ``fedrec tune`` and ``fedrec audit`` run it like a
 built-in one; a script or a test may also call :func:`register_method`
-(``docs/adding-a-method.md``). Config validation, the node, the server, tuning and the audit
-all read :func:`methods`.
+(``docs/adding-a-method.md``). The built-in plug-ins are declared beside the code that
+carries them out (:data:`BUILTIN_PLUGINS`) and join the registry when it is first read;
+another joins with :func:`register_plugin` (``docs/adding-a-stage.md``). Config validation,
+the node, the server, tuning, the presets and the audit all read these registries.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from importlib.metadata import entry_points
 from types import MappingProxyType
 from typing import TypeVar
@@ -32,8 +34,69 @@ METHOD_ENTRY_POINTS = "fedrec_flwr.methods"
 
 #: Method cards by name (``method`` run-config key), in registration order.
 _METHODS: dict[str, MethodCard] = {}
-#: Plug-in declarations by name, in the order ``build_method`` attaches them.
-PLUGINS: dict[str, Plugin] = {}
+
+#: The built-in plug-ins, ``module:attribute`` of each declaration, in the order they act:
+#: the method's (DualPer, then PLGC around it), the local optimiser's (SAM), the upload's
+#: (a malicious client's poisoning, then decoys, then LDP on every row; secure aggregation
+#: finishes), the server's (decoding, denoising, the defences).
+BUILTIN_PLUGINS = (
+    "fedrec_flwr.methods.plugins:DUALPER",
+    "fedrec_flwr.node.optim:SAM_PLUGIN",
+    "fedrec_flwr.methods.plgc:PLUGIN",
+    "fedrec_flwr.node.malicious:PLUGIN",
+    "fedrec_flwr.privacy.uploads:DECOYS",
+    "fedrec_flwr.privacy.uploads:LDP",
+    "fedrec_flwr.privacy.secure_upload:PLUGIN",
+    "fedrec_flwr.server.defences:PLUGIN",
+)
+
+
+class PluginRegistry(Mapping[str, Plugin]):
+    """Plug-in declarations by name, in the order they act. The built-in ones
+    (:data:`BUILTIN_PLUGINS`) are read from their modules when the registry is first used:
+    those modules sit above this one (the node, the privacy mechanisms, the server)."""
+
+    def __init__(self, builtin: tuple[str, ...]) -> None:
+        self._builtin = builtin
+        self._plugins: dict[str, Plugin] = {}
+        self._loaded = False
+
+    def _load(self) -> dict[str, Plugin]:
+        if not self._loaded:
+            self._loaded = True  # first, so that a module read here may read the registry
+            try:
+                for entry in self._builtin:
+                    module, _, attribute = entry.partition(":")
+                    self.add(getattr(importlib.import_module(module), attribute))
+            except BaseException:
+                self._loaded = False
+                self._plugins.clear()
+                raise
+        return self._plugins
+
+    def add(self, plugin: Plugin) -> None:
+        plugins = self._load()
+        _claim(plugins, "plug-in", plugin.name, plugin)
+        plugins[plugin.name] = plugin
+
+    def remove(self, name: str) -> None:
+        self._load().pop(name)
+
+    def __getitem__(self, name: str) -> Plugin:
+        return self._load()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._load()))
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __repr__(self) -> str:
+        return f"PluginRegistry({list(self)})"
+
+
+#: Plug-in declarations by name, in the order they act.
+PLUGINS = PluginRegistry(BUILTIN_PLUGINS)
 
 _entry_points = {"loaded": False, "loading": False}
 
@@ -70,7 +133,7 @@ def register_method(card: MethodCard) -> MethodCard:
     if not (isinstance(cls, type) and issubclass(cls, Method)) or issubclass(cls, MethodPlugin):
         raise TypeError(
             f"a MethodCard describes a Method subclass, got {cls!r}; a plug-in that wraps a "
-            "method is declared with register_plugin(Plugin(..., wrapper=...))."
+            "method is declared with register_plugin(Plugin(..., method=...))."
         )
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name:
@@ -130,8 +193,7 @@ def register_plugin(plugin: Plugin) -> Plugin:
     """Register ``plugin`` after those already registered; raises if its name is taken."""
     if not isinstance(plugin, Plugin):
         raise TypeError(f"register_plugin takes a Plugin declaration, got {plugin!r}.")
-    _claim(PLUGINS, "plug-in", plugin.name, plugin)
-    PLUGINS[plugin.name] = plugin
+    PLUGINS.add(plugin)
     return plugin
 
 
@@ -142,10 +204,10 @@ def unregister_method(name: str) -> None:
 
 def unregister_plugin(name: str) -> None:
     """Remove plug-in ``name``."""
-    PLUGINS.pop(name)
+    PLUGINS.remove(name)
 
 
-def _claim(registry: dict[str, Entry], kind: str, name: str, entry: Entry) -> None:
+def _claim(registry: Mapping[str, Entry], kind: str, name: str, entry: Entry) -> None:
     if name in registry and registry[name] is not entry:
         raise ValueError(
             f"{kind} name '{name}' is already registered ({registry[name]!r}); choose another "
@@ -153,9 +215,20 @@ def _claim(registry: dict[str, Entry], kind: str, name: str, entry: Entry) -> No
         )
 
 
-def enabled_plugins(config: RunGroups) -> tuple[Plugin, ...]:
-    """The plug-ins ``config`` switches on, in the order they attach."""
-    return tuple(plugin for plugin in PLUGINS.values() if plugin.enabled(config))
+def enabled_plugins(config: RunGroups, place: str | None = None) -> tuple[Plugin, ...]:
+    """The plug-ins ``config`` switches on, in the order they act (those acting at
+    ``place``, one of :data:`~fedrec_flwr.methods.plugin.PLACES`, if given)."""
+    return tuple(
+        plugin
+        for plugin in PLUGINS.values()
+        if plugin.enabled(config) and (place is None or getattr(plugin, place) is not None)
+    )
+
+
+def plugin_enabled(name: str, config: RunGroups) -> bool:
+    """Does ``config`` switch plug-in ``name`` on? (Its own test, the one place it is
+    written.)"""
+    return PLUGINS[name].enabled(config)
 
 
 def build_method(config: RunGroups, num_items: int) -> Method:

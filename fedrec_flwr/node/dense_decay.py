@@ -19,23 +19,29 @@ does not hold takes the product of those factors over its steps, ``f_u``
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from fedrec_flwr.methods.base import ROWS
-from fedrec_flwr.node.upload import TrainResult
+from fedrec_flwr.stages import Finish, TrainResult, UploadRound, Uploads, UploadStage
 
 
 @dataclasses.dataclass
-class DenseDecay:
-    """One round's: the rows each user was sent, and the optimiser's log factors."""
+class DenseDecay(UploadStage):
+    """One round's: the rows each user was sent, and the optimiser's log factors. As the
+    first stage of the round's upload chain (:meth:`~fedrec_flwr.stages.UploadChain.around`)
+    it changes the users' tuned rows into those they upload and adds ``row_shrink`` to the
+    node's upload."""
+
+    name: ClassVar[str] = "weight-decay-rows"
 
     received: np.ndarray  # the flat rows as sent (a copy: training changes the original)
     logs: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def of(cls, config, received: np.ndarray) -> DenseDecay | None:
+    def of(cls, config: Any, received: np.ndarray) -> DenseDecay | None:
         """The round's bookkeeping, or None (``weight-decay-rows = "held"``, or no decay)."""
         if config.weight_decay_rows != "all" or config.weight_decay <= 0:
             return None
@@ -55,6 +61,9 @@ class DenseDecay:
         shift = (factors[owner] - 1.0)[:, None] * self.received.astype(np.float64)
         return (tuned - shift).astype(tuned.dtype), float((1.0 - factors).sum())
 
-    @staticmethod
-    def finish(result: TrainResult, shrink: float) -> TrainResult:
+    def __call__(
+        self, uploads: Uploads, upload_round: UploadRound, call_next: Finish
+    ) -> TrainResult:
+        rows, shrink = self.upload(uploads.host_rows(), uploads.offsets)
+        result = call_next(uploads.replace(rows=torch.from_numpy(rows)), upload_round)
         return dataclasses.replace(result, row_shrink=shrink)

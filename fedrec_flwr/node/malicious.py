@@ -25,7 +25,7 @@ holds a target item; it is measured whenever an attack is on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Protocol
@@ -33,8 +33,10 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from fedrec_flwr.methods import Plugin
 from fedrec_flwr.schema import POSITIVE, ConfigError, Key, KeyGroup, Range
 from fedrec_flwr.seeding import keyed_rng
+from fedrec_flwr.stages import UploadRound, Uploads, UploadStage
 
 #: Popular items whose mean global row ``promote`` pushes the targets towards.
 POPULAR_ITEMS = 20
@@ -160,19 +162,6 @@ def with_attack_items(data: TrainData, config: Any, user: int, items: np.ndarray
     return np.union1d(items, attack_items(data, config)).astype(np.int64)
 
 
-def with_attack_rows(
-    data: TrainData, config: Any, users: Iterable[int], requests: list[np.ndarray]
-) -> list[np.ndarray]:
-    """The rows each of ``users`` requests (its ``requests``), with a ``promote`` user's
-    attack rows."""
-    if not attack_active(config):
-        return requests
-    return [
-        with_attack_items(data, config, int(user), items)
-        for user, items in zip(users, requests, strict=True)
-    ]
-
-
 def exposure_targets(data: TrainData, config: Any) -> np.ndarray:
     """The items whose exposure evaluation measures: an attack's targets (none when off)."""
     if not attack_active(config):
@@ -228,6 +217,47 @@ def _attack(data, config, items, rows, base, lookup):
     uploaded = np.concatenate([rows[own], pushed.astype(rows.dtype)])[order]
     sent = np.concatenate([base[own], target_rows.astype(base.dtype)])[order]
     return merged[order], uploaded, sent
+
+
+class PoisonedUploads(UploadStage):
+    """The malicious users' uploads (``malicious-attack``): a ``promote`` user requests the
+    attack rows, and each malicious user's rows are poisoned (:func:`poisoned_rows`)."""
+
+    name = "malicious"
+    reads_sent = True
+
+    def __init__(self, config: Any, data: TrainData) -> None:
+        self.config, self.data = config, data
+
+    def request(self, user: int, items: np.ndarray) -> np.ndarray:
+        return with_attack_items(self.data, self.config, user, items)
+
+    def transform(self, uploads: Uploads, upload_round: UploadRound) -> Uploads:
+        offsets, items, rows, sent = poisoned_rows(
+            self.data,
+            self.config,
+            uploads.users,
+            uploads.offsets,
+            uploads.items,
+            uploads.host_rows(),
+            uploads.host_sent(),
+            upload_round.lookup,
+        )
+        return uploads.replace(
+            offsets=offsets,
+            items=items,
+            rows=torch.from_numpy(rows),
+            sent=torch.from_numpy(sent),
+        )
+
+
+#: Malicious clients (simulation): users whose uploads poison the global item table.
+PLUGIN = Plugin(
+    name="malicious",
+    paper="PIECK (Zhang et al., ICDE 2024), FedRecAttack (Rong et al., ICDE 2022)",
+    enabled=attack_active,
+    node=PoisonedUploads,
+)
 
 
 def target_exposure(scores: torch.Tensor, valid: torch.Tensor, targets: np.ndarray) -> np.ndarray:

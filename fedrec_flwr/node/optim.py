@@ -21,9 +21,11 @@ from enum import StrEnum
 
 import torch
 
+from fedrec_flwr.methods import Method, Plugin, enabled_plugins
 from fedrec_flwr.methods.adam_state import ADAM_STEPS, adam_moment_names
 from fedrec_flwr.methods.base import ROWS, Role, RoundContext, Step
 from fedrec_flwr.node.row_updates import RowAdder
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.schema import NON_NEGATIVE, Dim, Key, KeyGroup
 
 Grads = dict[str, torch.Tensor]
@@ -320,25 +322,48 @@ def _distinct_row_grads(step: Step, grad: torch.Tensor):
     return real, owner, summed, inverse
 
 
-def build_optimizer(
-    method,
-    rho_private: float,
-    rho_shared: float,
-    mode: str = SamMode.JOINT,
-    weight_decay: float = 0.0,
-    context: RoundContext | None = None,
-) -> SGD | SAM:
+def plain_optimizer(
+    method: Method, weight_decay: float = 0.0, context: RoundContext | None = None
+) -> SGD:
     """SGD with the method's learning rates (Adam for the private parameters that have Adam
-    state beside them) and ``weight_decay`` (item rows: over ``context``'s blocks), wrapped
-    in SAM (``mode``) when a radius is positive."""
+    state beside them) and ``weight_decay`` (item rows: over ``context``'s blocks)."""
     roles = method.roles()
     learning_rates = {name: method.learning_rate(name) for name in roles}
     adam = tuple(name for name in roles if adam_moment_names(name)[0] in roles)
     rows = method.row_names()
     if adam:
-        inner: SGD = PrivateAdam(learning_rates, rows, adam, weight_decay, context)
-    else:
-        inner = SGD(learning_rates, rows, weight_decay, context)
-    if rho_private > 0 or rho_shared > 0:
-        return SAM(inner, roles, rho_private, rho_shared, mode)
-    return inner
+        return PrivateAdam(learning_rates, rows, adam, weight_decay, context)
+    return SGD(learning_rates, rows, weight_decay, context)
+
+
+def local_optimizer(
+    method: Method, config: RunGroups, context: RoundContext | None = None
+) -> SGD | SAM:
+    """The node's local optimiser: :func:`plain_optimizer` (``weight-decay``), passed
+    through every enabled plug-in that acts on the local update (SAM wraps it)."""
+    optimizer = plain_optimizer(method, config.weight_decay, context)
+    for plugin in enabled_plugins(config, "local_update"):
+        optimizer = plugin.local_update(config, method, optimizer)
+    return optimizer
+
+
+def sam_enabled(config: RunGroups) -> bool:
+    """Is SAM on: a positive radius?"""
+    return config.sam_rho_private > 0 or config.sam_rho_shared > 0
+
+
+def with_sam(config: RunGroups, method: Method, inner: SGD) -> SAM:
+    """``inner`` wrapped in SAM with the run's radii and ``sam-mode``."""
+    return SAM(
+        inner, method.roles(), config.sam_rho_private, config.sam_rho_shared, config.sam_mode
+    )
+
+
+#: Sharpness-aware local steps, one radius for private and one for shared parameters.
+SAM_PLUGIN = Plugin(
+    name="sam",
+    paper="Foret et al., ICLR 2021",
+    enabled=sam_enabled,
+    local_update=with_sam,
+    preset="sam",
+)

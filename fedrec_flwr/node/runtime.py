@@ -5,9 +5,11 @@ user per node (the faithful mode), a smaller ``N`` packs users (the fast mode). 
 is keyed by (seed, user, round), and the users of a node are trained as one batch of
 disjoint per-user parameters, so the metrics do not depend on ``N``.
 
-What leaves a node is decided by the method's parameter roles: the sums over its users of
-their tuned item rows (ids, counts) and of their tuned shared-dense parameters, the ids of the
-rows it needs next, and metric sums (:mod:`fedrec_flwr.node.upload`). What stays
+What leaves a node is decided by the method's parameter roles: its users' tuned item rows
+and tuned shared-dense parameters, passed through the node's upload chain (the stages of the
+plug-ins the run enables, :mod:`fedrec_flwr.stages`, :func:`~fedrec_flwr.node.upload.upload_chain`:
+by default their sums, ids and counts), the ids of the rows it needs next (which the chain's
+stages may add to), and metric sums. What stays
 (:class:`~fedrec_flwr.node.state.NodeState`): every private parameter and the personal-row
 store. Evaluation: :mod:`fedrec_flwr.node.evaluate`.
 """
@@ -25,22 +27,22 @@ from fedrec_flwr.node.accelerator import torch_device
 from fedrec_flwr.node.dense_decay import DenseDecay
 from fedrec_flwr.node.evaluate import NodeEvaluation
 from fedrec_flwr.node.layered import LayeredRows
-from fedrec_flwr.node.personal import KEY_STRIDE, PersonalRows
+from fedrec_flwr.node.personal import PersonalRows
 from fedrec_flwr.node.protocols import build_protocol, lookup_rows
+from fedrec_flwr.node.round_params import round_params, zero_small_rows
 from fedrec_flwr.node.samples import (
     RoundDraws,
     RoundSamples,
     build_round_samples,
     distinct_items,
-    max_samples_per_user,
     round_draws,
 )
 from fedrec_flwr.node.state import NodeState
 from fedrec_flwr.node.statistics import statistics_upload
 from fedrec_flwr.node.training import local_update
-from fedrec_flwr.node.upload import SecureUploads, TrainResult, summed_upload
+from fedrec_flwr.node.upload import TrainResult, upload_chain
 from fedrec_flwr.partition import participants, users_of_partition
-from fedrec_flwr.privacy import uploads
+from fedrec_flwr.stages import UploadRound, Uploads
 
 __all__ = ["NodeRuntime", "NodeState", "TrainResult"]
 
@@ -69,10 +71,9 @@ class NodeRuntime(NodeEvaluation):
         self.protocol.target_items = malicious.exposure_targets(prepared, config)
         self.protocol.scores_train_rows = config.eval_loss
         self.device = torch_device(config)
-        self.max_samples = max_samples_per_user(prepared, config)
         self._planned: tuple[int, RoundDraws | None] = (0, None)  # (round, its draws)
         self._selected: tuple[int, np.ndarray] = (-1, self.users[:0])
-        self.secure = SecureUploads(config, prepared) if config.secure_aggregation else None
+        self.uploads = upload_chain(config, prepared)  # request, transform, finish
 
     # ------------------------------------------------------------------ state
     def initial_state(self) -> NodeState:
@@ -119,14 +120,12 @@ class NodeRuntime(NodeEvaluation):
         self._planned = (server_round, draws)
         if not len(selected):
             return np.empty(0, dtype=np.int64)
-        if self.config.decoy_ratio <= 0 and not malicious.attack_active(self.config):
+        if not self.uploads.adds_requests:
             return distinct_items(draws.items, self.prepared.num_items)[0]  # no user adds any
-        planned = {int(u): pair for u, pair in zip(selected, draws.pairs(), strict=True)}
         requested = [
-            uploads.with_decoys(self.prepared, self.config, user, items)
-            for user, (items, _) in planned.items()
+            self.uploads.request(int(user), items)
+            for user, (items, _) in zip(selected, draws.pairs(), strict=True)
         ]
-        requested = malicious.with_attack_rows(self.prepared, self.config, planned, requested)
         return distinct_items(np.concatenate(requested), self.prepared.num_items)[0]
 
     def _planned_draws(self, server_round: int) -> RoundDraws | None:
@@ -168,8 +167,9 @@ class NodeRuntime(NodeEvaluation):
         support: np.ndarray | None = None,
     ) -> tuple[TrainResult, NodeState]:
         """Train ``users`` starting from the global rows (``item_ids`` None = full table)
-        and the global shared-dense parameters ``dense`` (``support``: the items of an
-        item-item method's co-occurrence round, :mod:`fedrec_flwr.node.statistics`)."""
+        and the global shared-dense parameters ``dense``; their uploads go through the
+        node's upload chain (``support``: the items of an item-item method's co-occurrence
+        round, :mod:`fedrec_flwr.node.statistics`)."""
         positions = self.positions_of(users)
         if self.method.uploads_statistics:  # no training: the users' co-occurrences
             return statistics_upload(self, users, server_round, support), state
@@ -177,133 +177,83 @@ class NodeRuntime(NodeEvaluation):
         samples = build_round_samples(
             self.prepared, self.config, users, positions, server_round, draws=draws
         )
-        params = self._round_params(state, positions, dense or {})
-        received = lookup_rows(samples.row_items, item_ids, item_rows)
-        attack = malicious.attack_active(self.config)
-        per_user = uploads.per_user_uploads(self.config) or attack
-        sent = received.copy() if per_user else received  # the global rows, for LDP
-        for name in self.method.global_row_names():  # the frozen global view
-            params[name] = torch.from_numpy(received.copy()).to(self.device)
-        if self.method.train_from_personal:  # the local rows persist
-            local = state.personal.gathered(samples.row_positions(), samples.row_items)
-            held = np.isin(
-                samples.row_positions() * KEY_STRIDE + samples.row_items,
-                state.personal.keys(),
-            )
-            received = np.where(held[:, None], local, received)
-        params[ROWS] = torch.from_numpy(received).to(self.device)
-        decay = DenseDecay.of(self.config, received)  # weight-decay-rows = "all"
-        for name in self.method.private_row_names():  # stored: zero for rows never trained
-            rows = state.private_rows[name].gathered(samples.row_positions(), samples.row_items)
-            rows = self.method.private_rows_in(name, rows, samples.row_items)
-            params[name] = torch.from_numpy(rows).to(self.device)
-        loss_sum, num_samples = local_update(
-            self.method,
-            samples,
-            params,
-            self.config,
-            server_round,
-            self.max_samples,
-            decay.logs if decay else None,
+        received = lookup_rows(samples.row_items, item_ids, item_rows)  # the global rows
+        sent = torch.from_numpy(received.copy()) if self.uploads.reads_sent else None
+        params = round_params(
+            self.method, state, positions, dense or {}, samples, received, self.device
         )
-        tuned = params[ROWS].cpu().numpy()
-        threshold = self.method.zero_threshold
-        if threshold is not None:  # rows at or below the threshold count (and travel) as zero
-            tuned[np.abs(tuned).max(axis=1, initial=0.0) <= threshold] = 0.0
-        up_items, up_rows = samples.row_items, tuned
-        if decay:  # the rows not held: their factor (fedrec_flwr/node/dense_decay.py)
-            up_rows, shrink = decay.upload(tuned, samples.row_offsets)
-        offsets, sent_rows = samples.row_offsets, sent
-        if attack:  # the malicious users' uploads (simulation: fedrec_flwr/node/malicious.py)
-            offsets, up_items, up_rows, sent_rows = malicious.poisoned_rows(
-                self.prepared,
-                self.config,
-                samples.users,
-                samples.row_offsets,
-                samples.row_items,
-                tuned,
-                sent,
-                lambda items: lookup_rows(items, item_ids, item_rows),
-            )
-        if per_user:  # each user's upload on its own: LDP, decoys (fedrec_flwr/privacy)
-            up_items, up_rows = uploads.user_uploads(
-                self.prepared,
-                self.config,
-                server_round,
-                samples.users,
-                offsets,
-                up_items,
-                up_rows,
-                sent_rows,
-                lambda items: lookup_rows(items, item_ids, item_rows),
-            )
-        result = summed_upload(
-            up_items,
-            up_rows,
-            self.prepared.num_items,
-            {name: params[name] for name in self.method.shared_dense_names()},
-            num_users=len(users),
-            num_samples=num_samples,
-            loss_sum=loss_sum,
-            sparse=threshold is not None,
-            secure=self.secure.at(server_round, samples.users, offsets, item_rows)
-            if self.secure
-            else None,
+        decay = DenseDecay.of(self.config, params[ROWS].cpu().numpy())  # weight-decay-rows
+        logs = decay.logs if decay else None
+        loss, count = local_update(
+            self.method, samples, params, self.config, server_round, row_decay=logs
         )
+        tuned = zero_small_rows(params[ROWS], self.method.zero_threshold)
+        shared = {name: params[name] for name in self.method.shared_dense_names()}
+        uploads = Uploads(
+            samples.users, samples.row_offsets, samples.row_items, tuned, sent, shared, count, loss
+        )
+        chain = self.uploads.around(decay) if decay else self.uploads
+        result = chain(uploads, self._upload_round(server_round, item_ids, item_rows))
+        return result, self._next_state(state, positions, samples, params, tuned)
+
+    def _upload_round(
+        self,
+        server_round: int,
+        item_ids: np.ndarray | None,
+        item_rows: np.ndarray,
+    ) -> UploadRound:
+        """What the upload chain knows of the round: the rows as received."""
+        return UploadRound(
+            server_round=server_round,
+            num_items=self.prepared.num_items,
+            lookup=lambda items: lookup_rows(items, item_ids, item_rows),
+            table=item_rows,
+            sparse=self.method.zero_threshold is not None,
+        )
+
+    def _next_state(
+        self,
+        state: NodeState,
+        positions: np.ndarray,
+        samples: RoundSamples,
+        params: dict[str, torch.Tensor],
+        tuned: torch.Tensor,
+    ) -> NodeState:
+        """The node's state after the round: the trained users' private parameters, their
+        personal rows (this round's tuned rows) and private rows (those at or below the zero
+        threshold are zero: not kept)."""
         private = {k: v.clone() for k, v in state.private.items()}
         index = torch.from_numpy(positions)
         for name in private:
             private[name][index] = params[name].cpu()
         personal = state.personal
         if self.method.personal_rows:
-            personal = kept_rows(self, personal, samples, tuned)
-        private_rows = {  # rows at or below the zero threshold are zero: not kept
+            personal = self._kept_rows(personal, samples, tuned.cpu().numpy())
+        private_rows = {
             name: store.merged(
                 samples.row_positions(),
                 samples.row_items,
                 self.method.private_rows_out(name, params[name].cpu().numpy(), samples.row_items),
-                zero_at=threshold,
+                zero_at=self.method.zero_threshold,
             )
             for name, store in state.private_rows.items()
         }
-        result = DenseDecay.finish(result, shrink) if decay else result
-        return result, NodeState(private, personal, private_rows)
+        return NodeState(private, personal, private_rows)
 
-    def _round_params(
-        self, state: NodeState, positions: np.ndarray, dense: dict[str, np.ndarray]
-    ) -> dict[str, torch.Tensor]:
-        """The round users' tensors: their private parameters, and a copy per user of the
-        global shared-dense parameters."""
-        index = torch.from_numpy(positions)
-        params = {k: v[index].to(self.device) for k, v in state.private.items()}
-        for name in self.method.shared_dense_names():
-            if name not in dense:
-                raise RuntimeError(
-                    f"the server sent no '{name}' (shared-dense parameter of "
-                    f"{self.method.name}): do server and node run the same method?"
-                )
-            value = torch.from_numpy(np.asarray(dense[name], np.float32)).to(self.device)
-            params[name] = value.unsqueeze(0).repeat(len(positions), *[1] * value.dim())
-        return params
-
-
-def kept_rows(
-    runtime: NodeRuntime,
-    personal: PersonalRows | LayeredRows,
-    samples: RoundSamples,
-    tuned: np.ndarray,
-) -> PersonalRows | LayeredRows:
-    """The trained users' personal rows become this round's tuned rows (filtered by the
-    protocol: under ``paper`` only rows among the user's candidates are kept), added as
-    one segment of a layered store: the other users' rows are not copied."""
-    if runtime.method.train_from_personal:  # local rows persist: keep every trained row
-        return personal.merged(samples.row_positions(), samples.row_items, tuned)
-    keep = runtime.protocol.keep_personal_rows(
-        samples.users, samples.row_offsets, samples.row_items
-    )
-    if runtime.config.keep_personal_rows == "positives":  # rows of sampled negatives go
-        keep &= samples.positive_row_mask()
-    positions, items = samples.row_positions(), samples.row_items
-    if not keep.all():
-        positions, items, tuned = positions[keep], items[keep], tuned[keep]
-    return LayeredRows.of_store(personal).replaced(samples.positions, positions, items, tuned)
+    def _kept_rows(
+        self, personal: PersonalRows | LayeredRows, samples: RoundSamples, tuned: np.ndarray
+    ) -> PersonalRows | LayeredRows:
+        """The trained users' personal rows become this round's tuned rows (filtered by the
+        protocol: under ``paper`` only rows among the user's candidates are kept), added as
+        one segment of a layered store: the other users' rows are not copied."""
+        if self.method.train_from_personal:  # local rows persist: keep every trained row
+            return personal.merged(samples.row_positions(), samples.row_items, tuned)
+        keep = self.protocol.keep_personal_rows(
+            samples.users, samples.row_offsets, samples.row_items
+        )
+        if self.config.keep_personal_rows == "positives":  # rows of sampled negatives go
+            keep &= samples.positive_row_mask()
+        positions, items = samples.row_positions(), samples.row_items
+        if not keep.all():
+            positions, items, tuned = positions[keep], items[keep], tuned[keep]
+        return LayeredRows.of_store(personal).replaced(samples.positions, positions, items, tuned)

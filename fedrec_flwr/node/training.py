@@ -22,7 +22,7 @@ from fedrec_flwr.node.lockstep import (
     shuffle_tag,
     tensor_epoch_steps,
 )
-from fedrec_flwr.node.optim import build_optimizer
+from fedrec_flwr.node.optim import local_optimizer
 from fedrec_flwr.node.samples import RoundSamples
 from fedrec_flwr.node.schedule import LocalSchedule
 from fedrec_flwr.sampling import NegativeSampler
@@ -122,14 +122,7 @@ def local_update(
     device = params[ROWS].device
     method.begin_round(params, samples.users, server_round)
     context = round_context(samples, config, server_round, device)
-    optimizer = build_optimizer(
-        method,
-        config.sam_rho_private,
-        config.sam_rho_shared,
-        config.sam_mode,
-        config.weight_decay,
-        context,
-    )
+    optimizer = local_optimizer(method, config, context)
     schedule = LocalSchedule.of(config, context)  # None: no learning-rate decay
     method.begin_local_update(params, context)
     row_names = method.row_names()

@@ -1,4 +1,5 @@
-"""Server-side post-processing of the LDP noise in an aggregated row change (``ldp-denoise``).
+"""Server-side post-processing of the LDP noise in an aggregated row change (``ldp-denoise``):
+the LDP plug-in's stage of the server's chain (:class:`Denoise`).
 
 The server knows the noise's per-coordinate variance ``v`` (Gaussian ``sigma^2``, Laplace
 ``2 b^2``, PFedRec's raw mode ``2 lambda^2``) and how many uploads ``n_i`` each row's change
@@ -18,11 +19,12 @@ from functools import partial
 import numpy as np
 
 from fedrec_flwr.aggregation import RowUpload
-from fedrec_flwr.config import RunConfig
 from fedrec_flwr.privacy.ldp import noise_scale
+from fedrec_flwr.run_keys import RunGroups
+from fedrec_flwr.stages import RowChanges, ServerStage
 
 
-def noise_variance(config: RunConfig, dim: int) -> float:
+def noise_variance(config: RunGroups, dim: int) -> float:
     """Per-coordinate variance of the noise on one uploaded row (0: no noise)."""
     if config.ldp_laplace_lambda > 0:
         return 2.0 * config.ldp_laplace_lambda**2
@@ -34,21 +36,11 @@ def noise_variance(config: RunConfig, dim: int) -> float:
     return 2.0 * scale**2 if config.ldp_mechanism == "laplace" else scale**2
 
 
-def denoiser(
-    config: RunConfig, num_items: int
-) -> Callable[[np.ndarray, np.ndarray, Sequence[RowUpload]], np.ndarray] | None:
-    """The server update's denoising hook (:class:`fedrec_flwr.server.model.ServerModel`):
-    :func:`denoised` for this run with ``ldp-denoise``, else None."""
-    if not config.ldp_denoise:
-        return None
-    return partial(denoised, config=config, num_items=num_items)
-
-
 def denoised(
     touched: np.ndarray,
     change: np.ndarray,
     uploads: Sequence[RowUpload],
-    config: RunConfig,
+    config: RunGroups,
     num_items: int,
 ) -> np.ndarray:
     """``change`` (rows ``touched``) shrunk by the James-Stein factor above."""
@@ -65,3 +57,32 @@ def denoised(
     noise = change.shape[1] * n * variance / divisor**2
     energy = np.maximum((change**2).sum(axis=1), 1e-300)
     return change * np.maximum(0.0, 1.0 - noise / energy)[:, None]
+
+
+#: (touched rows, their float64 change, the round's uploads) -> the change to apply.
+Denoiser = Callable[[np.ndarray, np.ndarray, Sequence[RowUpload]], np.ndarray]
+
+
+class Denoise(ServerStage):
+    """The rows' change, as the rest of the chain computes it, passed through ``denoise``
+    (the James-Stein shrinkage of :func:`denoised` for a run's LDP keys, or any
+    :data:`Denoiser`)."""
+
+    name = "ldp-denoise"
+
+    def __init__(self, denoise: Denoiser) -> None:
+        self.denoise = denoise
+
+    @classmethod
+    def of(cls, config: RunGroups, num_items: int) -> Denoise:
+        """The shrinkage for the run's LDP keys and aggregation rule."""
+        return cls(partial(denoised, config=config, num_items=num_items))
+
+    def changes(
+        self,
+        table: np.ndarray,
+        uploads: Sequence[RowUpload],
+        call_next: Callable[[np.ndarray, Sequence[RowUpload]], RowChanges],
+    ) -> RowChanges:
+        touched, change = call_next(table, uploads)
+        return touched, self.denoise(touched, change, uploads)

@@ -5,10 +5,11 @@ the server optimiser and the rows ever touched, and the update a round's uploads
 (:mod:`fedrec_flwr.server.strategy`) and the audit's Flower-free round loop
 (:mod:`fedrec_lab.audit.loop`) both call it. Per round:
 
-1. the float64 change of each touched row (:func:`~fedrec_flwr.aggregation.row_changes`,
-   ``aggregation`` rule; with a defence on, :func:`~fedrec_flwr.aggregation.defended_row_changes`:
-   see below), optionally shrunk by the LDP denoising hook
-   (:mod:`fedrec_flwr.privacy.denoise`);
+1. the float64 change of each touched row, from the server's chain of stages
+   (:class:`~fedrec_flwr.stages.ServerChain`, composed from the enabled plug-ins): the
+   ``aggregation`` rule (:func:`~fedrec_flwr.aggregation.row_changes`) or, with a defence
+   on, :func:`~fedrec_flwr.aggregation.defended_row_changes` (see below), optionally shrunk
+   by the LDP denoising stage (:mod:`fedrec_flwr.privacy.denoise`);
 2. the server optimiser turns it into the new rows (:mod:`fedrec_flwr.server.optimizer`);
 3. a sparse method's rows at or below its zero threshold become exact zeros;
 4. each shared-dense parameter moves by the mean of the users' tuned copies, through the
@@ -27,14 +28,14 @@ check gets them as zero changes. Robust aggregation takes the coordinate-wise me
 mean over a row's contributors, and the server sees one contributor per reply: a node's sum of
 its users' rows. So it needs one user per node (the faithful mode, the only one a real
 deployment has); a packed federation is refused at start
-(:meth:`ServerModel.check_contributors`), and so are decoys, whose rows are contributors the
-server cannot tell apart. Neither defence covers shared-dense parameters (FedNCF's MLP): they
-are averaged as before.
+(:meth:`ServerModel.check_contributors`, :mod:`fedrec_flwr.server.defences`), and so are
+decoys, whose rows are contributors the server cannot tell apart. Neither defence covers
+shared-dense parameters (FedNCF's MLP): they are averaged as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,22 +44,24 @@ from fedrec_flwr.aggregation import (
     UPDATE_LIMIT,
     RobustRule,
     RowUpload,
-    defended_row_changes,
     dense_changes,
-    row_changes,
     upload_violation,
 )
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.methods import Method
-from fedrec_flwr.privacy.denoise import denoiser
-from fedrec_flwr.schema import ConfigError
+from fedrec_flwr.methods import Method, enabled_plugins
+from fedrec_flwr.privacy.denoise import Denoise, Denoiser
 from fedrec_flwr.seeding import keyed_rng
+from fedrec_flwr.server.defences import RowDefences
 from fedrec_flwr.server.optimizer import ServerOptimizer
+from fedrec_flwr.stages import ModelShapes, NodeUpload, ServerChain, ServerStage
 
-__all__ = ["Denoiser", "ServerModel", "UpdateRefusedError", "initial_item_table"]
-
-#: (touched rows, their float64 change, the round's uploads) -> the change to apply.
-Denoiser = Callable[[np.ndarray, np.ndarray, Sequence[RowUpload]], np.ndarray]
+__all__ = [
+    "Denoiser",
+    "ServerModel",
+    "UpdateRefusedError",
+    "initial_item_table",
+    "server_stages",
+]
 
 TABLE, TOUCHED = "item-table", "touched-ever"
 #: The largest value the table may hold without ``value_limit``: float32's.
@@ -74,6 +77,13 @@ class UpdateRefusedError(ValueError):
 DENSE, OPTIMIZER = "dense/", "optim/"
 
 
+def server_stages(config: RunConfig, method: Method, num_items: int) -> list[ServerStage]:
+    """The server's stages of the plug-ins ``config`` enables, in registry order."""
+    plugins = enabled_plugins(config, "server")
+    stages = (plugin.server(config, method, num_items) for plugin in plugins)
+    return [stage for stage in stages if stage is not None]
+
+
 def initial_item_table(config: RunConfig, num_items: int, row_dim: int) -> np.ndarray:
     """The global item table of round 1: N(0, init-std^2), keyed by the seed."""
     rng = keyed_rng(config.seed, "item-init")
@@ -86,7 +96,9 @@ class ServerModel:
 
     ``zero_threshold``: a sparse method's (rows at or below it are zero); ``None``: dense rows.
     ``evaluate_round_start``: evaluation reads the table of the round's start, not the table
-    after its update. ``denoise``: applied to the rows' change before the optimiser.
+    after its update. ``stages``: the server's chain in front of the optimiser (decoding,
+    denoising, defences); ``denoise``, ``row_update_bound`` and ``robust_aggregation`` add
+    the denoising and defence stages with these explicit arguments.
     """
 
     def __init__(
@@ -102,6 +114,7 @@ class ServerModel:
         robust_aggregation: str = RobustRule.NONE,
         update_limit: float = UPDATE_LIMIT,
         value_limit: float = FLOAT32_LIMIT,
+        stages: Sequence[ServerStage] = (),
     ) -> None:
         self.table = table
         self.round_start_table = table
@@ -110,11 +123,14 @@ class ServerModel:
         self.aggregation = aggregation
         self.zero_threshold = zero_threshold
         self.evaluate_round_start = evaluate_round_start
-        self.denoise = denoise
-        self.row_update_bound = row_update_bound
-        self.robust_aggregation = RobustRule(robust_aggregation)
         self.update_limit = update_limit
         self.value_limit = value_limit  # the largest |value| of the table and dense parameters
+        stages = list(stages)
+        if denoise is not None:
+            stages.append(Denoise(denoise))
+        if row_update_bound > 0 or RobustRule(robust_aggregation) != RobustRule.NONE:
+            stages.append(RowDefences(row_update_bound, robust_aggregation, aggregation))
+        self.stages = ServerChain(stages, aggregation)
         self.touched_ever = np.zeros(len(table), dtype=bool)
 
     @classmethod
@@ -136,10 +152,8 @@ class ServerModel:
             aggregation=config.aggregation,
             zero_threshold=method.zero_threshold,
             evaluate_round_start=method.eval_table == "round-start",
-            denoise=denoiser(config, num_items),
-            row_update_bound=config.row_update_bound,
-            robust_aggregation=config.robust_aggregation,
             update_limit=config.update_limit,
+            stages=server_stages(config, method, num_items),
         )
 
     @property
@@ -150,22 +164,20 @@ class ServerModel:
     def row_dim(self) -> int:
         return self.table.shape[1]
 
-    @property
-    def defended(self) -> bool:
-        """Is a defence against poisoned uploads on?"""
-        return self.row_update_bound > 0 or self.robust_aggregation != RobustRule.NONE
-
     def check_contributors(self, users_per_node: int) -> None:
-        """Refuse robust aggregation when a node holds several users (its reply is one
-        contributor: the sum of its users' rows)."""
-        if self.robust_aggregation != RobustRule.NONE and users_per_node > 1:
-            raise ConfigError(
-                f"robust-aggregation='{self.robust_aggregation}' takes the median or trimmed "
-                f"mean over each row's contributors, one per reply, but a node holds "
-                f"{users_per_node} users and replies with their sum. Run one user per node "
-                "(as many SuperNodes as users), or set robust-aggregation = 'none' "
-                "(row-update-bound works with packed nodes)."
-            )
+        """Refuse a stage that cannot work with nodes of ``users_per_node`` users (robust
+        aggregation: one reply is one contributor, the sum of its users' rows)."""
+        self.stages.check_contributors(users_per_node)
+
+    def shapes(self) -> ModelShapes:
+        """The table's shape and the shared-dense parameters' shapes."""
+        dense = {name: value.shape for name, value in self.dense.items()}
+        return ModelShapes(self.num_items, self.row_dim, dense)
+
+    def decode(self, uploads: list[NodeUpload]) -> list[NodeUpload]:
+        """The round's replies as row uploads (the stages' decoding: secure aggregation's
+        sum)."""
+        return self.stages.decode(uploads, self.shapes())
 
     def load_initial(self, table: np.ndarray, dense: Mapping[str, np.ndarray]) -> None:
         """Take round 1's table and shared-dense parameters (e.g. from a Flower record),
@@ -206,18 +218,7 @@ class ServerModel:
         uploads = [upload for upload, why in zip(uploads, refusals, strict=True) if why is None]
         if not uploads:
             raise UpdateRefusedError(f"every upload of the round is refused: {refusals[0]}")
-        if self.defended:
-            touched, delta = defended_row_changes(
-                self.table,
-                uploads,
-                self.aggregation,
-                self.row_update_bound,
-                self.robust_aggregation,
-            )
-        else:
-            touched, delta = row_changes(self.table, uploads, self.aggregation)
-        if self.denoise is not None:  # post-processing of the LDP noise
-            delta = self.denoise(touched, delta, uploads)
+        touched, delta = self.stages.changes(self.table, uploads)
         saved = {k: np.array(v) for k, v in self.optimizer.state_arrays().items()}
         with np.errstate(all="ignore"):
             table = self.optimizer.update_rows(self._shrunk(uploads), touched, delta)

@@ -9,21 +9,18 @@ did not answer within the round timeout are logged and counted (``train-failures
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from logging import WARNING
-from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, Message
 from flwr.common.logger import log
 
-from fedrec_flwr.aggregation import RowUpload
 from fedrec_flwr.messages import ARRAYS, PER_USER, read_reply, record_arrays
 from fedrec_flwr.server.evaluation_rounds import NodeEvaluation
 from fedrec_flwr.server.nodes import NodeInfo
 from fedrec_flwr.server.payloads import TrainOrder
 from fedrec_flwr.server.recording import RoundLog
-from fedrec_flwr.server.statistics import StatisticsUpload, check_statistics_reply
+from fedrec_flwr.server.statistics import check_statistics_reply
 from fedrec_flwr.server.validation import (
     NonFiniteReplyError,
     ReplyError,
@@ -31,17 +28,9 @@ from fedrec_flwr.server.validation import (
     check_eval_reply,
     check_train_reply,
 )
+from fedrec_flwr.stages import NodeUpload
 
 __all__ = ["NodeUpload", "ReplyReader"]
-
-
-@dataclass(frozen=True)
-class NodeUpload:
-    """One node's valid train reply: its upload and its loss and sample counts."""
-
-    partition_id: int
-    upload: RowUpload | StatisticsUpload
-    metrics: Mapping[str, Any]
 
 
 class ReplyReader:

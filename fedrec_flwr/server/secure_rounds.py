@@ -8,9 +8,10 @@ replies with one masked vector (``secure``, uint64) and its self-mask seed's sha
 their holders (``secagg-shares``), nothing else. The server adds the vectors modulo 2^64,
 asks every node that answered for what removes the masks (the ``unmask`` query: the shares
 it holds of its surviving neighbours' self-masks, its pairwise masks with the neighbours that
-dropped; :mod:`fedrec_flwr.privacy.secagg_dropout`), and decodes only the survivors' sum
-(:func:`~fedrec_flwr.privacy.secagg.decode`) into one upload for
-:meth:`~fedrec_flwr.server.model.ServerModel.apply` (:class:`SecureReader`).
+dropped; :mod:`fedrec_flwr.privacy.secagg_dropout`), and hands the survivors' sum
+(:class:`SecureReader`) to the plug-in's stage of the server's chain, which decodes it
+(:class:`~fedrec_flwr.privacy.secure_upload.SecureDecode`) into one upload for
+:meth:`~fedrec_flwr.server.model.ServerModel.apply`.
 
 A participant that fails, does not answer in time or sends a malformed vector is a dropout:
 the round aggregates the others, exactly. The round is void (the table and shared-dense
@@ -34,9 +35,10 @@ from fedrec_flwr.privacy import secagg, secagg_dropout
 from fedrec_flwr.schema import ConfigError
 from fedrec_flwr.server.nodes import NodeInfo
 from fedrec_flwr.server.payloads import TrainOrder
-from fedrec_flwr.server.replies import NodeUpload, ReplyReader
+from fedrec_flwr.server.replies import ReplyReader
 from fedrec_flwr.server.statistics import secure_statistics
 from fedrec_flwr.server.validation import ReplySchema
+from fedrec_flwr.stages import NodeUpload, SecureSum
 
 __all__ = ["SecureReader", "SecureRounds", "masked_vectors", "unmasked_total"]
 
@@ -105,15 +107,16 @@ class SecureRounds:
 
 
 class SecureReader(ReplyReader):
-    """Reads a round's masked train replies into one upload: their unmasked sum."""
+    """Reads a round's masked train replies into the survivors' sum, their masks removed,
+    for the secure-aggregation stage to decode."""
 
     rounds: SecureRounds  # the round's graph, threshold and grid
 
     def train_uploads(
         self, replies: Iterable[Message], orders: dict[int, TrainOrder], schema: ReplySchema
     ) -> list[NodeUpload]:
-        """The round's sum as one upload (partition -1) with its loss and sample sums, or
-        none when a participant's vector is missing (the round is void)."""
+        """The survivors' sum as one upload (partition -1), still encoded, or none when the
+        masks cannot be removed (the round is void)."""
         if schema.statistics:  # a method that sums co-occurrences
             return self._statistics(replies, orders, schema.layout)
         layout = secagg.Layout.of(schema.num_items, schema.row_dim, schema.dense_shapes)
@@ -123,13 +126,12 @@ class SecureReader(ReplyReader):
             if not answered:
                 raise secagg_dropout.DropoutError("no masked vector arrived")
             total = unmasked_total(self, answered)
-            survivors = sum(users[p] for p in answered)
-            aggregate = secagg.decode(layout, total, survivors, self.rounds.num_users)
         except (secagg.SecureAggregationError, secagg_dropout.DropoutError) as error:
             log(WARNING, "round %d: secure aggregation void: %s", self.server_round, error)
             return []
-        metrics = {"loss-sum": aggregate.loss_sum, "num-samples": aggregate.num_samples}
-        return [NodeUpload(-1, aggregate.upload, metrics)]
+        survivors = sum(users[p] for p in answered)
+        summed = SecureSum(self.server_round, total, survivors, self.rounds.num_users)
+        return [NodeUpload(-1, summed, {})]
 
     def admissible(self, uploads, refusals) -> list[NodeUpload]:
         """The round's sum unless it lies beyond what its users may upload (then the round

@@ -24,8 +24,10 @@ from fedrec_flwr.methods.cooccurrence import model_weights
 from fedrec_flwr.methods.itemitem import two_rounds
 from fedrec_flwr.privacy.secure_statistics import DecodedSums, StatisticsLayout
 from fedrec_flwr.privacy.sum_noise import SumNoise
+from fedrec_flwr.server.model import server_stages
 from fedrec_flwr.server.payloads import TrainOrder
 from fedrec_flwr.server.validation import ReplyError, ReplySchema, check_number, check_request
+from fedrec_flwr.stages import NodeUpload, ServerChain
 
 __all__ = ["StatisticsModel", "StatisticsUpload", "check_statistics_reply"]
 
@@ -129,6 +131,9 @@ class StatisticsModel:
         self.zero_threshold = None
         self.defended = False
         self.touched_ever = np.zeros(num_items, dtype=bool)
+        #: The run's server stages: only whether the nodes mask their vectors counts (the
+        #: reader decodes a masked round's sums itself, :func:`secure_statistics`).
+        self.stages = ServerChain(server_stages(config, method, num_items))
 
     @property
     def num_items(self) -> int:
@@ -140,6 +145,10 @@ class StatisticsModel:
 
     def check_contributors(self, users_per_node: int) -> None:
         """Nothing to refuse: the server's defences against poisoned rows do not apply."""
+
+    def decode(self, uploads: list[NodeUpload]) -> list[NodeUpload]:
+        """The round's uploads as they were read (already decoded)."""
+        return uploads
 
     def refusals(self, uploads: Sequence[StatisticsUpload]) -> list[str | None]:
         """None for each upload: ``update-limit`` bounds row changes, and a co-occurrence

@@ -155,7 +155,7 @@ class FedRecStrategy(Strategy):
         self.model = model
         self.num_users = federation.num_users
         self.nodes: dict[int, NodeInfo] = federation.nodes  # by node id, the planner's too
-        self.secure = SecureRounds(federation, config) if config.secure_aggregation else None
+        self.secure = SecureRounds(federation, config) if model.stages.masked else None
         if self.secure is not None:  # the table holds only what a user can encode
             self.secure.check_size(config, len(federation.nodes))
             model.value_limit = self.secure.value_limit()
@@ -238,11 +238,11 @@ class FedRecStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Apply the round's valid uploads to the global table and shared-dense parameters
+        """Apply the round's valid uploads, as the server's stages decode them, to the model
         (:meth:`ServerModel.apply <fedrec_flwr.server.model.ServerModel.apply>`)."""
         orders, self.orders = self.orders, {}
         reader = (self.secure or ReplyReader)(server_round, self.nodes, self.sent, self.round_log)
-        uploads = reader.train_uploads(replies, orders, self.schema())  # secure: their sum
+        uploads = self.model.decode(reader.train_uploads(replies, orders, self.schema()))
         uploads = reader.admissible(uploads, self.model.refusals([u.upload for u in uploads]))
         touched = applied(self.model, [entry.upload for entry in uploads], server_round)
         if touched is None:

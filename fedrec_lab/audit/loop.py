@@ -17,6 +17,7 @@ from fedrec_flwr.node.runtime import NodeRuntime
 from fedrec_flwr.partition import participants
 from fedrec_flwr.privacy import secagg
 from fedrec_flwr.server.model import ServerModel
+from fedrec_flwr.stages import NodeUpload, SecureSum
 
 
 def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
@@ -47,11 +48,11 @@ def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
             result.zero_counts,
         )
         if result.secure is not None:  # one node: its vector is the round's sum, unmasked
-            shapes = {name: value.shape for name, value in model.dense.items()}
-            layout = secagg.Layout.of(model.num_items, model.row_dim, shapes)
-            upload = secagg.decode(
-                layout, result.secure, result.num_users, prepared.num_users
-            ).upload
+            masked = SecureSum(server_round, result.secure, result.num_users, prepared.num_users)
+            decoded = model.decode([NodeUpload(0, masked, {})])
+            if not decoded:
+                raise RuntimeError(f"round {server_round}: the secure sum did not decode (logged)")
+            upload = decoded[0].upload
         model.apply([upload])
         last = server_round == config.training.num_server_rounds
         if server_round % config.evaluation.eval_every and not last:

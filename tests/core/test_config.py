@@ -181,14 +181,14 @@ def test_radii_set_explicitly_win_over_the_reference_defaults(mapping, radii):
 def test_explicit_zero_radii_are_fedrecgel_without_sam():
     """Both radii set to 0: FedRecGEL's round with plain SGD (the ablation preset's)."""
     from fedrec_flwr.methods import build_method
-    from fedrec_flwr.node.optim import SGD, build_optimizer
+    from fedrec_flwr.node.optim import SGD, local_optimizer
 
     config = RunConfig.from_mapping(
         {"method": "fedrecgel", "sam-rho-private": 0.0, "sam-rho-shared": 0}
     )
     assert (config.sam_rho_private, config.sam_rho_shared) == (0.0, 0.0)
     method = build_method(config, num_items=5)
-    assert type(build_optimizer(method, 0.0, 0.0)) is SGD
+    assert type(local_optimizer(method, config)) is SGD
 
 
 def test_reference_defaults_fill_nothing_for_other_methods():

@@ -12,7 +12,7 @@ from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.methods import ROWS, Role, Step, build_method
 from fedrec_flwr.methods.adam_state import ADAM_STEPS, adam_moment_names, adam_state, is_adam_state
 from fedrec_flwr.methods.fedncf import USER_GMF, USER_MLP, chunk_weights
-from fedrec_flwr.node.optim import SGD, PrivateAdam, build_optimizer
+from fedrec_flwr.node.optim import SGD, PrivateAdam, local_optimizer
 from fedrec_flwr.node.training import _gradient_fn, epoch_steps
 from fedrec_lab.testing import (
     FederationConformance,
@@ -138,7 +138,7 @@ def test_fedrecgel_with_private_adam_keeps_state_and_steps_the_embeddings_with_i
     first, second = adam_moment_names(USER_GMF)
     assert {first, second, ADAM_STEPS} <= set(private) and not private[first].any()
     assert all(not is_adam_state(n) for phase in method.phases() for n in phase.params)
-    optimizer = build_optimizer(method, 0.1, 0.0)
+    optimizer = local_optimizer(method, method.config)  # SAM, rho-private 0.1
     assert isinstance(optimizer.inner, PrivateAdam)
     assert set(optimizer.inner.adam_names) == {USER_GMF, USER_MLP}
     steps, params, table = steps_and_params(method)
@@ -156,7 +156,8 @@ def test_fedrecgel_with_private_adam_keeps_state_and_steps_the_embeddings_with_i
     assert params[first][users].any() and params[second][users].any()
     # The default keeps plain SGD and no state.
     assert set(fedrecgel().init_private(np.arange(2))) == {USER_GMF, USER_MLP}
-    assert type(build_optimizer(fedrecgel(), 0.1, 0.0).inner) is SGD
+    default = fedrecgel()
+    assert type(local_optimizer(default, default.config).inner) is SGD
 
 
 REFERENCE_OPTIONS = {

@@ -7,7 +7,7 @@ import torch
 from fedrec_flwr.aggregation import RowUpload, aggregate_rows, row_changes
 from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.methods import ROWS, Step, build_method
-from fedrec_flwr.node.optim import NORM_EPS, SAM, SGD, build_optimizer
+from fedrec_flwr.node.optim import NORM_EPS, SAM, SGD, local_optimizer
 from fedrec_flwr.node.training import _gradient_fn, epoch_steps
 from fedrec_flwr.server.optimizer import BETA2, EPS, ServerOptimizer
 from fedrec_lab.testing import random_samples, user_params
@@ -59,14 +59,14 @@ def test_sam_with_both_radii_zero_is_sgd_exactly_and_a_radius_changes_the_step(n
 
     plain = one_phase(method, sgd(), params, step)
     zero = one_phase(method, SAM(sgd(), roles, 0.0, 0.0), params, step)
-    assert isinstance(build_optimizer(method, 0.0, 0.0), SGD)
+    assert isinstance(local_optimizer(method, method.config), SGD)
     for n in plain:
         assert torch.equal(plain[n], zero[n]), n
         assert not torch.equal(plain[n], params[n]), n  # the step moved every parameter
     for rho_private, rho_shared in ((0.05, 0.0), (0.0, 0.05)):
         sam = one_phase(method, SAM(sgd(), roles, rho_private, rho_shared), params, step)
         assert any(not torch.equal(plain[n], sam[n]) for n in plain), (rho_private, rho_shared)
-    assert isinstance(build_optimizer(method, 0.0, 0.05), SAM)
+    assert isinstance(local_optimizer(method, method.config.replace(sam_rho_shared=0.05)), SAM)
 
 
 def test_sam_applies_the_gradient_at_the_perturbed_point_to_the_unperturbed_parameters():

@@ -12,9 +12,9 @@ import torch
 
 from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.methods import (
+    PLACES,
     PLGC,
     PLUGINS,
-    Attachment,
     FedMF,
     Method,
     MethodCard,
@@ -102,8 +102,10 @@ def test_build_method_attaches_the_enabled_plugins_in_registry_order():
         {"method": "fedmf", "personalization": "dual", "plgc": True, "sam-rho-shared": 0.1}
     )
     assert [p.name for p in enabled_plugins(config)] == ["dualper", "sam", "plgc"]
+    assert [p.name for p in enabled_plugins(config, "method")] == ["dualper", "plgc"]
+    assert [p.name for p in enabled_plugins(config, "local_update")] == ["sam"]
     assert list(PLUGINS)[:3] == ["dualper", "sam", "plgc"]
-    assert {p.attaches_to for p in PLUGINS.values()} == set(Attachment)
+    assert {place for p in PLUGINS.values() for place in p.acts_on} == set(PLACES)
     method = build_method(config, num_items=5)
     assert isinstance(method, PLGC) and type(method.base) is FedMF and method.base.dual
     with pytest.raises(ConfigError, match="does not apply to method 'fedrap'"):
@@ -121,22 +123,21 @@ def test_a_plugin_registered_at_run_time_is_attached_where_its_config_enables_it
     plugin = Plugin(
         name="halved",
         paper="",
-        attaches_to=Attachment.METHOD,
         enabled=lambda config: config.seed == 7,
-        module=__name__,
-        wrapper=Halved,
+        method=Halved,
     )
     register_plugin(plugin)
     try:
+        assert list(PLUGINS)[-1] == "halved"  # after the built-in ones
         assert type(build_method(RunConfig(method="fedmf", seed=7), 5)) is Halved
         assert type(build_method(RunConfig(method="fedmf", seed=8), 5)) is FedMF
         with pytest.raises(ValueError, match="already registered"):
-            register_plugin(Plugin("halved", "", Attachment.METHOD, bool, "x", wrapper=Halved))
+            register_plugin(Plugin("halved", "", bool, method=Halved))
     finally:
         unregister_plugin("halved")
     assert "halved" not in PLUGINS
-    with pytest.raises(ValueError, match="exactly when it attaches to the method"):
-        Plugin("bad", "", Attachment.UPLOAD, bool, "x", wrapper=Halved)
+    with pytest.raises(ValueError, match="contributes nothing"):
+        Plugin("bad", "", bool)
 
 
 def test_register_method_rejects_what_is_not_a_complete_named_method():

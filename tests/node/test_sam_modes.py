@@ -14,7 +14,7 @@ import torch
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import ROWS, Role, build_method
-from fedrec_flwr.node.optim import SAM, SGD, SamMode, build_optimizer
+from fedrec_flwr.node.optim import SAM, SGD, SamMode, local_optimizer
 from fedrec_flwr.node.training import _gradient_fn, epoch_steps
 from fedrec_lab.testing import random_samples, user_params
 
@@ -118,7 +118,7 @@ def optimiser_update(method, params, step, mode: SamMode):
         calls.append(offsets)
         return gradients(offsets)
 
-    optimizer = build_optimizer(method, RHO_PRIVATE, RHO_SHARED, mode)
+    optimizer = local_optimizer(method, method.config.replace(sam_mode=mode))
     assert isinstance(optimizer, SAM) and optimizer.mode is mode
     optimizer.step(params, step, counted)
     return params, len(calls)
@@ -189,7 +189,7 @@ def test_joint_is_the_default_mode_and_unchanged():
     params, step = a_step(method)
     roles = method.roles()
     sgd = SGD({n: method.learning_rate(n) for n in roles}, method.row_names())
-    default = build_optimizer(method, RHO_PRIVATE, RHO_SHARED)
+    default = local_optimizer(method, method.config)
     assert default.mode is SamMode.JOINT
     (phase,) = method.stages()[0].phases
 

@@ -164,4 +164,4 @@ def test_the_initial_model_of_a_run(keys):
     assert server.optimizer.rule == "adam"
     assert server.zero_threshold == method.zero_threshold
     assert server.evaluate_round_start == (method.eval_table == "round-start")
-    assert (server.denoise is not None) == config.ldp_denoise
+    assert ("ldp-denoise" in server.stages.names()) == config.ldp_denoise

@@ -1,0 +1,146 @@
+"""Secure aggregation's stages (:mod:`fedrec_flwr.privacy.secagg`): the node's finisher,
+which uploads one vector, masked, instead of its rows (:class:`SecureEncoding`), and the
+server's decoder of the round's sum (:class:`SecureDecode`); and the plug-in that
+declares them."""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from fedrec_flwr.methods import Method, Plugin
+from fedrec_flwr.partition import participants
+from fedrec_flwr.privacy import secagg
+from fedrec_flwr.run_keys import RunGroups
+from fedrec_flwr.stages import (
+    ModelShapes,
+    NodeUpload,
+    SecureSum,
+    ServerStage,
+    TrainResult,
+    UploadRound,
+    Uploads,
+    UploadStage,
+)
+
+LOG = logging.getLogger(__name__)
+
+
+class SecureEncoding(UploadStage):
+    """The node's upload: the :func:`~fedrec_flwr.privacy.secagg.encode` vector of its
+    users' rows (user after user) and shared-dense copies (``TrainResult.secure``), which
+    the node masks towards its neighbours in the round before it leaves
+    (:mod:`fedrec_flwr.node.secure_node`; one node alone, whose vector is the round's sum,
+    needs no mask). Observers set
+    (:data:`secagg.OBSERVERS`, the audit) get each wanted user's faithful-mode view: its own
+    vector masked with every other participant of the round. Every node is sent the full
+    table and requests no rows."""
+
+    name = "secure-aggregation"
+    finishes = True
+    full_table = True
+
+    def __init__(self, seed: int, key_source: str, num_users: int, fraction_train: float) -> None:
+        self.seed, self.key_source = seed, secagg.KeySource(key_source)
+        self.num_users, self.fraction_train = num_users, fraction_train
+
+    @classmethod
+    def of(cls, config: RunGroups, data: Any) -> SecureEncoding:
+        return cls(
+            config.seed, config.secure_aggregation_keys, data.num_users, config.fraction_train
+        )
+
+    def finish(self, uploads: Uploads, upload_round: UploadRound) -> TrainResult:
+        rows = uploads.host_rows()
+        values = {name: v.detach().cpu().double().numpy() for name, v in uploads.dense.items()}
+        layout = secagg.Layout.of(
+            upload_round.num_items, rows.shape[1], {k: v.shape[1:] for k, v in values.items()}
+        )
+        encode = partial(secagg.encode, layout, total_users=self.num_users)
+        vector = encode(
+            uploads.items,
+            rows,
+            values,
+            num_users=len(uploads.users),
+            num_samples=uploads.num_samples,
+            loss_sum=uploads.loss_sum,
+        )
+        if secagg.OBSERVERS:
+            self.show_views(uploads, upload_round, rows, values, encode)
+        empty = np.empty(0, dtype=np.int64)
+        return TrainResult(
+            item_ids=empty,
+            row_sums=np.empty((0, rows.shape[1]), dtype=np.float32),
+            row_counts=empty,
+            num_users=len(uploads.users),
+            num_samples=uploads.num_samples,
+            loss_sum=uploads.loss_sum,
+            secure=vector,
+        )
+
+    def show_views(self, uploads, upload_round, rows, values, encode) -> None:
+        """Each wanted user's faithful-mode view to the observers that want it."""
+        server_round = upload_round.server_round
+        everyone = participants(self.seed, server_round, self.num_users, self.fraction_train)
+        for j, (user, lo, hi) in enumerate(uploads.blocks()):
+            observers = secagg.wanted(user, server_round)
+            if not observers:
+                continue
+            own = {name: value[j : j + 1] for name, value in values.items()}
+            items = uploads.items[lo:hi]
+            alone = encode(items, rows[lo:hi], own, num_users=1, num_samples=0, loss_sum=0.0)
+            view = secagg.faithful_view(
+                self.seed, self.key_source, server_round, user, everyone, alone
+            )
+            for observer in observers:
+                observer(user, server_round, view, upload_round.table, alone)
+
+
+class SecureDecode(ServerStage):
+    """The round's sum (:class:`~fedrec_flwr.stages.SecureSum`) decoded into one
+    upload (partition -1) with the round's loss and sample sums; nothing when it does not
+    decode (the round is void: logged)."""
+
+    name = "secure-aggregation"
+    masked = True
+
+    def decode(self, uploads: list[NodeUpload], shapes: ModelShapes) -> list[NodeUpload]:
+        layout = secagg.Layout.of(shapes.num_items, shapes.row_dim, shapes.dense)
+        out = []
+        for entry in uploads:
+            if not isinstance(entry.upload, SecureSum):
+                out.append(entry)
+                continue
+            try:
+                masked = entry.upload
+                aggregate = secagg.decode(
+                    layout, masked.total, masked.num_users, masked.total_users
+                )
+            except secagg.SecureAggregationError as error:
+                server_round = entry.upload.server_round
+                LOG.warning("round %d: secure aggregation void: %s", server_round, error)
+                continue
+            metrics = {"loss-sum": aggregate.loss_sum, "num-samples": aggregate.num_samples}
+            out.append(NodeUpload(entry.partition_id, aggregate.upload, metrics))
+        return out
+
+
+def secure_enabled(config: RunGroups) -> bool:
+    return bool(config.secure_aggregation)
+
+
+def decoding(config: RunGroups, method: Method, num_items: int) -> SecureDecode:
+    return SecureDecode()
+
+
+#: Secure aggregation: the server learns each round's sum of the nodes' uploads only.
+PLUGIN = Plugin(
+    name="secure-aggregation",
+    paper="Bonawitz et al., CCS 2017 (pairwise masks, no dropout recovery)",
+    enabled=secure_enabled,
+    node=SecureEncoding.of,
+    server=decoding,
+)
