@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrec_flwr.config import ConfigError, RunConfig
+from fedrec_flwr.methods import PLUGINS
 from fedrec_lab.project import conf_dir, lazy_paths
 
 __getattr__ = lazy_paths(__name__, "CONF")  # the project's conf/, found when read
@@ -35,8 +36,6 @@ __getattr__ = lazy_paths(__name__, "CONF")  # the project's conf/, found when re
 EXTENDS = "extends"
 #: Sub-folder of the preset folder holding the generated flat presets.
 FLAT = "flat"
-#: Stem parts naming a plug-in (between the method and the dataset).
-PLUGINS = ("dual", "sam", "nosam", "plgc")
 BUILD = "python -m fedrec_lab.presets build"
 
 
@@ -44,10 +43,17 @@ class PresetError(ValueError):
     """A preset that cannot be resolved (unknown base, cycle, malformed ``extends``)."""
 
 
+def plugin_words() -> tuple[str, ...]:
+    """The stem parts naming a plug-in (between the method and the dataset): each registered
+    plug-in's ``presets`` words (:data:`fedrec_flwr.methods.PLUGINS`)."""
+    return tuple(word for plugin in PLUGINS.values() for word in plugin.presets)
+
+
 def base_stem(stem: str) -> str | None:
     """The base preset of a plug-in preset's stem, or None if ``stem`` has no plug-in."""
     parts = stem.split("-")
-    kept = [part for part in parts if part not in PLUGINS]
+    words = plugin_words()
+    kept = [part for part in parts if part not in words]
     return "-".join(kept) if len(kept) < len(parts) else None
 
 

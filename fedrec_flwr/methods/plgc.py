@@ -233,5 +233,5 @@ PLUGIN = Plugin(
     enabled=plgc_enabled,
     check=check_applies,
     method=PLGC,
-    preset="plgc",
+    presets=("plgc",),
 )

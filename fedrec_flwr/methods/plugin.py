@@ -53,8 +53,8 @@ class Plugin:
     - ``server(config, method, num_items)``: its stage of the server's chain, or None when
       the run needs none.
 
-    ``preset``: the word naming it in a plug-in preset's file name (``conf/``), if it has
-    presets.
+    ``presets``: the words naming it in a plug-in preset's file name (``conf/``: SAM's
+    ``sam``, and ``nosam`` for a method that takes SAM by default run without it).
     """
 
     name: str
@@ -65,7 +65,7 @@ class Plugin:
     local_update: Callable[[RunGroups, Method, Any], Any] | None = None
     node: Callable[[RunGroups, Any], UploadStage] | None = None
     server: Callable[[RunGroups, Method, int], ServerStage | None] | None = None
-    preset: str | None = None
+    presets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.acts_on:

@@ -63,5 +63,5 @@ DUALPER = Plugin(
     enabled=dual_enabled,
     check=dual_applies,
     method=dual,
-    preset="dual",
+    presets=("dual",),
 )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fedrec_flwr.methods import Plugin, register_plugin, unregister_plugin
 from fedrec_lab import presets
 
 EXTENDING = presets.extending()
@@ -23,6 +24,16 @@ def test_stems_name_their_base():
     assert presets.base_stem("pfedrec-sam-plgc-lastfm2k-strict") == "pfedrec-lastfm2k-strict"
     assert presets.base_stem("fedmf-dual-ml100k-paper") == "fedmf-ml100k-paper"
     assert presets.base_stem("fedrecon-ml100k-strict") is None
+
+
+def test_the_plugin_words_of_stems_are_the_registered_plugins_preset_words():
+    assert presets.plugin_words() == ("dual", "sam", "nosam", "plgc")
+    register_plugin(Plugin("half", "", bool, method=lambda config, items, m: m, presets=("half",)))
+    try:
+        assert presets.base_stem("fedmf-half-ml100k-paper") == "fedmf-ml100k-paper"
+    finally:
+        unregister_plugin("half")
+    assert presets.base_stem("fedmf-half-ml100k-paper") is None
 
 
 def test_every_plugin_preset_extends_and_the_folder_has_no_problem():
