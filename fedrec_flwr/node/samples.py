@@ -354,9 +354,3 @@ def build_round_samples(
         sample_rows=sample_rows.astype(np.int64).reshape(-1),
         sample_labels=draws.labels,
     )
-
-
-def max_samples_per_user(prepared: PreparedData, config: RunConfig) -> int:
-    """The most samples any user of the dataset trains on in a round (caps padding)."""
-    most = int(np.diff(np.asarray(prepared.train_indptr)).max(initial=1))
-    return most * (1 + config.num_negatives)

@@ -38,7 +38,6 @@ def epoch_steps(
     epoch: int,
     device: torch.device,
     stage: int = 0,
-    max_samples: int | None = None,
 ) -> list[Step]:
     """The mini-batch steps of one epoch for all users of ``samples``.
 
@@ -50,12 +49,10 @@ def epoch_steps(
     size or its own sample count if smaller, rounded up (a user with 80 samples and a batch
     of 256 takes 128 entries, not 256; full-batch training does not pad every user to the
     largest one). Zero-weight padding adds nothing to any sum, so the width changes no
-    value. Users
-    of different widths go to different steps; a step of more than ``MAX_STEP_ENTRIES``
-    entries is cut into several steps of fewer users. (``max_samples`` is kept for callers;
-    the widths no longer need it.) Under ``negative-sampler = "counter"`` the shuffle comes
-    from the keyed Philox stream and the plan is built in tensor ops
-    (:mod:`fedrec_flwr.node.lockstep`).
+    value. Users of different widths go to different steps; a step of more than
+    ``MAX_STEP_ENTRIES`` entries is cut into several steps of fewer users. Under
+    ``negative-sampler = "counter"`` the shuffle comes from the keyed Philox stream and the
+    plan is built in tensor ops (:mod:`fedrec_flwr.node.lockstep`).
     """
     batch = config.batch_size
     counts = np.diff(samples.sample_offsets)
@@ -109,7 +106,6 @@ def local_update(
     params: dict[str, torch.Tensor],
     config: RunConfig,
     server_round: int,
-    max_samples: int | None = None,
     row_decay: dict[str, torch.Tensor] | None = None,
 ) -> tuple[float, int]:
     """Run the method's stages in place on ``params`` (``ROWS``: the flat row table; every
@@ -132,9 +128,7 @@ def local_update(
     num_samples = 0
     for index, stage in enumerate(method.stages()):
         for epoch in range(stage.epochs):
-            for planned in epoch_steps(
-                samples, config, server_round, epoch, device, index, max_samples
-            ):
+            for planned in epoch_steps(samples, config, server_round, epoch, device, index):
                 step = planned if schedule is None else schedule.scaled(planned)
                 logits = None
                 gathered: dict[str, torch.Tensor] = {}  # this step's slices, while unchanged

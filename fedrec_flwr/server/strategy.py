@@ -127,6 +127,30 @@ def train_loss(uploads: list[NodeUpload], method: Method) -> dict[str, float]:
     return {"train-loss": loss_sum / max(num_samples, 1)}
 
 
+def refuse_flower_options(
+    train_config: ConfigRecord | None,
+    evaluate_config: ConfigRecord | None,
+    evaluate_fn: Callable | None,
+) -> None:
+    """Raise for the options of Flower's ``Strategy.start`` that this strategy has no use for
+    (given, they would be silently ignored)."""
+    given = [
+        name
+        for name, value in (
+            ("train_config", train_config),
+            ("evaluate_config", evaluate_config),
+            ("evaluate_fn", evaluate_fn),
+        )
+        if value is not None
+    ]
+    if given:
+        raise ValueError(
+            f"FedRecStrategy.start takes no {', '.join(given)}: every train and evaluate "
+            "message carries the run config's settings, and the nodes evaluate (eval-every, "
+            "eval-users). Set those in the run config and leave these options out."
+        )
+
+
 class FedRecStrategy(Strategy):
     """Sparse, row-wise federated averaging of a global item table, plus the mean of
     shared-dense parameters, through an optional server optimiser.
@@ -319,7 +343,9 @@ class FedRecStrategy(Strategy):
     ) -> Result:
         """Run ``num_rounds`` rounds of train + evaluate (after the checkpoint's round, when
         resuming) from ``initial_arrays`` (:func:`model_record`: ``item-table``, the global
-        table of round 1, and ``dense.<name>`` for each shared-dense parameter)."""
+        table of round 1, and ``dense.<name>`` for each shared-dense parameter); Flower's
+        other options are refused (:func:`refuse_flower_options`)."""
+        refuse_flower_options(train_config, evaluate_config, evaluate_fn)
         initial = record_arrays(initial_arrays)
         self.model.load_initial(initial["item-table"], read_dense(initial))
         self.summary()

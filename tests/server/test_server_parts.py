@@ -18,7 +18,15 @@ from fedrec_flwr.server.payloads import PayloadPlanner
 from fedrec_flwr.server.recording import RoundLog, RoundReporter
 from fedrec_flwr.server.stopping import RunStopping
 
-FLOWER_FREE = ("model", "nodes", "payloads", "evaluation_rounds", "stopping", "recording")
+FLOWER_FREE = (
+    "model",
+    "defences",
+    "nodes",
+    "payloads",
+    "evaluation_rounds",
+    "stopping",
+    "recording",
+)
 
 
 def test_the_parts_import_without_flower():
@@ -169,3 +177,15 @@ def test_the_round_clock_continues_after_a_restore():
     reporter = RoundReporter()
     reporter.load_state_dict({"round-seconds": 100.0})
     assert 100.0 <= reporter.state_dict()["round-seconds"] < 110.0
+
+
+def test_the_strategy_refuses_the_flower_options_it_has_no_use_for():
+    from flwr.app import ConfigRecord
+
+    from fedrec_flwr.server.strategy import refuse_flower_options
+
+    refuse_flower_options(None, None, None)
+    with pytest.raises(ValueError, match=r"takes no evaluate_fn: .* the nodes evaluate"):
+        refuse_flower_options(None, None, lambda server_round, arrays: None)
+    with pytest.raises(ValueError, match="takes no train_config, evaluate_config:"):
+        refuse_flower_options(ConfigRecord(), ConfigRecord(), None)
