@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from logging import ERROR, INFO
+from typing import Any
 
 import torch
 from flwr.app import Context
@@ -16,7 +17,7 @@ from fedrec_flwr.methods import build_method
 from fedrec_flwr.privacy.accounting import summary_fields
 from fedrec_flwr.results import RunRecorder
 from fedrec_flwr.server.checkpoint import Checkpoints, open_run
-from fedrec_flwr.server.handshake import connect
+from fedrec_flwr.server.handshake import Federation, connect
 from fedrec_flwr.server.in_flight import message_window, windowed
 from fedrec_flwr.server.model import ServerModel, initial_item_table
 from fedrec_flwr.server.statistics import StatisticsModel
@@ -48,49 +49,91 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
     checkpoints = Checkpoints(run_dir, config, started, recorder, resumed)
     try:
         federation = connect(grid, config, config.node_wait_timeout, config.round_timeout)
-        num_users, num_items = federation.num_users, federation.num_items
-        sources = sorted(set(federation.sources))
-        log(
-            INFO,
-            "%s (%s protocol): %d users x %d items (split %s), read by the nodes from %s",
-            config.dataset,
-            config.protocol,
-            num_users,
-            num_items,
-            federation.data.fingerprint[:12],
-            "the shared split" if sources == ["shared"] else "their own folders",
-        )
-        if resumed:
-            resumed.check_data(num_users, num_items, federation.data.fingerprint)
-        recorder.describe(
-            num_users=num_users,
-            num_items=num_items,
-            data_fingerprint=federation.data.fingerprint,
-            node_data=federation.sources,
-        )
-        method = build_method(config, num_items)
-        model = (
-            StatisticsModel(config, method, num_items)
-            if method.uploads_statistics  # sums of co-occurrences, not trained rows
-            else ServerModel.initial(config, method, num_items)
-        )
-        strategy = FedRecStrategy(
-            config,
-            method,
-            model,
-            federation,
-            on_round=recorder.record_round,
-            checkpoints=checkpoints,
-        )
-        strategy.start(
-            grid,
-            model_record(model),
-            num_rounds=config.num_server_rounds,
-            timeout=config.round_timeout,
-        )
+        describe(config, federation, recorder, resumed)
+        strategy = run_strategy(grid, config, federation, recorder, checkpoints)
     except BaseException as error:
         recorder.mark_incomplete(f"failed: {type(error).__name__}: {error}")
         raise
+    record_outcome(config, strategy, recorder, checkpoints, bool(resumed))
+    summary = recorder.finish(time.perf_counter() - started + checkpoints.prior_seconds)
+    checkpoints.completed()
+    log(
+        INFO,
+        "best validation round %s: test %s",
+        summary["best_round"],
+        " ".join(f"{k} {v:.4f}" for k, v in summary["test"].items()),
+    )
+    log(INFO, "results written to %s", run_dir.resolve())
+    return summary
+
+
+def describe(
+    config: RunConfig, federation: Federation, recorder: RunRecorder, resumed: Any
+) -> None:
+    """Log the federation's data, check it against a resumed run's and record it."""
+    num_users, num_items = federation.num_users, federation.num_items
+    sources = sorted(set(federation.sources))
+    log(
+        INFO,
+        "%s (%s protocol): %d users x %d items (split %s), read by the nodes from %s",
+        config.dataset,
+        config.protocol,
+        num_users,
+        num_items,
+        federation.data.fingerprint[:12],
+        "the shared split" if sources == ["shared"] else "their own folders",
+    )
+    if resumed:
+        resumed.check_data(num_users, num_items, federation.data.fingerprint)
+    recorder.describe(
+        num_users=num_users,
+        num_items=num_items,
+        data_fingerprint=federation.data.fingerprint,
+        node_data=federation.sources,
+    )
+
+
+def run_strategy(
+    grid: Grid,
+    config: RunConfig,
+    federation: Federation,
+    recorder: RunRecorder,
+    checkpoints: Checkpoints,
+) -> FedRecStrategy:
+    """Build the method, the server's model and the strategy; run the rounds."""
+    method = build_method(config, federation.num_items)
+    model = (
+        StatisticsModel(config, method, federation.num_items)
+        if method.uploads_statistics  # sums of co-occurrences, not trained rows
+        else ServerModel.initial(config, method, federation.num_items)
+    )
+    strategy = FedRecStrategy(
+        config,
+        method,
+        model,
+        federation,
+        on_round=recorder.record_round,
+        checkpoints=checkpoints,
+    )
+    strategy.start(
+        grid,
+        model_record(model),
+        num_rounds=config.num_server_rounds,
+        timeout=config.round_timeout,
+    )
+    return strategy
+
+
+def record_outcome(
+    config: RunConfig,
+    strategy: FedRecStrategy,
+    recorder: RunRecorder,
+    checkpoints: Checkpoints,
+    resumed: bool,
+) -> None:
+    """The run's outcome in its summary (nodes, early stop, resumption, LDP's user-level
+    epsilon, the item-item sums' mechanism) and ``per-user.csv`` (the best validation
+    round's per-user metrics)."""
     stopping = strategy.stopping
     recorder.extra["num_nodes"] = len(strategy.nodes)
     recorder.extra["stopped_early_round"] = stopping.stopped_early_round
@@ -104,16 +147,6 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
     recorder.extra.update(summary_fields(config, recorder.rows))  # LDP's user-level epsilon
     if isinstance(strategy.model, StatisticsModel) and strategy.model.noise is not None:
         recorder.extra["dp_user_level"] = strategy.model.dp_record()  # the sums' mechanism
-    summary = recorder.finish(time.perf_counter() - started + checkpoints.prior_seconds)
-    checkpoints.completed()
-    log(
-        INFO,
-        "best validation round %s: test %s",
-        summary["best_round"],
-        " ".join(f"{k} {v:.4f}" for k, v in summary["test"].items()),
-    )
-    log(INFO, "results written to %s", run_dir.resolve())
-    return summary
 
 
 @app.main()

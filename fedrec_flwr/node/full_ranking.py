@@ -35,8 +35,15 @@ from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
 from fedrec_flwr.methods import Method
 from fedrec_flwr.methods.heads import fixed_order_dots
 from fedrec_flwr.node.layered import RowStore
-from fedrec_flwr.node.personal import PersonalRows, run_indices
-from fedrec_flwr.node.samples import sorted_unique
+from fedrec_flwr.node.personal import PersonalRows
+from fedrec_flwr.node.rank_entries import (
+    HELD,
+    Entries,
+    beats,
+    entries_of,
+    full_ranks,
+    sampled_ranks,
+)
 from fedrec_flwr.node.scoring import held_pairs, pair_scores
 
 #: Unit roundoff of float32.
@@ -48,8 +55,6 @@ BLOCK_SCORES = 1 << 22
 CPU_BLOCK_SCORES = 1 << 20
 #: Pairs scored at once in the fixed order (their products: pairs x dim floats).
 EXACT_CHUNK = 1 << 16
-#: Flags of a user's (item) entry in its exclusion and held CSR.
-TRAIN, HELD, VALID, TEST = 1, 2, 4, 8
 
 
 @dataclass(frozen=True)
@@ -104,75 +109,12 @@ def exact_scores(
     return out
 
 
-def beats(scores: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """A competitor beats the held-out item: it scores at least as high, or is NaN."""
-    return (scores >= target) | np.isnan(scores)
-
-
 def _outward(values: np.ndarray, up: bool) -> np.ndarray:
     """float64 thresholds as float32, rounded away from the band they bound."""
     rounded = values.astype(np.float32)
     wrong = rounded < values if up else rounded > values
     toward = np.float32(np.inf if up else -np.inf)
     return np.where(wrong, np.nextafter(rounded, toward), rounded).astype(np.float32)
-
-
-@dataclass
-class _Entries:
-    """Each user's CSR of exclusion and held entries: sorted distinct ``owner * I + item``
-    keys with their flags, and the held entries' own scores."""
-
-    owner: np.ndarray
-    items: np.ndarray
-    flags: np.ndarray
-    personal: np.ndarray  # float32 own score of held entries (NaN elsewhere: unused)
-
-    def where(self, owner: np.ndarray, items: np.ndarray, num_items: int) -> np.ndarray:
-        """Index of each (owner, item) among the entries, -1 where it is none."""
-        keys = self.owner * num_items + self.items
-        wanted = np.asarray(owner, np.int64) * num_items + np.asarray(items, np.int64)
-        found = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
-        hit = keys[found] == wanted if len(keys) else np.zeros(len(wanted), dtype=bool)
-        return np.where(hit, found, -1)
-
-
-def train_csr(prepared: PreparedData, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(owner, items): each of ``users``' train positives (``owner``: its index in
-    ``users``), user after user, from the split's CSR (no loop over users)."""
-    users = np.asarray(users, dtype=np.int64)
-    at = np.asarray(prepared.local(users), dtype=np.int64)  # a device's folder: its own rows
-    indptr = np.asarray(prepared.train_indptr, dtype=np.int64)
-    starts, counts = indptr[at], indptr[at + 1] - indptr[at]
-    items = np.asarray(prepared.train_items)[run_indices(starts, counts)].astype(np.int64)
-    return np.repeat(np.arange(len(users), dtype=np.int64), counts), items
-
-
-def _entries(
-    prepared: PreparedData,
-    users: np.ndarray,
-    held: tuple[np.ndarray, np.ndarray],
-    held_scores: np.ndarray,
-) -> _Entries:
-    n, every = prepared.num_items, np.arange(len(users), dtype=np.int64)
-    parts = [
-        (*train_csr(prepared, users), TRAIN),
-        (held[0], held[1], HELD),
-        (every, np.asarray(prepared.valid_item[users], np.int64), VALID),
-        (every, np.asarray(prepared.test_item[users], np.int64), TEST),
-    ]
-    keys = np.concatenate([owner * n + items for owner, items, _ in parts])
-    distinct, inverse = sorted_unique(keys, n * len(users))
-    flags = np.zeros(len(distinct), dtype=np.uint8)
-    personal = np.full(len(distinct), np.nan, dtype=np.float32)
-    lo = 0
-    for owner, _, flag in parts:
-        where = inverse[lo : lo + len(owner)]
-        flags[where] |= flag
-        if flag == HELD:
-            personal[where] = held_scores
-        lo += len(owner)
-    owner = distinct // n
-    return _Entries(owner, distinct - owner * n, flags, personal)
 
 
 def linear_full_ranks(
@@ -195,15 +137,10 @@ def linear_full_ranks(
         return None
     weight, bias = head
     users = np.asarray(users, dtype=np.int64)
-    a, (num_items, dim) = len(users), device_table.rows.shape
-    norms = torch.linalg.vector_norm(weight.double(), dim=1).cpu().numpy()
-    shift = np.zeros(a) if bias is None else bias.double().cpu().numpy()
-    span = norms * device_table.max_norm
-    if not (np.isfinite(span).all() and np.isfinite(shift).all()) or span.max(initial=0) > 1e36:
+    bounds = _error_bounds(weight, bias, device_table)
+    if bounds is None:
         return None
-    gamma = dim * UNIT / (1 - dim * UNIT)
-    error = 2.0001 * gamma * span + dim * 2.0**-140  # |product - fixed order|, any order
-
+    shift, error = bounds
     owner, items, storage = held_pairs(personal, private_rows, positions)
     own = np.empty(0, dtype=np.float32)
     if len(items):
@@ -211,13 +148,54 @@ def linear_full_ranks(
             method, params, personal, private_rows, positions, owner, items, table, storage
         )
         own = scored.cpu().numpy()
-    entries = _entries(prepared, users, (owner, items), own)
+    entries = entries_of(prepared, users, (owner, items), own)
+    targets = _targets(device_table, weight, bias, entries, prepared, users)
+    if not np.isfinite(targets[~np.isnan(targets)]).all():
+        return None
+    high, low = _thresholds(targets, shift, error)
+    sample = np.asarray(negatives, dtype=np.int64)
+    decided = _Decisions(len(users), entries.owner, sample.shape[1])
+    with highest_precision():
+        _scan(device_table, weight, entries, sample, high, low, decided)
+    exact = exact_scores(device_table, weight, bias, *decided.pending_pairs(entries, sample))
+    decided.resolve(exact, targets)
+    num_items = device_table.rows.shape[0]
+    return full_ranks(entries, decided, targets, num_items) + sampled_ranks(
+        entries, decided, targets, sample, num_items
+    )
+
+
+def _error_bounds(
+    weight: torch.Tensor, bias: torch.Tensor | None, device_table: DeviceTable
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(each user's bias, the bound on |product - fixed-order product| of any of its
+    scores), or None when a bound is not finite or too large to decide with."""
+    dim = device_table.rows.shape[1]
+    norms = torch.linalg.vector_norm(weight.double(), dim=1).cpu().numpy()
+    shift = np.zeros(len(norms)) if bias is None else bias.double().cpu().numpy()
+    span = norms * device_table.max_norm
+    if not (np.isfinite(span).all() and np.isfinite(shift).all()) or span.max(initial=0) > 1e36:
+        return None
+    gamma = dim * UNIT / (1 - dim * UNIT)
+    return shift, 2.0001 * gamma * span + dim * 2.0**-140  # |product - fixed order|, any order
+
+
+def _targets(
+    device_table: DeviceTable,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    entries: Entries,
+    prepared: PreparedData,
+    users: np.ndarray,
+) -> np.ndarray:
+    """The held-out items' scores [a, 2] (validation, test): their own rows' where held,
+    else the global fixed-order one."""
+    a, num_items = len(users), device_table.rows.shape[0]
     every = np.arange(a, dtype=np.int64)
     held_out = np.stack(
         [np.asarray(prepared.valid_item[users], np.int64), np.asarray(prepared.test_item[users])],
         axis=1,
     ).astype(np.int64)
-    # The held-out items' scores: their own rows' where held, else the global fixed-order one.
     targets = np.empty((a, 2), dtype=np.float32)
     for k in range(2):
         where = entries.where(every, held_out[:, k], num_items)
@@ -225,49 +203,20 @@ def linear_full_ranks(
         targets[held, k] = entries.personal[where[held]]
         rest = np.flatnonzero(~held)
         targets[rest, k] = exact_scores(device_table, weight, bias, rest, held_out[rest, k])
-    if not np.isfinite(targets[~np.isnan(targets)]).all():
-        return None
-    # Thresholds on the bias-free product: above ``high`` beats, below ``low`` does not.
+    return targets
+
+
+def _thresholds(
+    targets: np.ndarray, shift: np.ndarray, error: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Thresholds on the bias-free product: above ``high`` an item beats the target, below
+    ``low`` it does not (in between: its fixed-order score decides)."""
     centre = targets.astype(np.float64) - shift[:, None]
     slack = 1e-12 * (np.abs(centre) + np.abs(shift)[:, None]) + 2.0**-140
     margin = (error[:, None] + slack) * (1 + 1e-9)
     high = _outward(centre + margin, up=True)
     low = _outward(centre - margin - 2.0**-22 * np.abs(targets) - 2.0**-147, up=False)
-
-    sample = np.asarray(negatives, dtype=np.int64)
-    decided = _Decisions(a, entries.owner, sample.shape[1])
-    with highest_precision():
-        _scan(device_table, weight, entries, sample, high, low, decided)
-    exact = exact_scores(device_table, weight, bias, *decided.pending_pairs(entries, sample))
-    decided.resolve(exact, targets)
-
-    ranks = []
-    excluded = (
-        (entries.flags & (TRAIN | VALID)) > 0,
-        (entries.flags & (TRAIN | VALID | TEST)) > 0,
-    )
-    held = (entries.flags & HELD) > 0
-    for k in range(2):
-        target = targets[entries.owner, k]
-        own_beats = np.where(held, beats(entries.personal, target), decided.entries[k])
-        kept = ~excluded[k]
-        rank = (
-            decided.above[:, k]
-            - np.bincount(entries.owner, weights=decided.entries[k], minlength=a)
-            + np.bincount(entries.owner, weights=own_beats & kept, minlength=a)
-        )
-        valid = num_items - np.bincount(entries.owner, weights=excluded[k], minlength=a)
-        ranks.append(np.where(np.isnan(targets[:, k]), valid, rank).astype(np.int64))
-    where = entries.where(np.repeat(every, sample.shape[1]), sample.reshape(-1), num_items)
-    where = where.reshape(sample.shape)
-    held_sample = (where >= 0) & ((entries.flags[where] & HELD) > 0)
-    split = np.arange(sample.shape[1]) >= EVAL_NEGATIVES_PER_SPLIT  # 0: val, 1: test
-    target = targets[every[:, None], split.astype(np.int64)[None, :]]
-    sample_beats = np.where(held_sample, beats(entries.personal[where], target), decided.sample)
-    for k in range(2):
-        count = sample_beats[:, split == bool(k)].sum(1)
-        ranks.append(np.where(np.isnan(targets[:, k]), int((split == bool(k)).sum()), count))
-    return tuple(np.asarray(r, dtype=np.int64) for r in ranks)
+    return high, low
 
 
 class _Decisions:
@@ -285,7 +234,7 @@ class _Decisions:
         self.pending_sample: list[np.ndarray] = []  # flat indices into sample
         self.pending_band: list[tuple[int, np.ndarray, np.ndarray]] = []  # split, users, items
 
-    def pending_pairs(self, entries: _Entries, sample: np.ndarray) -> tuple[np.ndarray, ...]:
+    def pending_pairs(self, entries: Entries, sample: np.ndarray) -> tuple[np.ndarray, ...]:
         """(users, items) of every pending comparison, in a fixed order."""
         owners, items = [], []
         for _, index in self.pending_entries:
@@ -325,7 +274,7 @@ class _Decisions:
 def _scan(
     table: DeviceTable,
     weight: torch.Tensor,
-    entries: _Entries,
+    entries: Entries,
     sample: np.ndarray,
     high: np.ndarray,
     low: np.ndarray,

@@ -17,10 +17,11 @@ import torch
 from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
 from fedrec_flwr.evaluation import ranks_from_scores, reported_metrics
 from fedrec_flwr.methods import Method
-from fedrec_flwr.node.full_ranking import DeviceTable, linear_full_ranks, train_csr
+from fedrec_flwr.node.full_ranking import DeviceTable, linear_full_ranks
 from fedrec_flwr.node.layered import RowStore
 from fedrec_flwr.node.malicious import target_exposure
 from fedrec_flwr.node.personal import PersonalRows
+from fedrec_flwr.node.rank_entries import train_csr
 from fedrec_flwr.node.scoring import (  # noqa: F401 (lookup_rows, held_items: the node's)
     held_items,
     lookup_rows,

@@ -127,16 +127,7 @@ def unmask(
     surviving neighbours' and its own self-mask seeds) and ``pair-with`` / ``pair-seeds``
     (its pairwise seeds with the neighbours that dropped). Refused unless the node masked
     this round and has not answered its unmask step yet."""
-    if ROUND not in saved or tuple(saved[ROUND].tolist()) != (run_id, server_round):
-        raise secagg_dropout.DropoutError(
-            f"partition {partition} did not mask round {server_round}: nothing to unmask"
-        )
-    if int(saved[UNMASKED][0]):
-        raise secagg_dropout.DropoutError(
-            f"partition {partition} answered the unmask step of round {server_round} already: "
-            "a second answer could hand over a self-mask share and a pairwise mask of the "
-            "same neighbour"
-        )
+    _check_unmask(partition, run_id, server_round, saved)
     near = saved["near"].tolist()
     keys = {p: saved["near-keys"][j] for j, p in enumerate(near)}
     own = secagg.load_private(private)
@@ -175,3 +166,19 @@ def unmask(
             [np.frombuffer(pairs[p], np.uint8) for p in pair_with], dtype=np.uint8
         ).reshape(len(pair_with), 32),
     }
+
+
+def _check_unmask(
+    partition: int, run_id: int, server_round: int, saved: Mapping[str, np.ndarray]
+) -> None:
+    """Refuse an unmask step for a round this node did not mask, or answered already."""
+    if ROUND not in saved or tuple(saved[ROUND].tolist()) != (run_id, server_round):
+        raise secagg_dropout.DropoutError(
+            f"partition {partition} did not mask round {server_round}: nothing to unmask"
+        )
+    if int(saved[UNMASKED][0]):
+        raise secagg_dropout.DropoutError(
+            f"partition {partition} answered the unmask step of round {server_round} already: "
+            "a second answer could hand over a self-mask share and a pairwise mask of the "
+            "same neighbour"
+        )

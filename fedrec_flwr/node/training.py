@@ -69,27 +69,33 @@ def epoch_steps(
             server_round,
             shuffle_tag(epoch, stage),
         )
-    # Each user's samples in its own shuffled order.
-    users = np.asarray(samples.users, dtype=np.int64)
-    keys = (epoch,) if stage == 0 else (epoch, stage)
-    key_rows = np.empty((len(users), 2 + len(keys)), dtype=np.int64)
-    key_rows[:, 0], key_rows[:, 1], key_rows[:, 2:] = users, server_round, keys
-    order = (
-        np.concatenate(
-            [
-                samples.sample_offsets[j] + rng.permutation(int(counts[j]))
-                for j, rng in enumerate(keyed_rngs(config.seed, "shuffle", key_rows))
-            ]
-        )
-        if len(users)
-        else np.empty(0, dtype=np.int64)
-    )
+    order = shuffled_order(samples, config.seed, server_round, epoch, stage)
     plan = BatchPlan(counts, widths, batch, MAX_STEP_ENTRIES, most_batches_first=True)
     return planned_steps(
         plan,
         torch.from_numpy(order),
         torch.from_numpy(np.asarray(samples.sample_rows, np.int64)).to(device),
         torch.from_numpy(np.asarray(samples.sample_labels, np.float32)).to(device),
+    )
+
+
+def shuffled_order(
+    samples: RoundSamples, seed: int, server_round: int, epoch: int, stage: int = 0
+) -> np.ndarray:
+    """Each user's samples in its own shuffled order (keyed by (seed, user, round, epoch
+    and, past the first, the stage)): positions into the flat samples, user after user."""
+    users = np.asarray(samples.users, dtype=np.int64)
+    if not len(users):
+        return np.empty(0, dtype=np.int64)
+    counts = np.diff(samples.sample_offsets)
+    keys = (epoch,) if stage == 0 else (epoch, stage)
+    key_rows = np.empty((len(users), 2 + len(keys)), dtype=np.int64)
+    key_rows[:, 0], key_rows[:, 1], key_rows[:, 2:] = users, server_round, keys
+    return np.concatenate(
+        [
+            samples.sample_offsets[j] + rng.permutation(int(counts[j]))
+            for j, rng in enumerate(keyed_rngs(seed, "shuffle", key_rows))
+        ]
     )
 
 

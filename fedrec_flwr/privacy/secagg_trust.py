@@ -212,6 +212,25 @@ def check_round(
             f"{len(cohort) - 1} other participants, fewer than secure-aggregation-min-peers="
             f"{config.secure_aggregation_min_peers}"
         )
+    _check_peer_list(peers, keys, partition, own_public, refuse)
+    k = degree(len(cohort), config.secure_aggregation_neighbours)
+    near = neighbours(config.seed, server_round, cohort, k)[partition]
+    if not np.array_equal(np.sort(peers[peers != partition]), near):
+        refuse(f"the peers {_few(np.sort(peers))} are not its neighbours {_few(near)} on the graph")
+    mine_by_schedule = own_users[np.isin(own_users, chosen)]
+    if not np.array_equal(np.sort(np.asarray(train_users, np.int64)), mine_by_schedule):
+        refuse(
+            f"the server asks this node to train {len(train_users)} users, the schedule "
+            f"{len(mine_by_schedule)}"
+        )
+    _check_signatures(run_id, peers, keys, signatures, identities, roster, refuse)
+    return near
+
+
+def _check_peer_list(
+    peers: np.ndarray, keys: np.ndarray, partition: int, own_public: np.ndarray, refuse
+) -> None:
+    """The node listed once with its own key, no partition and no key listed twice."""
     mine = np.flatnonzero(peers == partition)
     if len(mine) != 1 or not np.array_equal(keys[mine[0]], own_public):
         refuse(
@@ -224,16 +243,18 @@ def check_round(
     if len(set(raw)) != len(raw):
         twice = [int(p) for p, k in zip(peers, raw, strict=True) if raw.count(k) > 1]
         refuse(f"one key is listed twice (partitions {twice}): the same mask added and subtracted")
-    k = degree(len(cohort), config.secure_aggregation_neighbours)
-    near = neighbours(config.seed, server_round, cohort, k)[partition]
-    if not np.array_equal(np.sort(peers[peers != partition]), near):
-        refuse(f"the peers {_few(np.sort(peers))} are not its neighbours {_few(near)} on the graph")
-    mine_by_schedule = own_users[np.isin(own_users, chosen)]
-    if not np.array_equal(np.sort(np.asarray(train_users, np.int64)), mine_by_schedule):
-        refuse(
-            f"the server asks this node to train {len(train_users)} users, the schedule "
-            f"{len(mine_by_schedule)}"
-        )
+
+
+def _check_signatures(
+    run_id: int,
+    peers: np.ndarray,
+    keys: np.ndarray,
+    signatures: np.ndarray,
+    identities: np.ndarray | None,
+    roster: Roster,
+    refuse,
+) -> None:
+    """Every peer's key signed by its identity key (the roster's, or the one first shown)."""
     for j, peer in enumerate(peers.tolist()):
         shown = None if identities is None else identities[j].tobytes()
         identity = roster.key_of(peer, shown)
@@ -241,7 +262,6 @@ def check_round(
             refuse(
                 f"the key of partition {peer} is not signed by its identity key: a substituted key"
             )
-    return near
 
 
 def _refusal(partition: int, server_round: int):

@@ -175,12 +175,7 @@ class Checkpoints:
     ) -> None:
         """Checkpoint ``server_round`` if it is due (see the module's doc); under
         ``keep-best-state`` keep its model first if it is the best validation round so far."""
-        best = server.stopping.best_val
-        if self.config.keep_best_state and best is not None and best[1] == server_round:
-            model = server.model
-            evaluated = {"eval-table": model.evaluation_table(), "table": model.table}
-            evaluated.update({f"dense/{name}": v for name, v in model.dense.items()})
-            self.save_best(server, grid, server_round, evaluated, timeout)
+        self._keep_best(server, grid, server_round, timeout)
         every = self.config.checkpoint_every
         if not every or server_round % every or server_round >= self.config.num_server_rounds:
             return
@@ -231,6 +226,16 @@ class Checkpoints:
             size / 1e6,
             sum(written) / 1e6,
         )
+
+    def _keep_best(self, server: ServerState, grid: Grid, server_round: int, timeout: float):
+        """Under ``keep-best-state``, keep ``server_round``'s model if it is the best
+        validation round so far (:meth:`save_best`)."""
+        best = server.stopping.best_val
+        if self.config.keep_best_state and best is not None and best[1] == server_round:
+            model = server.model
+            evaluated = {"eval-table": model.evaluation_table(), "table": model.table}
+            evaluated.update({f"dense/{name}": v for name, v in model.dense.items()})
+            self.save_best(server, grid, server_round, evaluated, timeout)
 
     def save_best(
         self,

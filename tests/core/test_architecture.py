@@ -7,7 +7,9 @@ config, privacy, node | server, apps, the lab above all) are the import-linter c
 ``pyproject.toml`` (``lint-imports``, run by ``.ci/run``); this test also catches cycles between
 the modules of one package.
 
-Budget: no module over 400 lines, no class over 250 lines.
+Budget: no module over 400 lines, no class over 250 lines, no function of the runtime
+(``fedrec_flwr/``) over 60 lines, and ``NodeRuntime.train`` (what a node does with a train
+message, the upload chain's stages aside) at most 40.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("fedrec_flwr", "fedrec_lab")
 MAX_MODULE_LINES = 400
 MAX_CLASS_LINES = 250
+MAX_FUNCTION_LINES = 60
+#: Functions held to a tighter budget: (path, qualified name) -> lines.
+TIGHT_FUNCTIONS = {("fedrec_flwr/node/runtime.py", "NodeRuntime.train"): 40}
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,28 @@ def long_classes(root: Path, packages: tuple[str, ...], limit: int) -> dict[tupl
     return found
 
 
+def function_lengths(root: Path, packages: tuple[str, ...]) -> dict[tuple[str, str], int]:
+    """Every function's lines (decorators included): (path, qualified name) -> lines."""
+    found = {}
+    for path in package_modules(root, packages).values():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        scopes: list[tuple[ast.AST, str]] = [(tree, "")]
+        while scopes:
+            node, prefix = scopes.pop()
+            for child in ast.iter_child_nodes(node):
+                if not isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                    scopes.append((child, prefix))
+                    continue
+                name = f"{prefix}{child.name}"
+                scopes.append((child, f"{name}."))
+                if isinstance(child, ast.ClassDef):
+                    continue
+                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                lines = (child.end_lineno or child.lineno) - first + 1
+                found[(str(path.relative_to(root)), name)] = lines
+    return found
+
+
 def test_no_import_cycles_counting_local_and_type_checking_imports():
     edges = import_graph(ROOT, PACKAGES)
     found = cycles(edges)
@@ -191,6 +218,27 @@ def test_classes_within_the_line_budget():
         f"classes over {MAX_CLASS_LINES} lines (move a responsibility into a part the class "
         f"holds): {found}"
     )
+
+
+def test_runtime_functions_within_the_line_budget():
+    lengths = function_lengths(ROOT, ("fedrec_flwr",))
+    found = {where: n for where, n in lengths.items() if n > MAX_FUNCTION_LINES}
+    assert not found, (
+        f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps): {found}"
+    )
+    for where, limit in TIGHT_FUNCTIONS.items():
+        assert lengths[where] <= limit, f"{where} has {lengths[where]} lines, over {limit}"
+
+
+def test_function_lengths_are_counted_with_their_class_and_decorators(tmp_path):
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "class A:\n    @staticmethod\n    def f():\n        return 1\n",
+        },
+    )
+    assert function_lengths(tmp_path, ("pkg",)) == {("pkg/a.py", "A.f"): 3}
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

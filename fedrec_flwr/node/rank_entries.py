@@ -1,0 +1,139 @@
+"""Each user's entries in a full ranking (:mod:`fedrec_flwr.node.full_ranking`): the CSR of
+its train positives, held rows (personal or private, with their own scores), validation and
+test items; and its ranks counted from what the blocked product decided, its exclusions
+taken out and its held rows put back with their own scores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
+from fedrec_flwr.node.personal import run_indices
+from fedrec_flwr.node.samples import sorted_unique
+
+#: Flags of a user's (item) entry in its exclusion and held CSR.
+TRAIN, HELD, VALID, TEST = 1, 2, 4, 8
+
+
+class Decided(Protocol):
+    """What the matrix product decided (``full_ranking._Decisions``): per user and split
+    the items above the band, per entry and sampled negative whether it beats the target."""
+
+    above: np.ndarray
+    entries: list[np.ndarray]
+    sample: np.ndarray
+
+
+def beats(scores: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """A competitor beats the held-out item: it scores at least as high, or is NaN."""
+    return (scores >= target) | np.isnan(scores)
+
+
+@dataclass
+class Entries:
+    """Each user's CSR of exclusion and held entries: sorted distinct ``owner * I + item``
+    keys with their flags, and the held entries' own scores."""
+
+    owner: np.ndarray
+    items: np.ndarray
+    flags: np.ndarray
+    personal: np.ndarray  # float32 own score of held entries (NaN elsewhere: unused)
+
+    def where(self, owner: np.ndarray, items: np.ndarray, num_items: int) -> np.ndarray:
+        """Index of each (owner, item) among the entries, -1 where it is none."""
+        keys = self.owner * num_items + self.items
+        wanted = np.asarray(owner, np.int64) * num_items + np.asarray(items, np.int64)
+        found = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
+        hit = keys[found] == wanted if len(keys) else np.zeros(len(wanted), dtype=bool)
+        return np.where(hit, found, -1)
+
+
+def train_csr(prepared: PreparedData, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(owner, items): each of ``users``' train positives (``owner``: its index in
+    ``users``), user after user, from the split's CSR (no loop over users)."""
+    users = np.asarray(users, dtype=np.int64)
+    at = np.asarray(prepared.local(users), dtype=np.int64)  # a device's folder: its own rows
+    indptr = np.asarray(prepared.train_indptr, dtype=np.int64)
+    starts, counts = indptr[at], indptr[at + 1] - indptr[at]
+    items = np.asarray(prepared.train_items)[run_indices(starts, counts)].astype(np.int64)
+    return np.repeat(np.arange(len(users), dtype=np.int64), counts), items
+
+
+def entries_of(
+    prepared: PreparedData,
+    users: np.ndarray,
+    held: tuple[np.ndarray, np.ndarray],
+    held_scores: np.ndarray,
+) -> Entries:
+    """``users``' entries: their train positives, held rows (``held``: (owner, item), with
+    their own ``held_scores``), validation and test items."""
+    n, every = prepared.num_items, np.arange(len(users), dtype=np.int64)
+    parts = [
+        (*train_csr(prepared, users), TRAIN),
+        (held[0], held[1], HELD),
+        (every, np.asarray(prepared.valid_item[users], np.int64), VALID),
+        (every, np.asarray(prepared.test_item[users], np.int64), TEST),
+    ]
+    keys = np.concatenate([owner * n + items for owner, items, _ in parts])
+    distinct, inverse = sorted_unique(keys, n * len(users))
+    flags = np.zeros(len(distinct), dtype=np.uint8)
+    personal = np.full(len(distinct), np.nan, dtype=np.float32)
+    lo = 0
+    for owner, _, flag in parts:
+        where = inverse[lo : lo + len(owner)]
+        flags[where] |= flag
+        if flag == HELD:
+            personal[where] = held_scores
+        lo += len(owner)
+    owner = distinct // n
+    return Entries(owner, distinct - owner * n, flags, personal)
+
+
+def full_ranks(
+    entries: Entries, decided: Decided, targets: np.ndarray, num_items: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The validation and test ranks over the whole catalogue, the user's exclusions out."""
+    a = len(targets)
+    ranks = []
+    excluded = (
+        (entries.flags & (TRAIN | VALID)) > 0,
+        (entries.flags & (TRAIN | VALID | TEST)) > 0,
+    )
+    held = (entries.flags & HELD) > 0
+    for k in range(2):
+        target = targets[entries.owner, k]
+        own_beats = np.where(held, beats(entries.personal, target), decided.entries[k])
+        kept = ~excluded[k]
+        rank = (
+            decided.above[:, k]
+            - np.bincount(entries.owner, weights=decided.entries[k], minlength=a)
+            + np.bincount(entries.owner, weights=own_beats & kept, minlength=a)
+        )
+        valid = num_items - np.bincount(entries.owner, weights=excluded[k], minlength=a)
+        ranks.append(np.where(np.isnan(targets[:, k]), valid, rank).astype(np.int64))
+    return ranks[0], ranks[1]
+
+
+def sampled_ranks(
+    entries: Entries,
+    decided: Decided,
+    targets: np.ndarray,
+    sample: np.ndarray,
+    num_items: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The validation and test ranks among the sampled negatives (each split's half)."""
+    every = np.arange(len(targets), dtype=np.int64)
+    where = entries.where(np.repeat(every, sample.shape[1]), sample.reshape(-1), num_items)
+    where = where.reshape(sample.shape)
+    held_sample = (where >= 0) & ((entries.flags[where] & HELD) > 0)
+    split = np.arange(sample.shape[1]) >= EVAL_NEGATIVES_PER_SPLIT  # 0: val, 1: test
+    target = targets[every[:, None], split.astype(np.int64)[None, :]]
+    sample_beats = np.where(held_sample, beats(entries.personal[where], target), decided.sample)
+    ranks = []
+    for k in range(2):
+        count = sample_beats[:, split == bool(k)].sum(1)
+        ranks.append(np.where(np.isnan(targets[:, k]), int((split == bool(k)).sum()), count))
+    return tuple(np.asarray(r, dtype=np.int64) for r in ranks)
