@@ -5,6 +5,7 @@ A :class:`MethodPlugin` delegates every member of :class:`Method` that it does n
 to its default instead."""
 
 import inspect
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -167,3 +168,12 @@ def test_register_method_rejects_what_is_not_a_complete_named_method():
     assert register_method(fedmf) is fedmf  # registering the same card again is harmless
     with pytest.raises(KeyError):
         unregister_method("unfinished")
+
+
+def test_the_architecture_page_lists_every_built_in_plugin_in_order():
+    from fedrec_flwr.methods.registry import BUILTIN_PLUGINS
+
+    page = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
+    section = page.split("## Plug-ins and stages")[1].split("\n## ")[0]
+    listed = [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
+    assert listed == list(PLUGINS)[: len(BUILTIN_PLUGINS)]
