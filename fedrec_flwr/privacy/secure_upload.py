@@ -139,7 +139,7 @@ def decoding(config: RunGroups, method: Method, num_items: int) -> SecureDecode:
 #: Secure aggregation: the server learns each round's sum of the nodes' uploads only.
 PLUGIN = Plugin(
     name="secure-aggregation",
-    paper="Bonawitz et al., CCS 2017 (pairwise masks, no dropout recovery)",
+    paper="Bonawitz et al., CCS 2017; SecAgg+, Bell et al., CCS 2020 (dropouts)",
     enabled=secure_enabled,
     node=SecureEncoding.of,
     server=decoding,
