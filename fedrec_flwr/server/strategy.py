@@ -67,7 +67,7 @@ from fedrec_flwr.server.replies import NodeUpload, ReplyReader
 from fedrec_flwr.server.secure_rounds import SecureRounds
 from fedrec_flwr.server.statistics import StatisticsModel
 from fedrec_flwr.server.stopping import RunStopping
-from fedrec_flwr.server.validation import ReplySchema
+from fedrec_flwr.server.validation import ReplySchema, reply_schema
 
 __all__ = ["FedRecStrategy", "FederationError", "NodeInfo", "RoundLog", "model_record"]
 
@@ -103,16 +103,6 @@ def applied(model: ServerModel, uploads: list, server_round: int) -> np.ndarray 
         log(WARNING, "round %d: %s", server_round, error)
     log(WARNING, "round %d: no training update arrived; the table is unchanged", server_round)
     return None
-
-
-def reply_schema(config: RunConfig, method: Method, model) -> ReplySchema:
-    """What every reply must match (item catalogue, row width, dense shapes; for a method
-    that sums co-occurrences, its uploads and their bound on a user's items)."""
-    shapes = {name: value.shape for name, value in model.dense.items()}
-    if method.uploads_statistics:
-        degree, layout = config.itemitem_max_degree, model.secure_layout()
-        return ReplySchema(model.num_items, model.row_dim, shapes, True, degree, layout)
-    return ReplySchema(model.num_items, model.row_dim, shapes)
 
 
 def train_loss(uploads: list[NodeUpload], method: Method) -> dict[str, float]:
@@ -183,9 +173,8 @@ class FedRecStrategy(Strategy):
         if self.secure is not None:  # the table holds only what a user can encode
             self.secure.check_size(config, len(federation.nodes))
             model.value_limit = self.secure.value_limit()
-        self.planner = PayloadPlanner(
-            config, federation.nodes, federation.num_users, not method.uploads_statistics
-        )
+        rows = not method.uploads_statistics  # an item-item method's training reads no row
+        self.planner = PayloadPlanner(config, federation.nodes, federation.num_users, rows)
         self.evaluation = EvaluationRounds(config)
         self.stopping = RunStopping(config.early_stopping_patience)
         self.reporter = RoundReporter(on_round)

@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from fedrec_flwr.aggregation import RowUpload
+from fedrec_flwr.config import RunConfig
 from fedrec_flwr.messages import DENSE_PREFIX
+from fedrec_flwr.methods import Method
 from fedrec_flwr.server.payloads import TrainOrder
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "check_number",
     "check_request",
     "check_train_reply",
+    "reply_schema",
 ]
 
 TRAIN_KEYS = frozenset({"item-ids", "row-sums", "row-counts", "zero-ids", "zero-counts"})
@@ -67,6 +70,16 @@ class ReplySchema:
     def train_keys(self) -> frozenset[str]:
         """Array keys a train reply may carry (a subset of ``allowed_upload_keys``)."""
         return TRAIN_KEYS | {REQUEST_KEY} | {DENSE_PREFIX + n for n in self.dense_shapes}
+
+
+def reply_schema(config: RunConfig, method: Method, model: Any) -> ReplySchema:
+    """What every reply must match (item catalogue, row width, dense shapes; for a method
+    that sums co-occurrences, its uploads and their bound on a user's items)."""
+    shapes = {name: value.shape for name, value in model.dense.items()}
+    if method.uploads_statistics:
+        degree, layout = config.itemitem_max_degree, model.secure_layout()
+        return ReplySchema(model.num_items, model.row_dim, shapes, True, degree, layout)
+    return ReplySchema(model.num_items, model.row_dim, shapes)
 
 
 def check_train_reply(
