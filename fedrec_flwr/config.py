@@ -32,7 +32,7 @@ from fedrec_flwr.methods import Method, build_method, methods
 from fedrec_flwr.methods.plgc import PlgcKeys
 from fedrec_flwr.methods.plugins import DualKeys
 from fedrec_flwr.node.malicious import MALICIOUS_KEYS
-from fedrec_flwr.node.optim import SAM_KEYS
+from fedrec_flwr.node.optim import SamKeys
 from fedrec_flwr.privacy.decoys import DecoyKeys
 from fedrec_flwr.privacy.ldp import LdpKeys
 from fedrec_flwr.privacy.secagg import SecAggKeys
@@ -94,7 +94,7 @@ def key_groups() -> tuple[AnyGroup, ...]:
         OutputKeys,
         LearningKeys,
         ScheduleKeys,
-        SAM_KEYS,
+        SamKeys,
         ServerKeys,
         ServerOptimizerKeys,
         *method_key_groups(),

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -38,6 +38,7 @@ import torch
 from fedrec_flwr.aggregation import RowUpload, row_changes
 
 __all__ = [
+    "Contribution",
     "Finish",
     "ModelShapes",
     "NodeUpload",
@@ -240,13 +241,22 @@ class SecureSum:
     total_users: int
 
 
+class Contribution(Protocol):
+    """An upload of a method's own kind (an item-item method's co-occurrences:
+    :mod:`fedrec_flwr.server.statistics`): the number of users it sums."""
+
+    @property
+    def num_users(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class NodeUpload:
     """One upload the server reads from the round's replies: a node's row upload and its
-    loss and sample counts, or (secure aggregation) the encoded sum of every node's."""
+    loss and sample counts, or (secure aggregation) the encoded sum of every node's, or an
+    upload of a method's own kind."""
 
     partition_id: int
-    upload: RowUpload | SecureSum
+    upload: RowUpload | SecureSum | Contribution
     metrics: Mapping[str, Any]
 
 

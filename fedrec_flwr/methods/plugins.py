@@ -35,7 +35,7 @@ class DualKeys(Group):
 
 
 def dual_enabled(config: RunGroups) -> bool:
-    return config.personalization == Personalization.DUAL
+    return config.group(DualKeys).personalization == Personalization.DUAL
 
 
 def dual_applies(config: RunGroups, method: Method) -> None:

@@ -16,8 +16,9 @@ user's rates by ``step.lr_scale`` and adds weight decay; SAM's radii are not sca
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import StrEnum
+from typing import ClassVar
 
 import torch
 
@@ -26,7 +27,7 @@ from fedrec_flwr.methods.adam_state import ADAM_STEPS, adam_moment_names
 from fedrec_flwr.methods.base import ROWS, Role, RoundContext, Step
 from fedrec_flwr.node.row_updates import RowAdder
 from fedrec_flwr.run_keys import RunGroups
-from fedrec_flwr.schema import NON_NEGATIVE, Dim, Key, KeyGroup
+from fedrec_flwr.schema import NON_NEGATIVE, Dim, Group, key
 
 Grads = dict[str, torch.Tensor]
 #: Gradients (and logits) of the phase's loss at the parameters plus ``offsets``.
@@ -42,37 +43,35 @@ class SamMode(StrEnum):
     HIERARCHICAL = "hierarchical"
 
 
-#: The SAM plug-in's keys: one radius per group of parameters (both 0: plain SGD).
-SAM_KEYS = KeyGroup(
-    title="SAM (plug-in)",
-    owner=__name__,
-    plugin="sam",
-    keys=(
-        Key(
-            "sam-rho-private",
-            0.0,
-            "SAM radius of the private parameters (0 = no SAM); every method, every phase",
-            range=NON_NEGATIVE,
-            why=" (0 = no SAM)",
-        ),
-        Key(
-            "sam-rho-shared",
-            0.0,
-            "SAM radius of the shared parameters (item rows and shared-dense parameters)",
-            range=NON_NEGATIVE,
-            why=" (0 = no SAM)",
-        ),
-        Key(
-            "sam-mode",
-            "joint",
-            "`joint`: one gradient with both groups perturbed at once; `hierarchical` "
-            "(FedRecGEL's reference code): the shared gradient with only the shared group "
-            "perturbed, the private one with only the private group perturbed",
-            choices=SamMode,
-        ),
-    ),
-    search_space={"sam-rho-private": Dim(0.001, 0.5), "sam-rho-shared": Dim(0.001, 0.5)},
-)
+class SamKeys(Group):
+    """The SAM plug-in's keys: one radius per group of parameters (both 0: plain SGD)."""
+
+    title = "SAM (plug-in)"
+    plugin = "sam"
+    search_space: ClassVar[Mapping[str, Dim]] = {
+        "sam-rho-private": Dim(0.001, 0.5),
+        "sam-rho-shared": Dim(0.001, 0.5),
+    }
+
+    sam_rho_private: float = key(
+        default=0.0,
+        help="SAM radius of the private parameters (0 = no SAM); every method, every phase",
+        range=NON_NEGATIVE,
+        why=" (0 = no SAM)",
+    )
+    sam_rho_shared: float = key(
+        default=0.0,
+        help="SAM radius of the shared parameters (item rows and shared-dense parameters)",
+        range=NON_NEGATIVE,
+        why=" (0 = no SAM)",
+    )
+    sam_mode: str = key(
+        default="joint",
+        help="`joint`: one gradient with both groups perturbed at once; `hierarchical` "
+        "(FedRecGEL's reference code): the shared gradient with only the shared group "
+        "perturbed, the private one with only the private group perturbed",
+        choices=SamMode,
+    )
 
 
 class SGD:
@@ -341,22 +340,23 @@ def local_optimizer(
 ) -> SGD | SAM:
     """The node's local optimiser: :func:`plain_optimizer` (``weight-decay``), passed
     through every enabled plug-in that acts on the local update (SAM wraps it)."""
-    optimizer = plain_optimizer(method, config.weight_decay, context)
+    optimizer = plain_optimizer(method, config.schedule.weight_decay, context)
     for plugin in enabled_plugins(config, "local_update"):
-        optimizer = plugin.local_update(config, method, optimizer)
+        if (wrap := plugin.local_update) is not None:
+            optimizer = wrap(config, method, optimizer)
     return optimizer
 
 
 def sam_enabled(config: RunGroups) -> bool:
     """Is SAM on: a positive radius?"""
-    return config.sam_rho_private > 0 or config.sam_rho_shared > 0
+    sam = config.group(SamKeys)
+    return sam.sam_rho_private > 0 or sam.sam_rho_shared > 0
 
 
 def with_sam(config: RunGroups, method: Method, inner: SGD) -> SAM:
     """``inner`` wrapped in SAM with the run's radii and ``sam-mode``."""
-    return SAM(
-        inner, method.roles(), config.sam_rho_private, config.sam_rho_shared, config.sam_mode
-    )
+    sam = config.group(SamKeys)
+    return SAM(inner, method.roles(), sam.sam_rho_private, sam.sam_rho_shared, sam.sam_mode)
 
 
 #: Sharpness-aware local steps, one radius for private and one for shared parameters.

@@ -136,4 +136,4 @@ def sampled_ranks(
     for k in range(2):
         count = sample_beats[:, split == bool(k)].sum(1)
         ranks.append(np.where(np.isnan(targets[:, k]), int((split == bool(k)).sum()), count))
-    return tuple(np.asarray(r, dtype=np.int64) for r in ranks)
+    return np.asarray(ranks[0], dtype=np.int64), np.asarray(ranks[1], dtype=np.int64)

@@ -105,7 +105,8 @@ def upload_chain(config: RunGroups, data: Any) -> UploadChain:
     """The node's upload chain: the stages of the plug-ins ``config`` enables, in registry
     order, the audit's observers (:data:`fedrec_flwr.privacy.uploads.OBSERVERS`, when set),
     and the one finisher (a plug-in's, else :class:`PlainSum`)."""
-    stages = [plugin.node(config, data) for plugin in enabled_plugins(config, "node")]
+    makers = [plugin.node for plugin in enabled_plugins(config, "node")]
+    stages = [make(config, data) for make in makers if make is not None]
     finishers = [stage for stage in stages if stage.finishes]
     if len(finishers) > 1:
         names = ", ".join(stage.name for stage in finishers)

@@ -19,21 +19,20 @@ from functools import partial
 import numpy as np
 
 from fedrec_flwr.aggregation import RowUpload
-from fedrec_flwr.privacy.ldp import noise_scale
+from fedrec_flwr.privacy.ldp import LdpKeys, noise_scale
 from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.stages import RowChanges, ServerStage
 
 
 def noise_variance(config: RunGroups, dim: int) -> float:
     """Per-coordinate variance of the noise on one uploaded row (0: no noise)."""
-    if config.ldp_laplace_lambda > 0:
-        return 2.0 * config.ldp_laplace_lambda**2
-    if config.ldp_mechanism == "none":
+    ldp = config.group(LdpKeys)
+    if ldp.ldp_laplace_lambda > 0:
+        return 2.0 * ldp.ldp_laplace_lambda**2
+    if ldp.ldp_mechanism == "none":
         return 0.0
-    scale = noise_scale(
-        config.ldp_mechanism, config.ldp_epsilon, config.ldp_delta, config.ldp_clip, dim
-    )
-    return 2.0 * scale**2 if config.ldp_mechanism == "laplace" else scale**2
+    scale = noise_scale(ldp.ldp_mechanism, ldp.ldp_epsilon, ldp.ldp_delta, ldp.ldp_clip, dim)
+    return 2.0 * scale**2 if ldp.ldp_mechanism == "laplace" else scale**2
 
 
 def denoised(
@@ -53,7 +52,7 @@ def denoised(
         total[upload.zero_ids] += upload.zero_counts
     n = total[touched]
     users = float(sum(u.num_users for u in uploads))
-    divisor = np.full(len(touched), users) if config.aggregation == "round-mean" else n
+    divisor = np.full(len(touched), users) if config.learning.aggregation == "round-mean" else n
     noise = change.shape[1] * n * variance / divisor**2
     energy = np.maximum((change**2).sum(axis=1), 1e-300)
     return change * np.maximum(0.0, 1.0 - noise / energy)[:, None]

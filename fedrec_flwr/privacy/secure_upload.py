@@ -49,9 +49,8 @@ class SecureEncoding(UploadStage):
 
     @classmethod
     def of(cls, config: RunGroups, data: Any) -> SecureEncoding:
-        return cls(
-            config.seed, config.secure_aggregation_keys, data.num_users, config.fraction_train
-        )
+        training, keys = config.training, config.group(secagg.SecAggKeys).secure_aggregation_keys
+        return cls(training.seed, keys, data.num_users, training.fraction_train)
 
     def finish(self, uploads: Uploads, upload_round: UploadRound) -> TrainResult:
         rows = uploads.host_rows()
@@ -129,7 +128,7 @@ class SecureDecode(ServerStage):
 
 
 def secure_enabled(config: RunGroups) -> bool:
-    return bool(config.secure_aggregation)
+    return config.group(secagg.SecAggKeys).secure_aggregation
 
 
 def decoding(config: RunGroups, method: Method, num_items: int) -> SecureDecode:

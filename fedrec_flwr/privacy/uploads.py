@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods import Method, Plugin
-from fedrec_flwr.privacy.decoys import UserItems, user_decoys
+from fedrec_flwr.privacy.decoys import DecoyKeys, UserItems, user_decoys
 from fedrec_flwr.privacy.denoise import Denoise
-from fedrec_flwr.privacy.ldp import Mechanism, privatize
+from fedrec_flwr.privacy.ldp import LdpKeys, Mechanism, privatize
 from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.schema import ConfigError
 from fedrec_flwr.seeding import keyed_rng
@@ -44,12 +44,13 @@ OBSERVERS: list[Observer] = []
 
 def ldp_enabled(config: RunGroups) -> bool:
     """Is LDP on: a mechanism, or PFedRec's raw Laplace scale?"""
-    return config.ldp_mechanism != Mechanism.NONE or config.ldp_laplace_lambda > 0
+    ldp = config.group(LdpKeys)
+    return ldp.ldp_mechanism != Mechanism.NONE or ldp.ldp_laplace_lambda > 0
 
 
 def decoys_enabled(config: RunGroups) -> bool:
     """Are there decoy rows: a positive ratio?"""
-    return config.decoy_ratio > 0
+    return config.group(DecoyKeys).decoy_ratio > 0
 
 
 def privacy_active(config: RunGroups) -> bool:
@@ -143,13 +144,14 @@ class LocalDP(UploadStage):
 
     @classmethod
     def of(cls, config: RunGroups, data: object = None) -> LocalDP:
+        ldp = config.group(LdpKeys)
         return cls(
-            config.seed,
-            config.ldp_mechanism,
-            config.ldp_epsilon,
-            config.ldp_delta,
-            config.ldp_clip,
-            config.ldp_laplace_lambda,
+            config.training.seed,
+            ldp.ldp_mechanism,
+            ldp.ldp_epsilon,
+            ldp.ldp_delta,
+            ldp.ldp_clip,
+            ldp.ldp_laplace_lambda,
         )
 
     def transform(self, uploads: Uploads, upload_round: UploadRound) -> Uploads:
@@ -207,7 +209,7 @@ def ldp_applies(config: RunGroups, method: Method) -> None:
 
 def denoising(config: RunGroups, method: Method, num_items: int) -> Denoise | None:
     """The server's denoising stage under ``ldp-denoise``, else None."""
-    return Denoise.of(config, num_items) if config.ldp_denoise else None
+    return Denoise.of(config, num_items) if config.group(LdpKeys).ldp_denoise else None
 
 
 #: A fixed set of never-interacted rows per user, requested and uploaded beside its real

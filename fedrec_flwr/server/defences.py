@@ -35,7 +35,10 @@ class RowDefences(ServerStage):
 
     @classmethod
     def of(cls, config: RunGroups, method: Method, num_items: int) -> RowDefences:
-        return cls(config.row_update_bound, config.robust_aggregation, config.aggregation)
+        defences = config.defences
+        return cls(
+            defences.row_update_bound, defences.robust_aggregation, config.learning.aggregation
+        )
 
     def changes(
         self,
@@ -59,7 +62,8 @@ class RowDefences(ServerStage):
 
 
 def defences_enabled(config: RunGroups) -> bool:
-    return config.row_update_bound > 0 or config.robust_aggregation != RobustRule.NONE
+    defences = config.defences
+    return defences.row_update_bound > 0 or defences.robust_aggregation != RobustRule.NONE
 
 
 #: A bound on each row's change and robust aggregation, against poisoned uploads.

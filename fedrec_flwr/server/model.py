@@ -79,8 +79,8 @@ DENSE, OPTIMIZER = "dense/", "optim/"
 
 def server_stages(config: RunConfig, method: Method, num_items: int) -> list[ServerStage]:
     """The server's stages of the plug-ins ``config`` enables, in registry order."""
-    plugins = enabled_plugins(config, "server")
-    stages = (plugin.server(config, method, num_items) for plugin in plugins)
+    makers = [plugin.server for plugin in enabled_plugins(config, "server")]
+    stages = (make(config, method, num_items) for make in makers if make is not None)
     return [stage for stage in stages if stage is not None]
 
 

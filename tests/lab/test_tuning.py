@@ -12,7 +12,7 @@ import pytest
 from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.methods import method_card
 from fedrec_flwr.methods.plgc import PlgcKeys
-from fedrec_flwr.node.optim import SAM_KEYS
+from fedrec_flwr.node.optim import SamKeys
 from fedrec_lab import tuning
 from fedrec_lab.presets import resolve
 
@@ -106,7 +106,7 @@ def test_plugin_only_tunes_the_plugin_knobs_alone():
     conf = Path(__file__).resolve().parents[2] / "conf"
     sam_plgc = resolve(conf / "pfedrec-sam-plgc-ml100k-strict.toml")
     space = tuning.space_for(sam_plgc, plugin_only=True)
-    assert set(space) == set(PlgcKeys.search_space) | set(SAM_KEYS.search_space)
+    assert set(space) == set(PlgcKeys.search_space) | set(SamKeys.search_space)
     dual = resolve(conf / "fedmf-dual-ml100k-strict.toml")
     with pytest.raises(ValueError, match="DualPer has none"):
         tuning.space_for(dual, plugin_only=True)
@@ -138,7 +138,7 @@ def test_a_plugin_only_study_says_when_the_preset_is_outside_its_space(tmp_path,
         ]
     )
     data = json.loads((out / "syn-sam.json").read_text())
-    assert set(data["trials"][0]["params"]) == set(SAM_KEYS.search_space)
+    assert set(data["trials"][0]["params"]) == set(SamKeys.search_space)
     assert "--plugin-only" in data["command"]
     assert "not among them" in (out / "syn-sam.md").read_text()
 
