@@ -19,12 +19,13 @@ does not hold takes the product of those factors over its steps, ``f_u``
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from fedrec_flwr.methods.base import ROWS
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.stages import Finish, TrainResult, UploadRound, Uploads, UploadStage
 
 
@@ -41,9 +42,10 @@ class DenseDecay(UploadStage):
     logs: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def of(cls, config: Any, received: np.ndarray) -> DenseDecay | None:
+    def of(cls, config: RunGroups, received: np.ndarray) -> DenseDecay | None:
         """The round's bookkeeping, or None (``weight-decay-rows = "held"``, or no decay)."""
-        if config.weight_decay_rows != "all" or config.weight_decay <= 0:
+        schedule = config.schedule
+        if schedule.weight_decay_rows != "all" or schedule.weight_decay <= 0:
             return None
         return cls(received.copy())
 
