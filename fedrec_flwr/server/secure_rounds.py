@@ -116,7 +116,8 @@ class SecureReader(ReplyReader):
         self, replies: Iterable[Message], orders: dict[int, TrainOrder], schema: ReplySchema
     ) -> list[NodeUpload]:
         """The survivors' sum as one upload (partition -1), still encoded, or none when the
-        masks cannot be removed (the round is void)."""
+        masks cannot be removed (the round is void); an item-item method's sums are decoded
+        here (:meth:`_statistics`)."""
         if schema.statistics:  # a method that sums co-occurrences
             return self._statistics(replies, orders, schema.layout)
         layout = secagg.Layout.of(schema.num_items, schema.row_dim, schema.dense_shapes)
