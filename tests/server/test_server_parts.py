@@ -173,10 +173,18 @@ def test_a_round_report_holds_the_rounds_csv_figures():
     assert figures["diverged-round"] is None and figures["seconds"] >= 0
 
 
-def test_the_round_clock_continues_after_a_restore():
+def test_the_round_clock_continues_after_a_restore(monkeypatch):
+    from types import SimpleNamespace
+
+    from fedrec_flwr.server import recording
+
+    now = [5.0]  # the module's clock, moved by hand: no wall time is measured
+    clock = SimpleNamespace(perf_counter=lambda: now[0], process_time=lambda: 0.0)
+    monkeypatch.setattr(recording, "time", clock)
     reporter = RoundReporter()
     reporter.load_state_dict({"round-seconds": 100.0})
-    assert 100.0 <= reporter.state_dict()["round-seconds"] < 110.0
+    now[0] += 2.5
+    assert reporter.state_dict()["round-seconds"] == 102.5
 
 
 def test_the_strategy_refuses_the_flower_options_it_has_no_use_for():
