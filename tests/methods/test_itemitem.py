@@ -308,6 +308,17 @@ def test_the_server_sums_each_round_and_recomputes_the_model():
 
 
 # ------------------------------------------------------------------ the conformance suite
+
+
+def node_one_offline(message, context):
+    """The client app, but the node of partition 1 fails every train message."""
+    from fedrec_flwr.client_app import app as client_app
+
+    if message.metadata.message_type == "train" and context.node_config["partition-id"] == 1:
+        raise RuntimeError("device went offline")
+    return client_app(message, context)
+
+
 class TestItemItemEase(StepConformance, StateConformance, FederationConformance):
     config: ClassVar[dict] = {"method": "itemitem", "itemitem-lambda": 5.0}
 
@@ -390,17 +401,7 @@ class TestItemItemEase(StepConformance, StateConformance, FederationConformance)
     def test_a_failing_node_does_not_stop_aggregation(self, tmp_path_factory):
         """Test 8: node 1 fails every round; round 1 sums the others' contributions (a
         user contributes in the first round it is selected, so node 1's never arrive)."""
-        from fedrec_flwr.client_app import app as client_app
-
-        def flaky(message, context):
-            if (
-                message.metadata.message_type == "train"
-                and context.node_config["partition-id"] == 1
-            ):
-                raise RuntimeError("device went offline")
-            return client_app(message, context)
-
-        run = self.federation(tmp_path_factory, 3, tag="flaky", client=flaky)
+        run = self.federation(tmp_path_factory, 3, tag="flaky", client=node_one_offline)
         users = TINY["synthetic-users"]
         survivors = users - len(range(1, users, 3))
         assert [r["train-failures"] for r in run.rounds] == ["1"] * TINY["num-server-rounds"]
@@ -460,17 +461,7 @@ class TestItemItemSecureGfcf(FederationConformance):
         (each with secure-aggregation-min-peers live neighbours: 4 nodes) remove its masks
         and round 1 sums the survivors' users only (the model learns from them); the run
         goes on."""
-        from fedrec_flwr.client_app import app as client_app
-
-        def flaky(message, context):
-            if (
-                message.metadata.message_type == "train"
-                and context.node_config["partition-id"] == 1
-            ):
-                raise RuntimeError("device went offline")
-            return client_app(message, context)
-
-        run = self.federation(tmp_path_factory, 4, tag="flaky", client=flaky)
+        run = self.federation(tmp_path_factory, 4, tag="flaky", client=node_one_offline)
         users = TINY["synthetic-users"]
         survivors = users - len(range(1, users, 4))  # each survivor keeps 2 live neighbours
         assert run.summary["rounds"] == TINY["num-server-rounds"]
