@@ -5,12 +5,13 @@ Flower hands both apps ``context.run_config`` (the ``[tool.flwr.app.config]`` ta
 it into a :class:`RunConfig`, rejecting unknown keys, wrong types and impossible values with a
 message that says what to do.
 
-Each key is declared once, by the module that owns it (:mod:`fedrec_flwr.schema`): the run's
-own keys in :mod:`fedrec_flwr.run_keys`, a method's in its module (its card's ``keys``), a
-plug-in's beside it (DualPer, PLGC, SAM in :mod:`fedrec_flwr.node.optim`, the local
-schedule in :mod:`fedrec_flwr.node.schedule`, LDP, decoys and
-secure aggregation in :mod:`fedrec_flwr.privacy`), a dataset's in
-:mod:`fedrec_flwr.data.registry`. This module composes them (:func:`key_groups`);
+Each key is declared once, by the module that owns it, as a typed group
+(:class:`fedrec_flwr.schema.Group`): the run's own keys in :mod:`fedrec_flwr.run_keys` and
+:mod:`fedrec_flwr.learning_keys`, a method's in its module (its card's ``keys``), a
+plug-in's beside it (its declaration's ``keys``: DualPer, PLGC, SAM in
+:mod:`fedrec_flwr.node.optim`, malicious clients, LDP, decoys and secure aggregation in
+:mod:`fedrec_flwr.privacy`), a dataset's in :mod:`fedrec_flwr.data.registry`. This module
+composes them (:func:`key_groups`), the methods' and the plug-ins' from the registry;
 ``pyproject.toml`` and ``docs/reference/configuration.md`` are checked against it
 (``python -m fedrec_lab.configref``).
 """
@@ -28,14 +29,7 @@ from fedrec_flwr.aggregation import DefenceKeys
 from fedrec_flwr.data.registry import DataKeys, dataset_key_groups
 from fedrec_flwr.data.settings import DATA_DIR_ENV, DataSettings
 from fedrec_flwr.learning_keys import LearningKeys, ScheduleKeys, ServerKeys, ServerOptimizerKeys
-from fedrec_flwr.methods import Method, build_method, methods
-from fedrec_flwr.methods.plgc import PlgcKeys
-from fedrec_flwr.methods.plugins import DualKeys
-from fedrec_flwr.node.malicious import MALICIOUS_KEYS
-from fedrec_flwr.node.optim import SamKeys
-from fedrec_flwr.privacy.decoys import DecoyKeys
-from fedrec_flwr.privacy.ldp import LdpKeys
-from fedrec_flwr.privacy.secagg import SecAggKeys
+from fedrec_flwr.methods import Method, build_method, methods, plugin_key_groups
 from fedrec_flwr.run_keys import (
     EvaluationKeys,
     ExecutionKeys,
@@ -82,33 +76,33 @@ def method_key_groups() -> tuple[type[Group], ...]:
     return tuple(groups)
 
 
-def key_groups() -> tuple[AnyGroup, ...]:
+def key_groups() -> tuple[type[Group], ...]:
     """Every group of run-config keys, in key order (that of ``pyproject.toml``,
-    ``config.json`` and the configuration reference)."""
-    return (
+    ``config.json`` and the configuration reference): the run's own, the registered
+    methods' among them, the registered plug-ins' (in the order they act), the datasets'.
+    A group two of them declare comes once."""
+    groups: list[type[Group]] = []
+    for group in (
         MethodKeys,
-        DualKeys,
         DataKeys,
         TrainingKeys,
         NegativeSamplerKeys,
         OutputKeys,
         LearningKeys,
         ScheduleKeys,
-        SamKeys,
         ServerKeys,
         ServerOptimizerKeys,
         *method_key_groups(),
-        PlgcKeys,
         EvaluationKeys,
         ExecutionKeys,
         FaultKeys,
-        MALICIOUS_KEYS,
         DefenceKeys,
-        LdpKeys,
-        DecoyKeys,
-        SecAggKeys,
+        *plugin_key_groups(),
         *dataset_key_groups(),
-    )
+    ):
+        if group not in groups:
+            groups.append(group)
+    return tuple(groups)
 
 
 def reference_defaults(mapping: Mapping[str, Any]) -> dict[str, Any]:

@@ -4,8 +4,9 @@ Registers the built-in methods (every :class:`MethodCard` declared in a module o
 package); a method from another package joins through an entry point of the group
 ``fedrec_flwr.methods``, or :func:`register_method` (``docs/adding-a-method.md``). The
 built-in plug-ins join the registry from their own modules
-(:data:`~fedrec_flwr.methods.registry.BUILTIN_PLUGINS`); another joins with
-:func:`register_plugin` (``docs/adding-a-stage.md``).
+(:data:`~fedrec_flwr.methods.registry.BUILTIN_PLUGINS`); another joins through an entry
+point of the group ``fedrec_flwr.plugins``, or :func:`register_plugin`
+(``docs/adding-a-stage.md``).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from fedrec_flwr.methods.plgc import PLGC
 from fedrec_flwr.methods.plugin import PLACES, MethodPlugin, Plugin
 from fedrec_flwr.methods.registry import (
     METHOD_ENTRY_POINTS,
+    PLUGIN_ENTRY_POINTS,
     PLUGINS,
     build_method,
     enabled_plugins,
     method_card,
     methods,
     plugin_enabled,
+    plugin_key_groups,
     register_builtin_methods,
     register_method,
     register_plugin,
@@ -42,6 +45,7 @@ __all__ = [
     "PLACES",
     "PLGC",
     "PLUGINS",
+    "PLUGIN_ENTRY_POINTS",
     "ROWS",
     "AuditImitation",
     "FedMF",
@@ -64,6 +68,7 @@ __all__ = [
     "method_card",
     "methods",
     "plugin_enabled",
+    "plugin_key_groups",
     "register_method",
     "register_plugin",
     "unregister_method",

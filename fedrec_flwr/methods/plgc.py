@@ -233,5 +233,6 @@ PLUGIN = Plugin(
     enabled=plgc_enabled,
     check=check_applies,
     method=PLGC,
+    keys=(PlgcKeys,),
     presets=("plgc",),
 )

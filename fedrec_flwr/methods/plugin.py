@@ -31,6 +31,7 @@ from typing import Any
 
 from fedrec_flwr.methods.base import Method
 from fedrec_flwr.run_keys import RunGroups
+from fedrec_flwr.schema import Group
 from fedrec_flwr.stages import ServerStage, UploadStage
 
 #: The places a plug-in may act, as :class:`Plugin` fields.
@@ -53,8 +54,11 @@ class Plugin:
     - ``server(config, method, num_items)``: its stage of the server's chain, or None when
       the run needs none.
 
-    ``presets``: the words naming it in a plug-in preset's file name (``conf/``: SAM's
-    ``sam``, and ``nosam`` for a method that takes SAM by default run without it).
+    ``keys``: the groups of run-config keys it reads (:class:`~fedrec_flwr.schema.Group`
+    classes), which the run config composes from the registry
+    (:func:`~fedrec_flwr.methods.registry.plugin_key_groups`). ``presets``: the words naming
+    it in a plug-in preset's file name (``conf/``: SAM's ``sam``, and ``nosam`` for a method
+    that takes SAM by default run without it).
     """
 
     name: str
@@ -65,6 +69,7 @@ class Plugin:
     local_update: Callable[[RunGroups, Method, Any], Any] | None = None
     node: Callable[[RunGroups, Any], UploadStage] | None = None
     server: Callable[[RunGroups, Method, int], ServerStage | None] | None = None
+    keys: tuple[type[Group], ...] = ()
     presets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

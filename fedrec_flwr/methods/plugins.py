@@ -63,5 +63,6 @@ DUALPER = Plugin(
     enabled=dual_enabled,
     check=dual_applies,
     method=dual,
+    keys=(DualKeys,),
     presets=("dual",),
 )

@@ -27,10 +27,12 @@ from fedrec_flwr.methods.base import Method
 from fedrec_flwr.methods.card import MethodCard
 from fedrec_flwr.methods.plugin import MethodPlugin, Plugin
 from fedrec_flwr.run_keys import RunGroups
-from fedrec_flwr.schema import ConfigError
+from fedrec_flwr.schema import ConfigError, Group
 
 #: The entry-point group of methods defined outside this package.
 METHOD_ENTRY_POINTS = "fedrec_flwr.methods"
+#: The entry-point group of plug-ins defined outside this package.
+PLUGIN_ENTRY_POINTS = "fedrec_flwr.plugins"
 
 #: Method cards by name (``method`` run-config key), in registration order.
 _METHODS: dict[str, MethodCard] = {}
@@ -54,7 +56,9 @@ BUILTIN_PLUGINS = (
 class PluginRegistry(Mapping[str, Plugin]):
     """Plug-in declarations by name, in the order they act. The built-in ones
     (:data:`BUILTIN_PLUGINS`) are read from their modules when the registry is first used:
-    those modules sit above this one (the node, the privacy mechanisms, the server)."""
+    those modules sit above this one (the node, the privacy mechanisms, the server); then
+    those that installed packages name by entry points of the group
+    :data:`PLUGIN_ENTRY_POINTS` (``grid = "fedrec_grid:PLUGIN"``)."""
 
     def __init__(self, builtin: tuple[str, ...]) -> None:
         self._builtin = builtin
@@ -68,6 +72,8 @@ class PluginRegistry(Mapping[str, Plugin]):
                 for entry in self._builtin:
                     module, _, attribute = entry.partition(":")
                     self.add(getattr(importlib.import_module(module), attribute))
+                for point in entry_points(group=PLUGIN_ENTRY_POINTS):
+                    self.add(_entry_point_plugin(point))
             except BaseException:
                 self._loaded = False
                 self._plugins.clear()
@@ -172,21 +178,35 @@ def _load_entry_points() -> None:
         state["loading"] = False
 
 
-def _entry_point_card(point) -> MethodCard:
-    where = f"entry point '{point.name} = {point.value}' of the group '{METHOD_ENTRY_POINTS}'"
+def _loaded(point, group: str) -> tuple[str, object]:
+    """(where the entry point is declared, the object it names)."""
+    where = f"entry point '{point.name} = {point.value}' of the group '{group}'"
     if point.dist is not None:
         where += f" (package {point.dist.name})"
     try:
-        card = point.load()
+        return where, point.load()
     except Exception as error:
         raise ImportError(
             f"{where} failed to load: {error!r}. Fix that package or uninstall it."
         ) from error
+
+
+def _entry_point_card(point) -> MethodCard:
+    where, card = _loaded(point, METHOD_ENTRY_POINTS)
     if not isinstance(card, MethodCard) or card.name != point.name:
         raise TypeError(
             f"{where} must name a MethodCard whose method's name is '{point.name}', got {card!r}."
         )
     return card
+
+
+def _entry_point_plugin(point) -> Plugin:
+    where, plugin = _loaded(point, PLUGIN_ENTRY_POINTS)
+    if not isinstance(plugin, Plugin) or plugin.name != point.name:
+        raise TypeError(
+            f"{where} must name a Plugin declaration whose name is '{point.name}', got {plugin!r}."
+        )
+    return plugin
 
 
 def register_plugin(plugin: Plugin) -> Plugin:
@@ -213,6 +233,15 @@ def _claim(registry: Mapping[str, Entry], kind: str, name: str, entry: Entry) ->
             f"{kind} name '{name}' is already registered ({registry[name]!r}); choose another "
             f"name, or unregister_{kind.replace('-', '')}('{name}') first."
         )
+
+
+def plugin_key_groups() -> tuple[type[Group], ...]:
+    """The keys of the registered plug-ins (their ``keys``), in the order they act, each
+    group once."""
+    groups: list[type[Group]] = []
+    for plugin in PLUGINS.values():
+        groups += [group for group in plugin.keys if group not in groups]
+    return tuple(groups)
 
 
 def enabled_plugins(config: RunGroups, place: str | None = None) -> tuple[Plugin, ...]:

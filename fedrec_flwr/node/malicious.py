@@ -26,15 +26,17 @@ holds a target item; it is measured whenever an attack is on.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
 
 from fedrec_flwr.methods import Plugin
-from fedrec_flwr.schema import POSITIVE, ConfigError, Key, KeyGroup, Range
+from fedrec_flwr.run_keys import RunGroups
+from fedrec_flwr.schema import POSITIVE, ConfigError, Group, Range, key
 from fedrec_flwr.seeding import keyed_rng
 from fedrec_flwr.stages import UploadRound, Uploads, UploadStage
 
@@ -60,60 +62,71 @@ class TrainData(Protocol):
     train_items: np.ndarray
 
 
-def check_malicious(config: Any) -> None:
-    attack_on = config.malicious_attack != MaliciousAttack.NONE
-    if attack_on != (config.malicious_fraction > 0):
+def check_malicious(config: RunGroups) -> None:
+    keys = config.group(MaliciousKeys)
+    attack_on = keys.malicious_attack != MaliciousAttack.NONE
+    if attack_on != (keys.malicious_fraction > 0):
         raise ConfigError(
             "malicious-fraction and malicious-attack go together: set both (e.g. "
             "malicious-fraction = 0.01 and malicious-attack = 'promote') or neither."
         )
-    if attack_on and config.protocol != "strict":
+    if attack_on and config.training.protocol != "strict":
         raise ConfigError(
             "a malicious attack's target exposure (target-er@10) is measured on the full "
             "ranking: use protocol = 'strict', or set malicious-attack = 'none'."
         )
 
 
-MALICIOUS_KEYS = KeyGroup(
-    title="Malicious clients (simulation)",
-    owner=__name__,
-    check=check_malicious,
-    keys=(
-        Key(
-            "malicious-fraction",
-            0.0,
-            "share of users that are malicious (at least one when > 0), drawn keyed by the seed",
-            range=Range(0, 1, high_included=False),
-            why=": the share of users whose uploads are poisoned (0 = none)",
-        ),
-        Key(
-            "malicious-attack",
-            MaliciousAttack.NONE.value,
-            "what a malicious user uploads: `none`, `promote` (target rows pushed towards the "
-            "popular items' rows, PIECK / FedRecAttack style) or `scale` (its honest change "
-            "times `malicious-scale`); reports `target-er@10`",
-            choices=MaliciousAttack,
-        ),
-        Key(
-            "malicious-target-items",
-            1,
-            "number of target items `promote` pushes, drawn keyed by the seed among the less "
-            "popular half of the items",
-            range=POSITIVE,
-        ),
-        Key(
-            "malicious-scale",
-            1.0,
-            "`promote`: the step towards the popular items' mean row (1 = onto it); `scale`: "
-            "the factor on the honest change",
-            range=POSITIVE,
-        ),
-    ),
-)
+class MaliciousKeys(Group):
+    title = "Malicious clients (simulation)"
+    check = check_malicious
+
+    malicious_fraction: float = key(
+        default=0.0,
+        help="share of users that are malicious (at least one when > 0), drawn keyed by the seed",
+        range=Range(0, 1, high_included=False),
+        why=": the share of users whose uploads are poisoned (0 = none)",
+    )
+    malicious_attack: str = key(
+        default=MaliciousAttack.NONE.value,
+        help="what a malicious user uploads: `none`, `promote` (target rows pushed towards the "
+        "popular items' rows, PIECK / FedRecAttack style) or `scale` (its honest change "
+        "times `malicious-scale`); reports `target-er@10`",
+        choices=MaliciousAttack,
+    )
+    malicious_target_items: int = key(
+        default=1,
+        help="number of target items `promote` pushes, drawn keyed by the seed among the less "
+        "popular half of the items",
+        range=POSITIVE,
+    )
+    malicious_scale: float = key(
+        default=1.0,
+        help="`promote`: the step towards the popular items' mean row (1 = onto it); `scale`: "
+        "the factor on the honest change",
+        range=POSITIVE,
+    )
 
 
-def attack_active(config: Any) -> bool:
-    return config.malicious_attack != MaliciousAttack.NONE
+@dataclass(frozen=True)
+class Attack:
+    """What the attack reads of the run: the seed its draws are keyed by and the
+    malicious-client keys."""
+
+    seed: int
+    keys: MaliciousKeys
+
+    @classmethod
+    def of(cls, config: RunGroups) -> Attack:
+        return cls(config.training.seed, config.group(MaliciousKeys))
+
+    @property
+    def active(self) -> bool:
+        return self.keys.malicious_attack != MaliciousAttack.NONE
+
+
+def attack_active(config: RunGroups) -> bool:
+    return Attack.of(config).active
 
 
 @lru_cache(maxsize=8)
@@ -144,34 +157,35 @@ def target_items(data: TrainData, seed: int, count: int) -> np.ndarray:
     return np.sort(keyed_rng(seed, "malicious", 1).choice(pool, size=count, replace=False))
 
 
-def attack_items(data: TrainData, config: Any) -> np.ndarray:
+def attack_items(data: TrainData, attack: Attack) -> np.ndarray:
     """The rows a ``promote`` user needs besides its own: targets and popular items."""
-    targets = target_items(data, config.seed, config.malicious_target_items)
+    targets = target_items(data, attack.seed, attack.keys.malicious_target_items)
     return np.union1d(targets, popular_items(data)).astype(np.int64)
 
 
-def is_malicious(data: TrainData, config: Any, user: int) -> bool:
-    users = malicious_users(config.seed, data.num_users, config.malicious_fraction)
+def is_malicious(data: TrainData, attack: Attack, user: int) -> bool:
+    users = malicious_users(attack.seed, data.num_users, attack.keys.malicious_fraction)
     return bool(np.isin(user, users))
 
 
-def with_attack_items(data: TrainData, config: Any, user: int, items: np.ndarray) -> np.ndarray:
+def with_attack_items(data: TrainData, attack: Attack, user: int, items: np.ndarray) -> np.ndarray:
     """The rows a user requests: ``items``, and a ``promote`` user's attack rows."""
-    if config.malicious_attack != MaliciousAttack.PROMOTE or not is_malicious(data, config, user):
+    promotes = attack.keys.malicious_attack == MaliciousAttack.PROMOTE
+    if not promotes or not is_malicious(data, attack, user):
         return items
-    return np.union1d(items, attack_items(data, config)).astype(np.int64)
+    return np.union1d(items, attack_items(data, attack)).astype(np.int64)
 
 
-def exposure_targets(data: TrainData, config: Any) -> np.ndarray:
+def exposure_targets(data: TrainData, attack: Attack) -> np.ndarray:
     """The items whose exposure evaluation measures: an attack's targets (none when off)."""
-    if not attack_active(config):
+    if not attack.active:
         return np.empty(0, dtype=np.int64)
-    return target_items(data, config.seed, config.malicious_target_items)
+    return target_items(data, attack.seed, attack.keys.malicious_target_items)
 
 
 def poisoned_rows(
     data: TrainData,
-    config: Any,
+    attack: Attack,
     users: np.ndarray,
     row_offsets: np.ndarray,
     row_items: np.ndarray,
@@ -186,8 +200,8 @@ def poisoned_rows(
     for j, user in enumerate(np.asarray(users, dtype=np.int64)):
         lo, hi = int(row_offsets[j]), int(row_offsets[j + 1])
         items, rows, base = row_items[lo:hi], tuned[lo:hi], sent[lo:hi]
-        if is_malicious(data, config, int(user)):
-            items, rows, base = _attack(data, config, items, rows, base, lookup)
+        if is_malicious(data, attack, int(user)):
+            items, rows, base = _attack(data, attack, items, rows, base, lookup)
         items_out.append(items)
         rows_out.append(rows)
         sent_out.append(base)
@@ -202,15 +216,16 @@ def poisoned_rows(
     )
 
 
-def _attack(data, config, items, rows, base, lookup):
+def _attack(data, attack: Attack, items, rows, base, lookup):
     """One malicious user's (items, uploaded rows, sent rows)."""
-    if config.malicious_attack == MaliciousAttack.SCALE:
+    keys = attack.keys
+    if keys.malicious_attack == MaliciousAttack.SCALE:
         change = rows.astype(np.float64) - base
-        return items, (base + config.malicious_scale * change).astype(rows.dtype), base
-    targets = target_items(data, config.seed, config.malicious_target_items)
+        return items, (base + keys.malicious_scale * change).astype(rows.dtype), base
+    targets = target_items(data, attack.seed, keys.malicious_target_items)
     popular = lookup(popular_items(data)).astype(np.float64).mean(axis=0)
     target_rows = lookup(targets).astype(np.float64)
-    pushed = target_rows + config.malicious_scale * (popular - target_rows)
+    pushed = target_rows + keys.malicious_scale * (popular - target_rows)
     own = ~np.isin(items, targets)
     merged = np.concatenate([items[own], targets])
     order = np.argsort(merged, kind="stable")
@@ -226,16 +241,20 @@ class PoisonedUploads(UploadStage):
     name = "malicious"
     reads_sent = True
 
-    def __init__(self, config: Any, data: TrainData) -> None:
-        self.config, self.data = config, data
+    def __init__(self, attack: Attack, data: TrainData) -> None:
+        self.attack, self.data = attack, data
+
+    @classmethod
+    def of(cls, config: RunGroups, data: TrainData) -> PoisonedUploads:
+        return cls(Attack.of(config), data)
 
     def request(self, user: int, items: np.ndarray) -> np.ndarray:
-        return with_attack_items(self.data, self.config, user, items)
+        return with_attack_items(self.data, self.attack, user, items)
 
     def transform(self, uploads: Uploads, upload_round: UploadRound) -> Uploads:
         offsets, items, rows, sent = poisoned_rows(
             self.data,
-            self.config,
+            self.attack,
             uploads.users,
             uploads.offsets,
             uploads.items,
@@ -256,7 +275,8 @@ PLUGIN = Plugin(
     name="malicious",
     paper="PIECK (Zhang et al., ICDE 2024), FedRecAttack (Rong et al., ICDE 2022)",
     enabled=attack_active,
-    node=PoisonedUploads,
+    node=PoisonedUploads.of,
+    keys=(MaliciousKeys,),
 )
 
 

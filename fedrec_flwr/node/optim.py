@@ -365,5 +365,6 @@ SAM_PLUGIN = Plugin(
     paper="Foret et al., ICLR 2021",
     enabled=sam_enabled,
     local_update=with_sam,
+    keys=(SamKeys,),
     presets=("sam", "nosam"),
 )

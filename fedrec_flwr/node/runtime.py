@@ -68,7 +68,8 @@ class NodeRuntime(NodeEvaluation):
         self.users = users_of_partition(partition_id, num_partitions, prepared.num_users)
         self.method: Method = build_method(config, prepared.num_items)
         self.protocol = build_protocol(config.protocol, prepared, config.seed)
-        self.protocol.target_items = malicious.exposure_targets(prepared, config)
+        attack = malicious.Attack.of(config)
+        self.protocol.target_items = malicious.exposure_targets(prepared, attack)
         self.protocol.scores_train_rows = config.eval_loss
         self.device = torch_device(config)
         self._planned: tuple[int, RoundDraws | None] = (0, None)  # (round, its draws)

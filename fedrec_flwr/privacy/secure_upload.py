@@ -142,4 +142,5 @@ PLUGIN = Plugin(
     enabled=secure_enabled,
     node=SecureEncoding.of,
     server=decoding,
+    keys=(secagg.SecAggKeys,),
 )

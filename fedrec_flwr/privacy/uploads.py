@@ -219,6 +219,7 @@ DECOYS = Plugin(
     paper="decoy rows (docs/privacy.md)",
     enabled=decoys_enabled,
     node=DecoyRows,
+    keys=(DecoyKeys,),
 )
 #: Clipped Laplace or Gaussian noise on each uploaded row, or PFedRec Table 4's raw Laplace,
 #: and the server's optional denoising; refused for methods with shared-dense parameters.
@@ -229,4 +230,5 @@ LDP = Plugin(
     check=ldp_applies,
     node=LocalDP.of,
     server=denoising,
+    keys=(LdpKeys,),
 )

@@ -5,16 +5,19 @@ A :class:`MethodPlugin` delegates every member of :class:`Method` that it does n
 to its default instead."""
 
 import inspect
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from fedrec_flwr.config import ConfigError, RunConfig
+from fedrec_flwr.config import ConfigError, RunConfig, key_groups
+from fedrec_flwr.data.registry import dataset_key_groups
 from fedrec_flwr.methods import (
     PLACES,
     PLGC,
+    PLUGIN_ENTRY_POINTS,
     PLUGINS,
     FedMF,
     Method,
@@ -27,10 +30,13 @@ from fedrec_flwr.methods import (
     methods,
     register_method,
     register_plugin,
+    registry,
     unregister_method,
     unregister_plugin,
 )
 from fedrec_flwr.methods.plugin import DERIVED, Delegated, method_members
+from fedrec_flwr.schema import POSITIVE, Group, key
+from fedrec_flwr.stages import UploadStage
 from fedrec_lab.testing import user_params
 
 
@@ -177,3 +183,38 @@ def test_the_architecture_page_lists_every_built_in_plugin_in_order():
     section = page.split("## Plug-ins and stages")[1].split("\n## ")[0]
     listed = [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
     assert listed == list(PLUGINS)[: len(BUILTIN_PLUGINS)]
+
+
+def test_a_plugin_of_another_package_joins_through_an_entry_point_with_its_keys(monkeypatch):
+    class EchoKeys(Group):
+        title = "Echo"
+
+        echo_level: int = key(default=2, help="a toy plug-in's key", range=POSITIVE)
+
+    echo = Plugin(
+        name="echo",
+        paper="a toy plug-in",
+        enabled=lambda config: config.group(EchoKeys).echo_level > 2,
+        node=lambda config, data: UploadStage(),
+        keys=(EchoKeys,),
+    )
+    point = EntryPoint("echo", "fedrec_echo:PLUGIN", PLUGIN_ENTRY_POINTS)
+    monkeypatch.setattr(point.__class__, "load", lambda self: echo)
+    monkeypatch.setattr(
+        registry, "entry_points", lambda group: [point] if group == PLUGIN_ENTRY_POINTS else []
+    )
+    plugins = registry.PluginRegistry(registry.BUILTIN_PLUGINS)
+    monkeypatch.setattr(registry, "PLUGINS", plugins)
+    assert list(plugins)[-1] == "echo"  # after the built-in ones
+    assert key_groups()[-len(dataset_key_groups()) - 1] is EchoKeys
+    config = RunConfig.from_mapping({"echo-level": 3})
+    assert config.group(EchoKeys) == EchoKeys(echo_level=3)
+    assert [plugin.name for plugin in enabled_plugins(config, "node")] == ["echo"]
+
+
+def test_an_entry_point_must_name_a_plugin_of_its_name(monkeypatch):
+    point = EntryPoint("echo", "fedrec_echo:PLUGIN", PLUGIN_ENTRY_POINTS)
+    monkeypatch.setattr(point.__class__, "load", lambda self: PLUGINS["sam"])
+    monkeypatch.setattr(registry, "entry_points", lambda group: [point])
+    with pytest.raises(TypeError, match="must name a Plugin declaration whose name is 'echo'"):
+        list(registry.PluginRegistry(()))

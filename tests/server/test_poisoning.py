@@ -214,7 +214,7 @@ def test_a_promoting_user_uploads_targets_pushed_towards_the_popular_rows():
     popularity = malicious.popularity(data)
     assert popularity[targets].max() <= np.median(popularity)
     requested = runtime.train_request(1)
-    assert set(malicious.attack_items(data, config)) <= set(requested)
+    assert set(malicious.attack_items(data, malicious.Attack.of(config))) <= set(requested)
     table = np.random.default_rng(0).normal(size=(data.num_items, 32)).astype(np.float32)
     user = int(bad[0])
     result, _ = runtime.train(runtime.initial_state(), 1, np.array([user]), None, table, {})
