@@ -13,10 +13,13 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import data_dir_read
-from fedrec_flwr.methods import build_method
+from fedrec_flwr.methods import Method, build_method
+from fedrec_flwr.methods.itemitem import ItemItem
 from fedrec_flwr.privacy.accounting import summary_fields
 from fedrec_flwr.results import RunRecorder
+from fedrec_flwr.schema import ConfigError
 from fedrec_flwr.server.checkpoint import Checkpoints, open_run
+from fedrec_flwr.server.global_model import GlobalModel
 from fedrec_flwr.server.handshake import Federation, connect
 from fedrec_flwr.server.in_flight import message_window, windowed
 from fedrec_flwr.server.model import ServerModel, initial_item_table
@@ -93,6 +96,19 @@ def describe(
     )
 
 
+def server_model(config: RunConfig, method: Method, num_items: int) -> GlobalModel:
+    """Round 1's model of the server: the item-item sums of a method that uploads
+    co-occurrences (``uploads_statistics``), else the trained item table."""
+    if not method.uploads_statistics:
+        return ServerModel.initial(config, method, num_items)
+    if not isinstance(method, ItemItem):
+        raise ConfigError(
+            f"method '{method.name}' uploads co-occurrence sums, which the server sums for "
+            "an item-item method only: derive it from fedrec_flwr.methods.itemitem.ItemItem"
+        )
+    return StatisticsModel(config, method, num_items)
+
+
 def run_strategy(
     grid: Grid,
     config: RunConfig,
@@ -102,11 +118,7 @@ def run_strategy(
 ) -> FedRecStrategy:
     """Build the method, the server's model and the strategy; run the rounds."""
     method = build_method(config, federation.num_items)
-    model = (
-        StatisticsModel(config, method, federation.num_items)
-        if method.uploads_statistics  # sums of co-occurrences, not trained rows
-        else ServerModel.initial(config, method, federation.num_items)
-    )
+    model = server_model(config, method, federation.num_items)
     strategy = FedRecStrategy(
         config,
         method,

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -47,10 +47,12 @@ __all__ = [
     "ServerChain",
     "ServerStage",
     "TrainResult",
+    "Upload",
     "UploadChain",
     "UploadRound",
     "UploadStage",
     "Uploads",
+    "uploads_of",
 ]
 
 
@@ -249,6 +251,24 @@ class Contribution(Protocol):
     def num_users(self) -> int: ...
 
 
+#: What the server reads from a round's replies: a node's row upload, the encoded sum of every
+#: node's (secure aggregation), or an upload of a method's own kind.
+Upload = RowUpload | SecureSum | Contribution
+U = TypeVar("U")
+
+
+def uploads_of(kind: type[U], uploads: Sequence[Upload]) -> list[U]:
+    """``uploads``, each a ``kind``: what a model applies once its stages have decoded them;
+    raise ``TypeError`` for any other (an encoded sum not decoded, another method's upload)."""
+    foreign = [type(upload).__name__ for upload in uploads if not isinstance(upload, kind)]
+    if foreign:
+        raise TypeError(
+            f"uploads of kind {', '.join(sorted(set(foreign)))} where {kind.__name__} was "
+            "expected: decode the round's uploads with the model's stages first"
+        )
+    return [upload for upload in uploads if isinstance(upload, kind)]
+
+
 @dataclass(frozen=True)
 class NodeUpload:
     """One upload the server reads from the round's replies: a node's row upload and its
@@ -256,7 +276,7 @@ class NodeUpload:
     upload of a method's own kind."""
 
     partition_id: int
-    upload: RowUpload | SecureSum | Contribution
+    upload: Upload
     metrics: Mapping[str, Any]
 
 

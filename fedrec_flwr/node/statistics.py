@@ -53,7 +53,7 @@ def statistics_upload(
     baskets = [method.uploaded_items(data, int(user)) for user in new]
     sizes = np.array([len(b) for b in baskets], dtype=np.int64)
     empty = np.empty(0, dtype=np.int64)
-    common = {"num_users": len(new), "num_samples": int(sizes.sum()), "loss_sum": 0.0}
+    num_users, num_samples = len(new), int(sizes.sum())  # no loss: no gradient step
     if runtime.config.secure_aggregation:
         weights = [method.basket_weight(len(b)) for b in baskets]
         kind = method.upload_kind(server_round)
@@ -65,15 +65,17 @@ def statistics_upload(
             baskets = [positions_in(support, b) for b in baskets]
         vector = layout.encode(baskets, weights, data.num_users)
         rows = np.empty((0, method.row_dim), dtype=np.float32)
-        return TrainResult(empty, rows, empty, secure=vector, **common)
+        return TrainResult(empty, rows, empty, num_users, num_samples, 0.0, secure=vector)
     items = np.concatenate(baskets) if baskets else empty
     offsets = np.r_[0, np.cumsum(sizes)].astype(np.int64)
     return TrainResult(
         empty,
         np.empty((0, 0), dtype=np.float32),
         empty,
+        num_users,
+        num_samples,
+        0.0,
         statistics={ITEMS: items, OFFSETS: offsets},
-        **common,
     )
 
 

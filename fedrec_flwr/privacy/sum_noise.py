@@ -77,6 +77,20 @@ def noise_multiplier(epsilon: float, delta: float) -> float:
     return float(_gaussian().get_sigma_gaussian(epsilon, delta))
 
 
+#: A block of a Gram's entries: two slices (over the whole catalogue), or an ``np.ix_`` grid
+#: (over a support).
+Block = tuple[slice, slice] | tuple[np.ndarray, ...]
+
+
+def block_indices(lo: int, hi: int, coords: np.ndarray | None) -> tuple[Block, Block]:
+    """Where rows ``lo:hi`` of a Gram over ``coords`` (None: every item) meet columns
+    ``lo:`` (the block's upper part), and the mirror of that (rows ``lo:``, columns
+    ``lo:hi``)."""
+    if coords is None:
+        return (slice(lo, hi), slice(lo, None)), (slice(lo, None), slice(lo, hi))
+    return np.ix_(coords[lo:hi], coords[lo:]), np.ix_(coords[lo:], coords[lo:hi])
+
+
 @dataclass(frozen=True)
 class SumNoise:
     """The mechanism of a run (see the module doc)."""
@@ -126,7 +140,9 @@ class SumNoise:
             return self.gram_std
         return self.multiplier * counts_sensitivity(self.max_degree)
 
-    def add_to_gram(self, gram: np.ndarray, server_round: int, coords=None) -> None:
+    def add_to_gram(
+        self, gram: np.ndarray, server_round: int, coords: np.ndarray | None = None
+    ) -> None:
         """Add the noise to a round's symmetric Gram in place (over ``coords``, the support;
         None: all), one draw per entry of the upper triangle, diagonal included, mirrored
         below; drawn a block of rows at a time, keyed by (seed, round)."""
@@ -137,16 +153,10 @@ class SumNoise:
             part = rng.normal(0.0, self.gram_std, size=(hi - lo, size - lo))
             square = part[:, : hi - lo]
             square[np.tril_indices(hi - lo, -1)] = 0.0  # the block's upper triangle only
-            rows = slice(lo, hi) if coords is None else coords[lo:hi]
-            cols = slice(lo, None) if coords is None else coords[lo:]
-            if coords is None:
-                gram[rows, cols] += part
-                np.fill_diagonal(square, 0.0)  # mirrored without the diagonal
-                gram[cols, rows] += part.T
-            else:
-                gram[np.ix_(rows, cols)] += part
-                np.fill_diagonal(square, 0.0)
-                gram[np.ix_(cols, rows)] += part.T
+            upper, lower = block_indices(lo, hi, coords)
+            gram[upper] += part
+            np.fill_diagonal(square, 0.0)  # mirrored without the diagonal
+            gram[lower] += part.T
 
     def add_to_counts(self, counts: np.ndarray, server_round: int) -> None:
         rng = keyed_rng(self.seed, "itemitem-dp", server_round, 0)

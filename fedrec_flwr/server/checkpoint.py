@@ -60,7 +60,7 @@ from fedrec_flwr.resume import (
     Resumed,
     fingerprinted_config,
 )
-from fedrec_flwr.server.model import ServerModel
+from fedrec_flwr.server.global_model import GlobalModel
 from fedrec_flwr.server.nodes import NodeInfo
 from fedrec_flwr.server.stopping import RunStopping
 
@@ -85,7 +85,7 @@ class ServerState(Protocol):
     def nodes(self) -> Mapping[int, NodeInfo]: ...
 
     @property
-    def model(self) -> ServerModel: ...
+    def model(self) -> GlobalModel: ...
 
     @property
     def stopping(self) -> RunStopping: ...

@@ -53,7 +53,7 @@ from fedrec_flwr.privacy.denoise import Denoise, Denoiser
 from fedrec_flwr.seeding import keyed_rng
 from fedrec_flwr.server.defences import RowDefences
 from fedrec_flwr.server.optimizer import ServerOptimizer
-from fedrec_flwr.stages import ModelShapes, NodeUpload, ServerChain, ServerStage
+from fedrec_flwr.stages import ModelShapes, NodeUpload, ServerChain, ServerStage, Upload, uploads_of
 
 __all__ = [
     "Denoiser",
@@ -169,6 +169,10 @@ class ServerModel:
         aggregation: one reply is one contributor, the sum of its users' rows)."""
         self.stages.check_contributors(users_per_node)
 
+    def limit_values(self, limit: float) -> None:
+        """Refuse an update that would write a value beyond ``limit`` (``value_limit``)."""
+        self.value_limit = limit
+
     def shapes(self) -> ModelShapes:
         """The table's shape and the shared-dense parameters' shapes."""
         dense = {name: value.shape for name, value in self.dense.items()}
@@ -200,33 +204,35 @@ class ServerModel:
         evaluation reads). No copy: :meth:`apply` replaces the table, never writes into it."""
         self.round_start_table = self.table
 
-    def refusals(self, uploads: Sequence[RowUpload]) -> list[str | None]:
-        """For each upload, why it lies beyond ``update-limit`` (None: it does not)."""
+    def refusals(self, uploads: Sequence[Upload]) -> list[str | None]:
+        """For each row upload, why it lies beyond ``update-limit`` (None: it does not)."""
         return [
             upload_violation(self.table, self.dense, upload, self.update_limit)
-            for upload in uploads
+            for upload in uploads_of(RowUpload, uploads)
         ]
 
-    def apply(self, uploads: Sequence[RowUpload]) -> np.ndarray:
-        """Update the table and shared-dense parameters with a round's valid uploads (see
-        the module's doc); return the rows it touched. Uploads beyond ``update-limit`` are
-        left out; :class:`UpdateRefusedError` (the model unchanged) when none is left, or when
-        the update would write a value that is not finite or beyond ``value_limit``."""
-        if not uploads:
+    def apply(self, uploads: Sequence[Upload]) -> np.ndarray:
+        """Update the table and shared-dense parameters with a round's valid row uploads
+        (see the module's doc; ``TypeError`` for an upload not decoded into rows); return
+        the rows it touched. Uploads beyond ``update-limit`` are left out;
+        :class:`UpdateRefusedError` (the model unchanged) when none is left, or when the
+        update would write a value that is not finite or beyond ``value_limit``."""
+        rows = uploads_of(RowUpload, uploads)
+        if not rows:
             raise ValueError("no uploads to apply: a round without any leaves the model as it is")
-        refusals = self.refusals(uploads)
-        uploads = [upload for upload, why in zip(uploads, refusals, strict=True) if why is None]
-        if not uploads:
+        refusals = self.refusals(rows)
+        rows = [upload for upload, why in zip(rows, refusals, strict=True) if why is None]
+        if not rows:
             raise UpdateRefusedError(f"every upload of the round is refused: {refusals[0]}")
-        touched, delta = self.stages.changes(self.table, uploads)
+        touched, delta = self.stages.changes(self.table, rows)
         saved = {k: np.array(v) for k, v in self.optimizer.state_arrays().items()}
         with np.errstate(all="ignore"):
-            table = self.optimizer.update_rows(self._shrunk(uploads), touched, delta)
+            table = self.optimizer.update_rows(self._shrunk(rows), touched, delta)
             if self.zero_threshold is not None:  # rows at or below it are zero (and not sent)
                 table[np.abs(table).max(axis=1, initial=0.0) <= self.zero_threshold] = 0.0
             dense = {
                 name: self.optimizer.update_dense(name, self.dense[name], change)
-                for name, change in dense_changes(self.dense, uploads).items()
+                for name, change in dense_changes(self.dense, rows).items()
             }
         why = self._out_of_range({"item-table": table, **dense})
         if why:

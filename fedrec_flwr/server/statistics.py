@@ -15,19 +15,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
-from fedrec_flwr.methods import Method
 from fedrec_flwr.methods.cooccurrence import model_weights
-from fedrec_flwr.methods.itemitem import two_rounds
+from fedrec_flwr.methods.itemitem import ItemItem, two_rounds
 from fedrec_flwr.privacy.secure_statistics import DecodedSums, StatisticsLayout
 from fedrec_flwr.privacy.sum_noise import SumNoise
 from fedrec_flwr.server.model import server_stages
 from fedrec_flwr.server.payloads import TrainOrder
 from fedrec_flwr.server.validation import ReplyError, ReplySchema, check_number, check_request
-from fedrec_flwr.stages import NodeUpload, ServerChain
+from fedrec_flwr.stages import NodeUpload, ServerChain, Upload, uploads_of
 
 __all__ = ["StatisticsModel", "StatisticsUpload", "check_statistics_reply"]
 
@@ -113,7 +113,7 @@ class StatisticsModel:
     """The released sums, the support, the model computed from them and the item table it
     serves (``W^T``)."""
 
-    def __init__(self, config, method: Method, num_items: int) -> None:
+    def __init__(self, config, method: ItemItem, num_items: int) -> None:
         self.config = config
         self.method = method
         self.kind = str(config.itemitem_model)
@@ -128,7 +128,7 @@ class StatisticsModel:
         self.table = np.zeros((num_items, num_items), dtype=np.float32)
         self.round_start_table = self.table
         self.dense: dict[str, np.ndarray] = {}
-        self.zero_threshold = None
+        self.zero_threshold: float | None = None  # the table is dense
         self.defended = False
         self.touched_ever = np.zeros(num_items, dtype=bool)
         #: The run's server stages: only whether the nodes mask their vectors counts (the
@@ -146,15 +146,19 @@ class StatisticsModel:
     def check_contributors(self, users_per_node: int) -> None:
         """Nothing to refuse: the server's defences against poisoned rows do not apply."""
 
+    def limit_values(self, limit: float) -> None:
+        """Nothing to limit: the table is computed from the released sums, whose bounds are
+        checked as they are read (:meth:`StatisticsLayout.decode`), not uploaded."""
+
     def decode(self, uploads: list[NodeUpload]) -> list[NodeUpload]:
         """The round's uploads as they were read (already decoded)."""
         return uploads
 
-    def refusals(self, uploads: Sequence[StatisticsUpload]) -> list[str | None]:
+    def refusals(self, uploads: Sequence[Upload]) -> list[str | None]:
         """None for each upload: ``update-limit`` bounds row changes, and a co-occurrence
         upload has none (its bounds are checked as it is read: :func:`check_statistics_reply`,
         :meth:`StatisticsLayout.decode`)."""
-        return [None] * len(uploads)
+        return [None] * len(uploads_of(StatisticsUpload, uploads))
 
     def load_initial(self, table: np.ndarray, dense: Mapping[str, np.ndarray]) -> None:
         """Round 1's table: the model of no user (all zeros)."""
@@ -183,25 +187,27 @@ class StatisticsModel:
             return {"itemitem_support": self.support}
         return {}
 
-    def apply(self, uploads: Sequence[StatisticsUpload]) -> np.ndarray:
-        """Add the round's contributions to the released sums (noised, with the mechanism
-        on) and recompute the model if any user's co-occurrences came; return the items the
-        round's users hold."""
-        users = sum(upload.num_users for upload in uploads)
-        secure = [upload.sums for upload in uploads if upload.sums is not None]
+    def apply(self, uploads: Sequence[Upload]) -> np.ndarray:
+        """Add the round's contributions (:class:`StatisticsUpload`; ``TypeError`` for any
+        other upload) to the released sums (noised, with the mechanism on) and recompute the
+        model if any user's co-occurrences came; return the items the round's users hold."""
+        contributions = uploads_of(StatisticsUpload, uploads)
+        users = sum(upload.num_users for upload in contributions)
+        secure = [upload.sums for upload in contributions if upload.sums is not None]
         if secure and secure[0].upper is None:  # a counts round: the support
             counts = secure[0].counts.astype(np.float64)
             self._release_counts(counts)
             self.support = np.flatnonzero(self.counts >= self.min_count)
             return np.flatnonzero(secure[0].counts > 0)
         counts = np.zeros(self.num_items, dtype=np.float64)
-        coords = self.support if self.two_rounds else np.arange(self.num_items)
+        coords = self._gram_coords()
         for sums in secure:
+            assert sums.upper is not None  # a round's secure sum: its counts, or both
             add_upper(self.gram, sums.upper, coords)
             counts[coords] += sums.counts
-        for upload in uploads:
-            if upload.sums is None:
-                self._add_baskets(upload, counts)
+        for upload in contributions:
+            if upload.items is not None and upload.offsets is not None:  # plain item lists
+                self._add_baskets(upload.items, upload.offsets, counts)
         touched = np.flatnonzero(counts > 0)
         if users == 0:
             return touched
@@ -211,11 +217,21 @@ class StatisticsModel:
         self.refresh()
         return touched
 
-    def _add_baskets(self, upload: StatisticsUpload, counts: np.ndarray) -> None:
-        for lo, hi in zip(upload.offsets[:-1], upload.offsets[1:], strict=True):
-            items = upload.items[lo:hi]
-            self.gram[np.ix_(items, items)] += self.method.basket_weight(len(items))
-            counts[items] += 1.0
+    def _gram_coords(self) -> np.ndarray:
+        """The items a round's co-occurrences cover: the support of a two-round run (fixed
+        by its counts round), else the catalogue."""
+        if not self.two_rounds:
+            return np.arange(self.num_items)
+        if self.support is None:
+            raise RuntimeError("a round of co-occurrences before the counts fixed the support")
+        return self.support
+
+    def _add_baskets(self, items: np.ndarray, offsets: np.ndarray, counts: np.ndarray) -> None:
+        """Add the users' item lists (``items[offsets[j]:offsets[j + 1]]``, user after user)."""
+        for lo, hi in pairwise(offsets):
+            basket = items[lo:hi]
+            self.gram[np.ix_(basket, basket)] += self.method.basket_weight(len(basket))
+            counts[basket] += 1.0
 
     def _release_counts(self, counts: np.ndarray) -> None:
         """A release of the round's counts (noised with the mechanism on), accumulated."""

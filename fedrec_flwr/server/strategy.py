@@ -59,27 +59,28 @@ from fedrec_flwr.messages import (
 from fedrec_flwr.methods import Method
 from fedrec_flwr.server.checkpoint import Checkpoints
 from fedrec_flwr.server.evaluation_rounds import EvaluationRounds
+from fedrec_flwr.server.global_model import GlobalModel
 from fedrec_flwr.server.handshake import Federation, FederationError, NodeInfo
-from fedrec_flwr.server.model import ServerModel, UpdateRefusedError
+from fedrec_flwr.server.model import UpdateRefusedError
 from fedrec_flwr.server.payloads import PayloadPlanner, TrainOrder
 from fedrec_flwr.server.recording import RoundLog, RoundReporter
 from fedrec_flwr.server.replies import NodeUpload, ReplyReader
 from fedrec_flwr.server.secure_rounds import SecureRounds
-from fedrec_flwr.server.statistics import StatisticsModel
 from fedrec_flwr.server.stopping import RunStopping
 from fedrec_flwr.server.validation import ReplySchema, reply_schema
+from fedrec_flwr.stages import Upload
 
 __all__ = ["FedRecStrategy", "FederationError", "NodeInfo", "RoundLog", "model_record"]
 
 
-def model_record(model: ServerModel) -> ArrayRecord:
+def model_record(model: GlobalModel) -> ArrayRecord:
     """The model's table (``item-table``) and shared-dense parameters (``dense.<name>``) as
     the Flower record :meth:`FedRecStrategy.start` takes."""
     return array_record(dense_arrays(model.dense), item_table=model.table)
 
 
 def rows_record(
-    model: ServerModel,
+    model: GlobalModel,
     users: np.ndarray | None,
     item_ids: np.ndarray | None,
     rows: np.ndarray,
@@ -93,7 +94,7 @@ def rows_record(
     return array_record(dense_arrays(model.dense), **arrays)
 
 
-def applied(model: ServerModel, uploads: list, server_round: int) -> np.ndarray | None:
+def applied(model: GlobalModel, uploads: list[Upload], server_round: int) -> np.ndarray | None:
     """The rows the round's uploads touched, once applied to ``model``; None (logged, the
     model unchanged) when none arrived or the update is refused."""
     try:
@@ -153,7 +154,7 @@ class FedRecStrategy(Strategy):
         self,
         config: RunConfig,
         method: Method,
-        model: ServerModel | StatisticsModel,
+        model: GlobalModel,
         federation: Federation,
         on_round: Callable[[dict[str, Any]], None] | None = None,
         checkpoints: Checkpoints | None = None,
@@ -172,7 +173,7 @@ class FedRecStrategy(Strategy):
         self.secure = SecureRounds(federation, config) if model.stages.masked else None
         if self.secure is not None:  # the table holds only what a user can encode
             self.secure.check_size(config, len(federation.nodes))
-            model.value_limit = self.secure.value_limit()
+            model.limit_values(self.secure.value_limit())
         rows = not method.uploads_statistics  # an item-item method's training reads no row
         self.planner = PayloadPlanner(config, federation.nodes, federation.num_users, rows)
         self.evaluation = EvaluationRounds(config)

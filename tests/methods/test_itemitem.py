@@ -13,6 +13,7 @@ import pytest
 import torch
 from flwr.app import ArrayRecord
 
+from fedrec_flwr.aggregation import RowUpload
 from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.messages import allowed_upload_keys, record_arrays
@@ -44,6 +45,7 @@ from fedrec_flwr.server.statistics import (
     secure_statistics,
 )
 from fedrec_flwr.server.validation import ReplyError, ReplySchema
+from fedrec_flwr.server_app import server_model
 from fedrec_lab.testing import TINY, FederationConformance, StateConformance, StepConformance
 
 sp = pytest.importorskip("scipy.sparse")
@@ -305,6 +307,23 @@ def test_the_server_sums_each_round_and_recomputes_the_model():
     again = StatisticsModel(run, method, 5)
     again.load_state_dict(state)
     assert np.array_equal(again.table, model.table) and again.contributors == 2
+
+
+def test_the_server_applies_co_occurrence_uploads_only():
+    run = config()
+    model = server_model(run, build_method(run, 5), 5)
+    assert isinstance(model, StatisticsModel)
+    rows = RowUpload(np.array([0]), np.ones((1, 5), np.float32), np.array([1]), 1)
+    with pytest.raises(TypeError, match="RowUpload where StatisticsUpload"):
+        model.apply([rows])
+
+
+def test_a_method_summing_co_occurrences_outside_itemitem_is_refused():
+    run = RunConfig.from_mapping({**TINY, "method": "fedmf"})
+    method = build_method(run, 5)
+    method.uploads_statistics = True  # a method of its own kind that is no ItemItem
+    with pytest.raises(ConfigError, match="derive it from"):
+        server_model(run, method, 5)
 
 
 # ------------------------------------------------------------------ the conformance suite

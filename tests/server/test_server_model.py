@@ -12,6 +12,7 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import build_method
 from fedrec_flwr.server.model import ServerModel, initial_item_table
 from fedrec_flwr.server.optimizer import ServerOptimizer
+from fedrec_flwr.stages import SecureSum
 
 
 def ids(*values: int) -> np.ndarray:
@@ -108,6 +109,15 @@ def test_evaluation_reads_the_round_start_table_when_asked():
 def test_a_round_without_uploads_is_refused():
     with pytest.raises(ValueError, match="no uploads to apply"):
         model().apply([])
+
+
+def test_an_upload_not_decoded_into_rows_is_refused():
+    """A secure sum reaches the update only through its stage's decoding."""
+    encoded = SecureSum(1, np.zeros(10, dtype=np.uint64), 1, 1)
+    with pytest.raises(TypeError, match="SecureSum where RowUpload"):
+        model().apply([encoded])
+    with pytest.raises(TypeError, match="decode"):
+        model().refusals([*uploads(), encoded])
 
 
 def test_adam_state_round_trips_through_the_state_dict():
