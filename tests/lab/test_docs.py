@@ -202,6 +202,25 @@ def test_readme_test_commands_are_what_ci_runs() -> None:
     )
 
 
+def ci_checks(text: str) -> list[str]:
+    """The checks ``.ci/run`` runs after installing: each command line of ``text`` after the
+    ``export``s, comments and ``--site-dir`` (a temporary folder) left out."""
+    body = text[text.rindex("\nexport ") :].split("\n", 2)[2]
+    lines = (line.split("#", 1)[0].strip() for line in body.splitlines())
+    return [line.split(" --site-dir", 1)[0] for line in lines if line]
+
+
+def test_the_development_page_names_every_check_ci_runs() -> None:
+    ci = ci_checks((ROOT / ".ci" / "run").read_text())
+    page = (DOCS / "development.md").read_text()
+    start = page.index("\n## CI\n")
+    section = page[start : page.find("\n## ", start + 1)]
+    missing = [check for check in ci if f"`{check}`" not in section]
+    assert "mypy" in ci and not missing, (
+        f".ci/run runs {ci}; docs/development.md's CI section does not name {missing}"
+    )
+
+
 def test_the_fast_tier_leaves_out_the_slow_tests_and_the_slow_tier_runs_them() -> None:
     """Plain ``python -m pytest`` deselects ``slow`` (pyproject's addopts); a later ``-m slow``
     replaces that selection, so every test is in exactly one tier."""
