@@ -204,6 +204,20 @@ def train(msg: Message, context: Context) -> Message:
     )
     save_state(context, state)
     state_store.persist_latest(context, runtime, msg, state, server_round)
+    if result.user_changes is not None:  # a proven report per user, nothing else
+        run_key = (int(msg.metadata.run_id), server_round)
+        roster = _roster(context, runtime)
+        bounded = secure_node.bounded_upload(
+            runtime.config,
+            (item_rows.shape[0], item_rows.shape[1]),
+            _private(context),
+            run_key,
+            received,
+            result.user_changes,
+            roster,
+        )
+        context.state[PINNED] = ConfigRecord({**roster.pinned})
+        return _reply(msg, bounded, {})
     if result.secure is not None:  # one masked vector and its sealed shares, nothing else
         bound = {**dense, **_support(received)}  # the masks hold what was received
         secure = _masked(msg, context, runtime, received, result.secure, (item_rows, bound))
@@ -258,16 +272,22 @@ def _private(context: Context) -> np.ndarray:
 def _check_train(msg: Message, context: Context, runtime: NodeRuntime, received: dict) -> None:
     """The node's checks of a secure round before any training (:mod:`secure_node`)."""
     run_id, server_round = int(msg.metadata.run_id), round_of(msg)
-    config = runtime.config
-    folder = str(context.node_config.get(ROSTER, "") or "")
-    roster = secagg_trust.Roster(
-        config.seed, config.secure_aggregation_keys, folder, _pinned(context)
-    )
+    roster = _roster(context, runtime)
     saved = _secure_state(context, SECAGG_ROUND)
     private = _private(context)
     secure_node.check_train(runtime, run_id, server_round, private, received, saved, roster)
     context.state[PINNED] = ConfigRecord({**roster.pinned})
     context.state[SECAGG_ROUND] = array_record(round=np.array([run_id, server_round], np.uint64))
+
+
+def _roster(context: Context, runtime: NodeRuntime) -> secagg_trust.Roster:
+    """The identity keys this node checks signed keys against (its roster folder, or the
+    seed's keys, or the keys it pinned)."""
+    config = runtime.config
+    folder = str(context.node_config.get(ROSTER, "") or "")
+    return secagg_trust.Roster(
+        config.seed, config.secure_aggregation_keys, folder, _pinned(context)
+    )
 
 
 def _pinned(context: Context) -> dict[str, bytes]:

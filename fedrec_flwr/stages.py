@@ -52,11 +52,23 @@ __all__ = [
     "UploadRound",
     "UploadStage",
     "Uploads",
+    "UserChanges",
     "uploads_of",
 ]
 
 
 # ------------------------------------------------------------------------------ node
+@dataclass(frozen=True)
+class UserChanges:
+    """Each user's change of the rows it trained, for bounded secure aggregation (a report
+    per user proves its own: :mod:`fedrec_flwr.privacy.bounded`)."""
+
+    users: np.ndarray
+    blocks: list[tuple[np.ndarray, np.ndarray]]  # per user: (items, changes [k, row_dim])
+    num_samples: int
+    loss_sum: float
+
+
 @dataclass(frozen=True)
 class TrainResult:
     """What a node uploads after training (and the metrics it reports)."""
@@ -73,6 +85,8 @@ class TrainResult:
     zero_counts: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     # Under secure-aggregation: the ring vector (secagg.encode) the node masks; no sparse rows.
     secure: np.ndarray | None = None
+    # Under secure-aggregation-bound: each user's row changes, which the node proves.
+    user_changes: UserChanges | None = None
     # A method that sums co-occurrences: its plain upload's arrays (node/statistics.py).
     statistics: dict[str, np.ndarray] | None = None
     # weight-decay-rows = "all": the sum over its users of 1 - f_u (node/dense_decay.py).

@@ -7,7 +7,10 @@
 - :func:`masked_upload`: the vector masked towards the node's neighbours plus its
   self-mask, the self-mask seed's shares sealed for its holders, and what the unmask step
   needs (:mod:`fedrec_flwr.privacy.secagg_dropout`);
-- :func:`unmask`: the answer to the round's unmask step (once).
+- :func:`unmask`: the answer to the round's unmask step (once);
+- :func:`bounded_upload`: under ``secure-aggregation-bound``, instead of the masked vector,
+  one report per user proving its bounded change (:mod:`fedrec_flwr.privacy.bounded`),
+  sealed for the helper whose signed key the train message carries.
 
 State travels as plain arrays by name (``saved``): the ClientApp stores them in
 ``context.state``.
@@ -21,6 +24,11 @@ from typing import Any
 import numpy as np
 
 from fedrec_flwr.privacy import secagg, secagg_dropout, secagg_trust
+from fedrec_flwr.privacy.bounded import client as bounded_client
+from fedrec_flwr.privacy.bounded import report as bounded_report
+from fedrec_flwr.privacy.bounded.circuit import Bounds
+from fedrec_flwr.privacy.bounded.keys import BoundedKeys
+from fedrec_flwr.stages import UserChanges
 
 #: The run and round this node last answered (a train message), and whether it unmasked it.
 ROUND, UNMASKED = "round", "unmasked"
@@ -182,3 +190,49 @@ def _check_unmask(
             "a second answer could hand over a self-mask share and a pairwise mask of the "
             "same neighbour"
         )
+
+
+def bounded_upload(
+    config: Any,
+    table_shape: tuple[int, int],
+    private: np.ndarray,
+    round_key: tuple[int, int],
+    received: Mapping[str, np.ndarray],
+    changes: UserChanges,
+    roster: secagg_trust.Roster,
+) -> dict[str, np.ndarray]:
+    """The train reply's arrays under ``secure-aggregation-bound``: each user's report
+    (:func:`~fedrec_flwr.privacy.bounded.client.user_reports`), its seed sealed for the
+    helper. Refused (:class:`~fedrec_flwr.privacy.secagg_trust.SecureRoundRefused`) unless the
+    helper's key is signed by the helper's identity key (the roster's ``helper``)."""
+    run_id, server_round = round_key
+    helper_key = np.asarray(received["helper-key"], dtype=np.uint8)
+    shown = received.get("helper-identity")
+    identity = roster.key_of(
+        secagg_trust.HELPER_ID, None if shown is None else np.asarray(shown).tobytes()
+    )
+    told = secagg_trust.statement(run_id, secagg_trust.HELPER_ID, helper_key)
+    if not secagg_trust.verifies(identity, told, received["helper-signature"]):
+        raise secagg_trust.SecureRoundRefused(
+            "secure aggregation: the helper's key is not signed by the helper's identity key: "
+            "a server that substitutes it could open every report: refused"
+        )
+    group = config.group(BoundedKeys)
+    num_items, row_dim = table_shape
+    bounds = Bounds.of(
+        num_items, row_dim, group.secure_aggregation_bound, group.secure_aggregation_max_rows
+    )
+    reports = bounded_client.user_reports(
+        bounds,
+        lambda user: bounded_report.context(run_id, server_round, user, bounds),
+        [int(user) for user in changes.users],
+        changes.blocks,
+        changes.num_samples,
+        changes.loss_sum,
+        seed=config.seed,
+        source=config.secure_aggregation_keys,
+        server_round=server_round,
+        own=secagg.load_private(private),
+        helper_public=helper_key,
+    )
+    return {name.replace("-", "_"): v for name, v in bounded_client.pack(reports).items()}

@@ -80,7 +80,7 @@ def check_secure_aggregation(config: Any) -> None:
             "secure-aggregation = true hides every single upload from the server, so its "
             "defences against poisoning (robust-aggregation, row-update-bound) have nothing "
             "to look at. Set robust-aggregation = 'none' and row-update-bound = 0; to bound "
-            "each user's change, clip it on the device (ldp-clip with an ldp-mechanism)."
+            "each user's change, set secure-aggregation-bound (each user proves its bound)."
         )
     if config.decoy_ratio > 0:
         raise ConfigError(

@@ -14,6 +14,7 @@ import numpy as np
 from fedrec_flwr.methods import Method, Plugin
 from fedrec_flwr.partition import participants
 from fedrec_flwr.privacy import secagg
+from fedrec_flwr.privacy.bounded.keys import BoundedKeys
 from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.stages import (
     ModelShapes,
@@ -24,6 +25,7 @@ from fedrec_flwr.stages import (
     UploadRound,
     Uploads,
     UploadStage,
+    UserChanges,
 )
 
 LOG = logging.getLogger(__name__)
@@ -43,16 +45,27 @@ class SecureEncoding(UploadStage):
     finishes = True
     full_table = True
 
-    def __init__(self, seed: int, key_source: str, num_users: int, fraction_train: float) -> None:
+    def __init__(
+        self,
+        seed: int,
+        key_source: str,
+        num_users: int,
+        fraction_train: float,
+        bounded: bool = False,
+    ) -> None:
         self.seed, self.key_source = seed, secagg.KeySource(key_source)
         self.num_users, self.fraction_train = num_users, fraction_train
+        self.bounded = bounded  # secure-aggregation-bound: each user's changes, proven
 
     @classmethod
     def of(cls, config: RunGroups, data: Any) -> SecureEncoding:
         training, keys = config.training, config.group(secagg.SecAggKeys).secure_aggregation_keys
-        return cls(training.seed, keys, data.num_users, training.fraction_train)
+        bounded = config.group(BoundedKeys).secure_aggregation_bound > 0
+        return cls(training.seed, keys, data.num_users, training.fraction_train, bounded)
 
     def finish(self, uploads: Uploads, upload_round: UploadRound) -> TrainResult:
+        if self.bounded:
+            return self.user_changes(uploads, upload_round)
         rows = uploads.host_rows()
         values = {name: v.detach().cpu().double().numpy() for name, v in uploads.dense.items()}
         layout = secagg.Layout.of(
@@ -78,6 +91,31 @@ class SecureEncoding(UploadStage):
             num_samples=uploads.num_samples,
             loss_sum=uploads.loss_sum,
             secure=vector,
+        )
+
+    def user_changes(self, uploads: Uploads, upload_round: UploadRound) -> TrainResult:
+        """Each user's change of its rows against the table as sent (the node proves each:
+        :func:`fedrec_flwr.node.secure_node.bounded_upload`)."""
+        if uploads.dense:
+            raise ValueError(
+                f"secure-aggregation-bound covers item rows only, and this node's users upload "
+                f"shared-dense parameters {sorted(uploads.dense)}: leave the bound at 0"
+            )
+        rows, table = uploads.host_rows().astype(np.float64), upload_round.table
+        blocks = [
+            (uploads.items[lo:hi], rows[lo:hi] - table[uploads.items[lo:hi]])
+            for _, lo, hi in uploads.blocks()
+        ]
+        changes = UserChanges(uploads.users, blocks, uploads.num_samples, uploads.loss_sum)
+        empty = np.empty(0, dtype=np.int64)
+        return TrainResult(
+            item_ids=empty,
+            row_sums=np.empty((0, rows.shape[1]), dtype=np.float32),
+            row_counts=empty,
+            num_users=len(uploads.users),
+            num_samples=uploads.num_samples,
+            loss_sum=uploads.loss_sum,
+            user_changes=changes,
         )
 
     def show_views(self, uploads, upload_round, rows, values, encode) -> None:
@@ -142,5 +180,5 @@ PLUGIN = Plugin(
     enabled=secure_enabled,
     node=SecureEncoding.of,
     server=decoding,
-    keys=(secagg.SecAggKeys,),
+    keys=(secagg.SecAggKeys, BoundedKeys),
 )

@@ -31,8 +31,12 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 
 from fedrec_flwr.messages import ARRAYS, CONFIG, array_record, record_arrays
+from fedrec_flwr.methods import Method
 from fedrec_flwr.privacy import secagg, secagg_dropout
+from fedrec_flwr.privacy.bounded.keys import bounds_of
 from fedrec_flwr.schema import ConfigError
+from fedrec_flwr.server.bounded_rounds import BoundedRounds, bounded_uploads
+from fedrec_flwr.server.global_model import GlobalModel
 from fedrec_flwr.server.nodes import NodeInfo
 from fedrec_flwr.server.payloads import TrainOrder
 from fedrec_flwr.server.replies import ReplyReader
@@ -57,6 +61,10 @@ class SecureRounds:
         self.threshold = 0
         self.grid: Any = None  # the round's (peers)
         self.by_partition: dict[int, int] = {}
+        #: Under ``secure-aggregation-bound``: the bounds, the helper, and the model whose
+        #: table the users' proven changes apply to (set by the strategy).
+        self.bounded: BoundedRounds | None = None
+        self.model: GlobalModel | None = None
 
     @staticmethod
     def check_size(config: Any, num_partitions: int) -> None:
@@ -93,8 +101,20 @@ class SecureRounds:
                 arrays[f"secagg_{name}"] = np.stack(
                     [self.keys[by_partition[int(p)]][part] for p in listed]
                 )
+            if self.bounded is not None:
+                arrays.update(self.bounded.helper_arrays())
             out[node_id] = arrays
         return out
+
+    def hold(self, method: Method, model: GlobalModel) -> None:
+        """Make ``model`` hold only what a user can encode (:meth:`value_limit`); under
+        ``secure-aggregation-bound``, the round's bounds and helper (refused for a method
+        they cannot cover: :func:`~fedrec_flwr.privacy.bounded.keys.bounds_of`)."""
+        model.limit_values(self.value_limit())
+        bounds = bounds_of(self.config, method, model.num_items, model.row_dim)
+        if bounds is not None:
+            self.bounded = BoundedRounds(bounds, self.config, self.num_users, len(self.nodes))
+            self.model = model
 
     def value_limit(self) -> float:
         """The largest magnitude a value of the table may have: what a user can encode."""
@@ -120,6 +140,9 @@ class SecureReader(ReplyReader):
         here (:meth:`_statistics`)."""
         if schema.statistics:  # a method that sums co-occurrences
             return self._statistics(replies, orders, schema.layout)
+        if self.rounds.bounded is not None and self.rounds.model is not None:  # a report a user
+            keys, table = self.rounds.keys, self.rounds.model.table
+            return bounded_uploads(self, replies, orders, keys, table)
         layout = secagg.Layout.of(schema.num_items, schema.row_dim, schema.dense_shapes)
         users = {self.nodes[n].partition_id: len(order.users) for n, order in orders.items()}
         answered = masked_vectors(self, replies, orders, layout.length)

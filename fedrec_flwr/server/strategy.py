@@ -171,9 +171,9 @@ class FedRecStrategy(Strategy):
         self.num_users = federation.num_users
         self.nodes: dict[int, NodeInfo] = federation.nodes  # by node id, the planner's too
         self.secure = SecureRounds(federation, config) if model.stages.masked else None
-        if self.secure is not None:  # the table holds only what a user can encode
+        if self.secure is not None:
             self.secure.check_size(config, len(federation.nodes))
-            model.limit_values(self.secure.value_limit())
+            self.secure.hold(method, model)  # its value limit, secure-aggregation-bound
         rows = not method.uploads_statistics  # an item-item method's training reads no row
         self.planner = PayloadPlanner(config, federation.nodes, federation.num_users, rows)
         self.evaluation = EvaluationRounds(config)

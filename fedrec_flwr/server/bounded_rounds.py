@@ -1,0 +1,148 @@
+"""The server's side of bounded secure aggregation (``secure-aggregation-bound``,
+:mod:`fedrec_flwr.privacy.bounded`).
+
+Each train message also carries the helper's X25519 key, signed by the helper's identity
+key (:meth:`BoundedRounds.helper_arrays`). Each node replies with one report per user
+(``bounded-*`` arrays) instead of a masked vector. The server (the leader) computes its
+share of each report's verification, the helper its own (:class:`~fedrec_flwr.privacy.
+bounded.helper.Helper`, reached through one call: :data:`~fedrec_flwr.privacy.bounded.
+leader.HelperLink`); a user whose report does not verify is dropped, named in a warning,
+and counted in ``rejected_replies``; the others' sum becomes one upload for
+:meth:`~fedrec_flwr.server.model.ServerModel.apply` (:func:`bounded_uploads`). The round is
+void when the helper refuses (fewer reports verified than ``secure-aggregation-min-peers``
++ 1, a repeated round) or the two aggregators disagree.
+
+The helper runs in the ServerApp's process here: the bounds hold against every client, and
+each report stays hidden from a server that does not read the helper's key; against a
+server that does, the helper must run as a party apart (``docs/privacy.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from logging import WARNING
+from typing import Any
+
+import numpy as np
+from flwr.app import Message
+from flwr.common.logger import log
+from flwr.supercore.task_identity import TaskIdentity
+
+from fedrec_flwr.aggregation import RowUpload
+from fedrec_flwr.messages import ARRAYS, record_arrays
+from fedrec_flwr.privacy import secagg_trust
+from fedrec_flwr.privacy.bounded import client, leader
+from fedrec_flwr.privacy.bounded import report as rep
+from fedrec_flwr.privacy.bounded.circuit import Bounds
+from fedrec_flwr.privacy.bounded.helper import Helper, Schedule
+from fedrec_flwr.server.payloads import TrainOrder
+from fedrec_flwr.stages import NodeUpload
+
+
+class BoundedRounds:
+    """The round's bounds, the helper, and the table the users' changes apply to."""
+
+    def __init__(self, bounds: Bounds, config: Any, num_users: int, num_partitions: int) -> None:
+        schedule = Schedule(
+            config.seed,
+            num_users,
+            config.fraction_train,
+            num_partitions,
+            config.secure_aggregation_min_peers + 1,
+        )
+        keys = config.secure_aggregation_keys
+        self.bounds = bounds
+        self.helper = Helper(bounds, schedule, secagg_trust.Roster(config.seed, keys), keys)
+
+    def helper_arrays(self) -> dict[str, np.ndarray]:
+        """The helper's key, its signature and identity key, for every train message."""
+        public = self.helper.public(int(TaskIdentity.run_id))
+        return {name.replace("-", "_"): value for name, value in public.items()}
+
+
+def bounded_uploads(
+    reader: Any,
+    replies: Iterable[Message],
+    orders: dict[int, TrainOrder],
+    keys: Mapping[int, dict[str, np.ndarray]],
+    table: np.ndarray,
+) -> list[NodeUpload]:
+    """The accepted reports' sum as one upload (partition -1), or none when the round is
+    void; ``keys``: each node's handshake keys; ``table``: the table the round trained on."""
+    rounds: BoundedRounds = reader.rounds.bounded
+    round_log, server_round = reader.round_log, reader.server_round
+    reports = _reports(reader, replies, orders, keys)
+    if not reports:
+        log(WARNING, "round %d: bounded secure aggregation void: no report arrived", server_round)
+        return []
+    try:
+        helper = rounds.helper
+        total = leader.aggregate(
+            rounds.bounds,
+            int(TaskIdentity.run_id),
+            server_round,
+            reports,
+            helper.answer,
+            helper.verify_key,
+        )
+    except leader.RoundVoid as error:
+        log(WARNING, "round %d: bounded secure aggregation void: %s", server_round, error)
+        return []
+    for user, why in sorted(total.refused.items()):
+        round_log.rejected_replies += 1
+        log(
+            WARNING, "round %d: user %d dropped: its report is refused: %s", server_round, user, why
+        )
+    touched = np.flatnonzero(total.counts)
+    counts = total.counts[touched]
+    sums = total.changes[touched] + counts[:, None] * np.asarray(table, np.float64)[touched]
+    upload = RowUpload(touched, sums, counts, total.users)
+    return [NodeUpload(-1, upload, {"loss-sum": total.loss, "num-samples": total.samples})]
+
+
+def _reports(
+    reader: Any,
+    replies: Iterable[Message],
+    orders: dict[int, TrainOrder],
+    keys: Mapping[int, dict[str, np.ndarray]],
+) -> list[tuple[rep.Report, leader.Sender]]:
+    """The round's reports with their senders' signed keys (``orders``: the participants,
+    consumed). A failed, missing or malformed reply is a dropout, counted in the round log
+    as the plain path counts it."""
+    round_log, server_round = reader.round_log, reader.server_round
+    reports: list[tuple[rep.Report, leader.Sender]] = []
+    for reply in replies:
+        node_id = reader.sender(reply)
+        order = orders.pop(node_id, None)
+        if reply.has_error():
+            round_log.train_failures += 1
+            log(WARNING, "round %d: node %d dropped: %s", server_round, node_id, reply.error.reason)
+            continue
+        try:
+            arrays = record_arrays(reply.content[ARRAYS])
+            round_log.bytes_up += reply.content[ARRAYS].count_bytes()
+            if order is None:
+                raise ValueError("the node was sent no train message this round")
+            if set(arrays) != set(client.ARRAYS):
+                raise ValueError(f"it carries {sorted(arrays)}, not {list(client.ARRAYS)}")
+            unpacked = client.unpack(arrays)
+        except ValueError as error:
+            round_log.rejected_replies += 1
+            log(
+                WARNING,
+                "round %d: train reply of node %d rejected: %s",
+                server_round,
+                node_id,
+                error,
+            )
+            continue
+        own, identity = keys[node_id], keys[node_id].get("identity")
+        sender = leader.Sender(
+            reader.nodes[node_id].partition_id,
+            own["key"],
+            own["signature"],
+            None if identity is None else np.asarray(identity).tobytes(),
+        )
+        reports += [(report, sender) for report in unpacked]
+    round_log.train_failures += len(orders)
+    return reports

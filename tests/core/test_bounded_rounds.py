@@ -1,0 +1,154 @@
+"""Bounded secure aggregation in the round (``secure-aggregation-bound``): each user's
+report is verified by the server and the helper before the table moves; a client that does
+not follow the protocol is dropped and the others aggregate; honest rounds give the plain
+round's table and metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from bounded_cheats import CHEATS, cheating_report
+from flwr.app import ArrayRecord, ConfigRecord
+
+from fedrec_flwr.client_app import app as client_app
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.data.prepared import prepare
+from fedrec_flwr.messages import array_record, record_arrays
+from fedrec_flwr.methods import build_method
+from fedrec_flwr.privacy import secagg
+from fedrec_flwr.privacy.bounded import client
+from fedrec_flwr.privacy.bounded import report as rep
+from fedrec_flwr.schema import ConfigError
+from fedrec_flwr.server.handshake import connect
+from fedrec_flwr.server.model import ServerModel
+from fedrec_flwr.server.strategy import FedRecStrategy
+from fedrec_flwr.server_app import run_federation
+from fedrec_lab.audit.loop import run_plain
+from fedrec_lab.local_grid import LocalGrid
+
+SMALL = {
+    "dataset": "synthetic",
+    "synthetic-users": 30,
+    "synthetic-items": 300,
+    "synthetic-mean-degree": 10,
+    "num-server-rounds": 3,
+    "checkpoint-every": 0,
+}
+BOUNDED = {
+    "secure-aggregation": True,
+    "secure-aggregation-keys": "seeded",
+    "secure-aggregation-bound": 3.0,
+    "secure-aggregation-max-rows": 40,
+}
+
+
+def connected(tmp_path, nodes: int, **overrides):
+    run_config = {**SMALL, "results-dir": str(tmp_path / "results"), **overrides}
+    config = RunConfig.from_mapping(run_config)
+    grid = LocalGrid(client_app, run_config, num_nodes=nodes)
+    federation = connect(grid, config, config.node_wait_timeout, timeout=600)
+    method = build_method(config, federation.num_items)
+    model = ServerModel.initial(config, method, federation.num_items)
+    return FedRecStrategy(config, method, model, federation), grid
+
+
+def train_round(strategy, grid, server_round=1):
+    messages = list(strategy.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid))
+    return messages, list(grid.send_and_receive(messages, timeout=600))
+
+
+# ------------------------------------------------------------------------ the keys
+@pytest.mark.parametrize(
+    ("keys", "match"),
+    [
+        ({"secure-aggregation-bound": 2.0}, "set secure-aggregation = true"),
+        ({"secure-aggregation-bound": float("inf")}, "not a usable number"),
+        ({"secure-aggregation": True, "secure-aggregation-max-rows": 5}, "bound"),
+        ({"secure-aggregation": True, "secure-aggregation-bound": -1.0}, ">= 0"),
+    ],
+)
+def test_the_keys_are_checked_early(keys, match):
+    with pytest.raises(ConfigError, match=match):
+        RunConfig.from_mapping(keys)
+
+
+@pytest.mark.usefixtures("private_cache")
+@pytest.mark.parametrize(
+    ("keys", "match"),
+    [
+        ({"method": "fedncf"}, "shared-dense parameters"),
+        ({"secure-aggregation-bound": 1e9}, "lower the bound"),
+    ],
+)
+def test_what_no_proof_covers_is_refused_before_the_first_round(tmp_path, keys, match):
+    with pytest.raises(ConfigError, match=match):
+        connected(tmp_path, 3, **{**BOUNDED, **keys})
+
+
+# ---------------------------------------------------------------- honest rounds
+@pytest.mark.usefixtures("private_cache")
+def test_each_user_sends_a_report_and_the_sum_is_the_plain_update(tmp_path):
+    """With a bound no honest change reaches, the table is the plain round's up to the fixed
+    point's resolution; each node sends one report per user and no plaintext."""
+    wide = {"secure-aggregation-bound": 100.0, "secure-aggregation-max-rows": 0}
+    bounded, grid = connected(tmp_path / "b", 3, **{"item-lr": 1.0, **BOUNDED, **wide})
+    plain, plain_grid = connected(tmp_path / "p", 3, **{"item-lr": 1.0})
+    messages, replies = train_round(bounded, grid)
+    for message in messages:  # the helper's key, signed
+        assert {"helper-key", "helper-signature"} <= set(record_arrays(message.content["arrays"]))
+    for message, reply in zip(messages, replies, strict=True):
+        arrays = record_arrays(reply.content["arrays"])
+        assert set(arrays) == set(client.ARRAYS) and not reply.content["metrics"]
+        sent = record_arrays(message.content["arrays"])["train-users"]
+        assert sorted(arrays["bounded-users"].tolist()) == sorted(sent.tolist())
+    bounded.aggregate_train(1, replies)
+    plain.aggregate_train(1, train_round(plain, plain_grid)[1])
+    step = 2.0**-bounded.secure.bounded.bounds.frac_bits
+    assert np.abs(bounded.model.table - plain.model.table).max() <= 30 * step
+    assert bounded.round_log.train_users == 30 and bounded.round_log.rejected_replies == 0
+
+
+@pytest.mark.usefixtures("private_cache")
+def test_a_bounded_run_gives_the_plain_runs_metrics(tmp_path):
+    """Flower with 3 nodes, three rounds, a bound no honest change reaches: the plain
+    loop's test metrics."""
+    mapping = {**SMALL, "results-dir": str(tmp_path), "item-lr": 8.0}
+    config = RunConfig.from_mapping(
+        {**mapping, **BOUNDED, "secure-aggregation-bound": 1e3, "secure-aggregation-max-rows": 0}
+    )
+    summary = run_federation(LocalGrid(client_app, config.to_mapping(), num_nodes=3), config)
+    plain = run_plain(RunConfig.from_mapping(mapping), prepare(config))["test"]
+    for name, value in plain.items():
+        assert summary["test"][name] == pytest.approx(value, abs=1e-9)
+
+
+# ------------------------------------------------- clients that cheat, refused
+@pytest.mark.usefixtures("private_cache")
+@pytest.mark.parametrize("cheat", list(CHEATS))
+def test_a_client_off_the_protocol_is_dropped_and_the_others_aggregate(tmp_path, cheat, caplog):
+    """One user's report replaced by one breaking a bound: it is refused, the round goes
+    on, and the table is the round's without that user, exactly."""
+    cheater, honest = [connected(tmp_path / n, 4, **BOUNDED) for n in ("c", "h")]
+    replies = [train_round(*pair)[1] for pair in (cheater, honest)]
+    strategy = cheater[0]
+    helper_public = secagg.public_bytes(strategy.secure.bounded.helper.key)
+    bounds = strategy.secure.bounded.bounds
+    for which, reply in enumerate(r[1] for r in replies):
+        arrays = record_arrays(reply.content["arrays"])
+        reports = client.unpack(arrays)
+        user = reports[0].user
+        partition = strategy.nodes[reply.metadata.src_node_id].partition_id
+        if which == 0:  # the cheater's user, its key the node's
+            key = secagg.private_key(strategy.config.seed, partition, "seeded")
+            ctx = rep.context(1, 1, user, bounds)
+            rng = np.random.default_rng(5)
+            reports[0] = cheating_report(bounds, ctx, user, cheat, key, helper_public, rng)
+        else:  # the same user left out
+            reports = reports[1:]
+        reply.content["arrays"] = array_record(client.pack(reports))
+    for (strategy_, _), got in zip((cheater, honest), replies, strict=True):
+        strategy_.aggregate_train(1, got)
+    assert f"user {user} dropped: its report is refused" in caplog.text
+    assert cheater[0].round_log.rejected_replies == 1
+    assert cheater[0].round_log.train_users == honest[0].round_log.train_users == 29
+    np.testing.assert_array_equal(cheater[0].model.table, honest[0].model.table)
