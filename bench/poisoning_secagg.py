@@ -185,14 +185,16 @@ SETTINGS = ("rounds", "eval_every", "scale", "bound", "max_rows", "verify")
 
 
 def runs_of(fractions: list[float], scale: float, bound: float, max_rows: int) -> list[tuple]:
-    """(name, overrides, bound) of each run of a method and seed."""
+    """(name, overrides, bound) of each run of a method and seed, in the order they run:
+    the clean run, each malicious share under the bound (in the order given), the clean run
+    under the bound."""
     attack = {"malicious-attack": "promote", "malicious-scale": scale}
     label = f"secure-aggregation-bound {bound:g}" + (f", max-rows {max_rows}" if max_rows else "")
-    out = [("clean, no bound", {}, 0.0), (f"clean, {label}", {}, bound)]
+    out = [("clean, no bound", {}, 0.0)]
     for fraction in fractions:
         name = f"{100 * fraction:g} % promote, {label}"
         out.append((name, {**attack, "malicious-fraction": fraction}, bound))
-    return out
+    return [*out, (f"clean, {label}", {}, bound)]
 
 
 def summary(runs: list[dict], clean: list[dict]) -> list[str]:
@@ -280,7 +282,7 @@ def main() -> int:
     if command not in record["commands"]:
         record["commands"].append(command)
     runs = runs_of(args.fractions, args.scale, args.bound, args.max_rows)
-    names = [name for name, _, _ in runs]
+    names = [runs[0][0], runs[-1][0], *sorted(n for n, _, _ in runs[1:-1])]
     done = {(r["method"], r["name"], r["seed"]) for r in record["runs"]}
     for seed in args.seeds:
         for method in args.methods:

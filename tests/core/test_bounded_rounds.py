@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from bounded_cheats import CHEATS, cheating_report
 from flwr.app import ArrayRecord, ConfigRecord
+from scipy import stats
 
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
@@ -16,7 +17,8 @@ from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.messages import array_record, record_arrays
 from fedrec_flwr.methods import build_method
 from fedrec_flwr.privacy import secagg
-from fedrec_flwr.privacy.bounded import client
+from fedrec_flwr.privacy.bounded import circuit, client, encoding
+from fedrec_flwr.privacy.bounded import field as gf
 from fedrec_flwr.privacy.bounded import report as rep
 from fedrec_flwr.schema import ConfigError
 from fedrec_flwr.server.handshake import connect
@@ -152,3 +154,30 @@ def test_a_client_off_the_protocol_is_dropped_and_the_others_aggregate(tmp_path,
     assert cheater[0].round_log.rejected_replies == 1
     assert cheater[0].round_log.train_users == honest[0].round_log.train_users == 29
     np.testing.assert_array_equal(cheater[0].model.table, honest[0].model.table)
+
+
+# --------------------------------------------------------- what the server sees
+def test_the_servers_share_of_a_report_looks_uniform():
+    """The server's share of a report (the input minus the helper's keystream) is uniform
+    over the field whatever the change: an honest user's and a zero change's shares pass
+    the same Kolmogorov-Smirnov test against the uniform law."""
+    bounds = circuit.Bounds.of(300, 8, 3.0, 40)
+    rng = np.random.default_rng(0)
+    helper_key = secagg.private_key(0, 1 << 32, "seeded")
+    for scale in (0.0, 2.5):
+        items = np.arange(30)
+        changes = scale * rng.normal(size=(30, 8)) / np.sqrt(8)
+        ctx = rep.context(1, 1, 0, bounds)
+        measured = encoding.measure(bounds, items, changes, 10, 1.0, rng)
+        report = rep.shard(
+            bounds,
+            ctx,
+            0,
+            measured,
+            lambda attempt: rng.bytes(96),
+            lambda sigma, ctx=ctx: rep.seal(
+                sigma, helper_key, secagg.public_bytes(helper_key), ctx
+            ),
+        )
+        values = report.share.astype(np.float64) / float(gf.P)
+        assert stats.kstest(values, "uniform").pvalue > 1e-3
