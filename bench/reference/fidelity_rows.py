@@ -116,28 +116,40 @@ FEDRAP_RUNS = (
 FEDRAP_ROWS = (
     Row(
         "ours, reference settings (its schedule: 10 local epochs, batch 2048, weight decay "
-        "1e-4, rates x 0.95 a step and x 0.97 a round)",
+        "1e-4 on every row, rates x 0.95 a step and x 0.97 a round; D_u from one N(0, 1) "
+        "table)",
         "reference/ours/runs/fedrap-ml100k-reference-seed{seed}",
         f"{FEDRAP_RUNS} --table fedrap-ml100k-reference",
     ),
     Row(
+        "ablation: reference settings with weight decay on the rows a user holds and D_u from "
+        "zero (weight-decay-rows = held, fedrap-local-init = zero: our defaults)",
+        "reference/ours/runs/fedrap+held-zero-ml100k-reference-seed{seed}",
+        f"{FEDRAP_RUNS} --table fedrap-ml100k-reference-held-zero --set weight-decay-rows=held "
+        "fedrap-local-init=zero --tag held-zero",
+        "our defaults: updates are row-sparse, so weight decay acts on the rows a user holds "
+        "this round (the reference's dense gradients shrink every row of both item tables at "
+        "every step), and a D_u row the user never trained is zero (the item is scored from C "
+        "alone; the reference copies one N(0, 1) table to every user)",
+    ),
+    Row(
         "ablation: reference settings with our schedule (1 local epoch, batch 256, no weight "
-        "decay, constant rates)",
+        "decay, constant rates) and D_u from zero",
         "reference/ours/runs/fedrap+our-schedule-ml100k-reference-seed{seed}",
         f"{FEDRAP_RUNS} --table fedrap-ml100k-reference-our-schedule --set local-epochs=1 "
-        "batch-size=256 weight-decay=0.0 lr-step-decay=1.0 lr-decay=1.0 --tag our-schedule",
+        "batch-size=256 weight-decay=0.0 lr-step-decay=1.0 lr-decay=1.0 fedrap-local-init=zero "
+        "--tag our-schedule",
         "one pass over a user's samples a round at constant rates, as every other method "
         "here trains; the reference's 10 epochs cost 10 times the local compute",
     ),
     Row(
-        "ablation: reference settings without weight decay (weight-decay = 0)",
+        "ablation: reference settings without weight decay, D_u from zero (weight-decay = 0, "
+        "fedrap-local-init = zero)",
         "reference/ours/runs/fedrap+no-weight-decay-ml100k-reference-seed{seed}",
         f"{FEDRAP_RUNS} --table fedrap-ml100k-reference-no-weight-decay --set weight-decay=0.0 "
-        "--tag no-weight-decay",
-        "our updates are row-sparse, so weight decay acts on the rows a user holds this round; "
-        "the reference's dense gradients shrink every row of both item tables at every step. "
-        "With weight decay off on both sides (the reference-code row below) the runs compare "
-        "without this departure",
+        "fedrap-local-init=zero --tag no-weight-decay",
+        "both departures of the row above taken out together with weight decay itself: the "
+        "comparison with the reference code run the same way (below)",
     ),
     Row(
         "ablation: our paper preset (bounded distance, tanh curriculum, held rows, tuned rates)",
@@ -150,27 +162,12 @@ FEDRAP_ROWS = (
 
 FEDRAP_ABLATIONS = (
     ReferenceAblation(
-        "reference code without weight decay (--l2_regularization 0)",
-        "fedrap-ml100k-paper+no-weight-decay.json",
-        "the reference's own option; Δ here: our run with the reference settings and "
-        "weight-decay = 0 minus this run, at its seeds and rounds",
-        ours=2,
-    ),
-    ReferenceAblation(
-        "reference code with every user's personal table starting at zero (--personal-init zero)",
-        "fedrap-ml100k-paper+zero-personal-init.json",
-        "ours keeps only the D_u rows a user trains, so they start at zero; the reference "
-        "copies one N(0, 1) table to every user. Δ here: our run with the reference settings "
-        "minus this run",
-        ours=0,
-    ),
-    ReferenceAblation(
         "reference code with both: personal tables starting at zero, no weight decay "
         "(--personal-init zero --change l2_regularization=0)",
         "fedrap-ml100k-paper+zero-personal-init+no-weight-decay.json",
-        "both departures above taken out of the comparison at once. Δ here: our run with the "
-        "reference settings and weight-decay = 0 minus this run",
-        ours=2,
+        "Δ here: our run with the reference settings, weight-decay = 0 and "
+        "fedrap-local-init = zero minus this run",
+        ours=3,
     ),
 )
 

@@ -247,15 +247,16 @@ def fedrap() -> list[Claim]:
                 FIDELITY,
                 {
                     "method": "fedrap",
-                    "run": "ablation: our paper preset (bounded "
-                    "distance, tanh curriculum, held rows, tuned rates)",
+                    "run": "ours, reference settings (its schedule: 10 local epochs, batch "
+                    "2048, weight decay 1e-4 on every row, rates x 0.95 a step and x 0.97 a "
+                    "round; D_u from one N(0, 1) table)",
                 },
                 "Δ vs reference (HR / NDCG)",
                 lambda t: (
                     REPRODUCED
                     if all(abs(first_number(x)) <= 1 for x in t.split("/"))
                     else CONTRADICTED,
-                    "our paper preset minus the reference run",
+                    "ours with the reference settings minus the reference run",
                 ),
             ),
         ),

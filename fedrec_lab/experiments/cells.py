@@ -146,10 +146,24 @@ def stale_keys(
     wanted = run_config(cell, runs, data_dir, rounds, extra or {})
     expected = RunConfig.from_mapping(wanted).to_mapping()
     defaults = RunConfig().to_mapping()
+    ignored = NEUTRAL_KEYS | other_datasets_keys(str(expected["dataset"]))
     return sorted(
         key
         for key, value in expected.items()
-        if key not in NEUTRAL_KEYS and recorded.get(key, defaults[key]) != value
+        if key not in ignored and recorded.get(key, defaults[key]) != value
+    )
+
+
+def other_datasets_keys(dataset: str) -> frozenset[str]:
+    """The keys of the datasets other than ``dataset`` (e.g. ``dataset = "file"``'s column
+    mapping): never read by its runs, so they cannot change one."""
+    from fedrec_flwr.data.registry import dataset_key_groups
+
+    return frozenset(
+        item.name
+        for group, owner in dataset_key_groups().items()
+        if owner != dataset
+        for item in group.keys
     )
 
 

@@ -260,6 +260,20 @@ def test_a_run_made_with_other_settings_is_stale_and_runs_again(tmp_path, monkey
     assert aside == ["fedmf-synthetic-strict-seed0", "pfedrec-synthetic-strict-seed0"]
 
 
+def test_another_datasets_keys_never_make_a_run_stale(tmp_path) -> None:
+    """A run recorded with other values of the own-file dataset's keys (its column mapping)
+    is this cell's: a synthetic run never reads them. A learning key still counts."""
+    (cell,) = [c for spec in TINY.build(("synthetic",)) for c in spec.cells([0])][:1]
+    runs = tmp_path / "runs"
+    (runs / cell.name).mkdir(parents=True)
+    recorded = RunConfig.from_mapping(runner.run_config(cell, runs, "", None, {})).to_mapping()
+    config = runs / cell.name / "config.json"
+    config.write_text(json.dumps({**recorded, "user-column": "user_id", "item-column": "x"}))
+    assert runner.stale_keys(cell, runs, "") == []
+    config.write_text(json.dumps({**recorded, "user-column": "user_id", "lr": 123.0}))
+    assert runner.stale_keys(cell, runs, "") == ["lr"]
+
+
 def test_leakage_section_marks_federated_runs_that_predate_the_sampled_metrics(tmp_path):
     """A tiny leakage table from written summaries: a strict cell with ``s100-*`` shows full
     against sampled-100 (mean over its seeds), one without shows '-' and the note; paper
