@@ -63,8 +63,7 @@ def case(users: int, sampler: str, rounds: int) -> dict:
         }
     )
     torch.set_num_threads(1)
-    sys.path.insert(0, str(PROJECT / "bench"))
-    from profile_round import PhaseClock, instrument
+    from fedrec_lab.scaling.phases import PhaseClock, instrument
 
     clock = PhaseClock()
     instrument(clock)  # exclusive CPU seconds by phase

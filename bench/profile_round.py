@@ -30,11 +30,11 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from fedrec_lab.scaling.phases import PhaseClock, instrument
 
 PROJECT = Path(__file__).resolve().parents[1]
 CASES: dict[str, dict[str, Any]] = {
@@ -60,70 +60,6 @@ CASES: dict[str, dict[str, Any]] = {
 SERVER = "server + Flower (rest of the round)"
 
 
-class PhaseClock:
-    """Exclusive wall and CPU seconds per (round, phase): entering a phase pauses the one
-    it runs inside."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget every figure (a new run)."""
-        self.wall: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        self.cpu: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        self.stack: list[str] = []
-        self.round = 0
-        self.round_starts: dict[int, tuple[float, float]] = {}
-        self.mark = (time.perf_counter(), time.process_time())
-
-    def _charge(self) -> None:
-        now = (time.perf_counter(), time.process_time())
-        if self.stack:
-            self.wall[self.round][self.stack[-1]] += now[0] - self.mark[0]
-            self.cpu[self.round][self.stack[-1]] += now[1] - self.mark[1]
-        self.mark = now
-
-    @contextmanager
-    def phase(self, name: str):
-        self._charge()
-        self.stack.append(name)
-        try:
-            yield
-        finally:
-            self._charge()
-            self.stack.pop()
-
-    def wrap(self, owner: Any, attribute: str, name: str) -> None:
-        """Time ``owner.attribute`` (a module's function or a class's method) as ``name``."""
-        inner = getattr(owner, attribute)
-
-        def timed(*args, **kwargs):
-            with self.phase(name):
-                return inner(*args, **kwargs)
-
-        setattr(owner, attribute, timed)
-
-    def enter_round(self, server_round: int) -> None:
-        if server_round > 0 and server_round not in self.round_starts:
-            self._charge()
-            self.round = server_round
-            self.round_starts[server_round] = (time.perf_counter(), time.process_time())
-
-
-def instrument(clock: PhaseClock) -> None:
-    """Put the clock's timers around the node's phases (where their callers look them up)."""
-    from fedrec_flwr.node import evaluate, runtime, samples, training, upload
-
-    clock.wrap(runtime, "round_draws", "sampling (negatives)")
-    clock.wrap(samples, "user_round_items", "sampling (negatives)")
-    clock.wrap(runtime, "build_round_samples", "rows of the round (build_round_samples)")
-    clock.wrap(training, "epoch_steps", "batch plan (epoch_steps)")
-    clock.wrap(runtime, "local_update", "training loop (tensor kernels)")
-    clock.wrap(upload, "summed_upload", "upload (summed_upload)")
-    clock.wrap(runtime.NodeRuntime, "train", "node train: look-ups, copies, state")
-    clock.wrap(evaluate.NodeEvaluation, "evaluate_users", "evaluation")
-
-
 def run_case(config: dict[str, Any], clock: PhaseClock, on_round: Callable | None = None):
     """Run ``config`` in-process on one node, every message through the clock."""
     from fedrec_flwr.client_app import app as client_app
@@ -143,7 +79,7 @@ def run_case(config: dict[str, Any], clock: PhaseClock, on_round: Callable | Non
 
     grid = LocalGrid(timed_app, config, 1)
     run_federation(grid, RunConfig.from_mapping(config))
-    clock._charge()
+    clock.charge()
     return time.perf_counter(), time.process_time()
 
 

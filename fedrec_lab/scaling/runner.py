@@ -8,7 +8,6 @@ only by the runs that need them.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -23,7 +22,8 @@ __getattr__ = lazy_paths(__name__, "PROJECT")  # the project folder, found when 
 
 
 def echo_dir() -> Path:
-    """The echo floor's Flower app, ``bench/echo_app`` of the project."""
+    """The echo floor's Flower app (``bench/echo_app`` of the project: the ServerApp and
+    ClientApp of :mod:`fedrec_lab.scaling.echo`), what ``flwr run`` starts."""
     return project_root() / "bench" / "echo_app"
 
 
@@ -107,14 +107,6 @@ def run_ours(spec: dict[str, Any]) -> dict[str, Any]:
     return {"run_dir": str(run_dir), "nodes": nodes, "sizes": sizes}
 
 
-def load_echo():
-    """The echo app's module (``bench/echo_app/echo.py``)."""
-    spec = importlib.util.spec_from_file_location("fedrec_echo", echo_dir() / "echo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def run_floor(spec: dict[str, Any]) -> dict[str, Any]:
     """The echo app with the payload of ``spec['echo']``; its cumulative round seconds."""
     config = {**spec["echo"], "results-dir": spec["config"]["results-dir"]}
@@ -123,8 +115,8 @@ def run_floor(spec: dict[str, Any]) -> dict[str, Any]:
         from flwr.app import Context, RecordDict
 
         from fedrec_lab.local_grid import LocalGrid
+        from fedrec_lab.scaling import echo
 
-        echo = load_echo()
         context = Context(
             run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config
         )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fedrec_lab.scaling import record, rss
+from fedrec_lab.scaling import phases, record, rss
 
 ROUNDS_CSV = (
     "round,seconds,train-users,bytes-down,bytes-up\n"
@@ -182,9 +182,8 @@ def test_echo_floor_in_process(tmp_path: Path) -> None:
     from flwr.app import Context, RecordDict
 
     from fedrec_lab.local_grid import LocalGrid
-    from fedrec_lab.scaling.runner import load_echo
+    from fedrec_lab.scaling import echo
 
-    echo = load_echo()
     config = {
         "num-server-rounds": 3,
         "nodes": 3,
@@ -242,3 +241,43 @@ def test_federation_starts_as_many_ray_workers_as_asked(workers, cores, entries)
     assert federation({"workers": workers, "gpus": 0.5}, cpu_count=cores)[-1] == (
         "client-resources-num-gpus=0.5"
     )
+
+
+class FakeTime:
+    """A clock that moves only when told (wall and CPU seconds alike)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def process_time(self) -> float:
+        return self.now
+
+
+def test_phase_clock_charges_each_phase_its_own_seconds(monkeypatch) -> None:
+    """A phase's seconds leave out those of the phases inside it; a wrapped function is a
+    phase; seconds before a round's first call belong to the round before."""
+    fake = FakeTime()
+    monkeypatch.setattr(phases, "time", fake)
+    clock = phases.PhaseClock()
+    owner = type("Owner", (), {"step": staticmethod(lambda: setattr(fake, "now", fake.now + 2))})
+    clock.wrap(owner, "step", "inner")
+    clock.enter_round(1)
+    with clock.phase("outer"):
+        fake.now += 1
+        owner.step()
+        fake.now += 3
+    with clock.phase("outer"):
+        clock.enter_round(2)
+        fake.now += 5
+    assert clock.wall[1] == {"outer": 4.0, "inner": 2.0} and clock.cpu[1] == clock.wall[1]
+    assert clock.wall[2] == {"outer": 5.0} and clock.round_starts == {1: (0.0, 0.0), 2: (6.0, 6.0)}
+
+
+def test_the_node_phases_name_what_the_node_calls() -> None:
+    """Each phase the profile times is a function or method of the node under that name."""
+    for module, attribute, _ in phases.NODE_PHASES:
+        owner, name = phases.phase_target(module, attribute)
+        assert callable(getattr(owner, name, None)), f"{module}.{attribute}"
