@@ -138,7 +138,7 @@ def main() -> None:
             floors = [
                 {
                     "test": popularity(
-                        RunConfig(
+                        RunConfig.from_fields(
                             dataset=dataset,
                             protocol=protocol,
                             seed=seed,

@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 import numpy as np
 
-from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Group, key
+from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Group, RunValues, key
 
 #: ``update-limit``'s default: far beyond any honest user's change of one coordinate in one
 #: round (PFedRec's long steps on ML-100K: a row's change has norm 60 at the 99th percentile).
@@ -110,10 +109,11 @@ class RobustRule(StrEnum):
 TRIM_FRACTION = 0.1
 
 
-def check_defences(config: Any) -> None:
-    if config.robust_aggregation != RobustRule.NONE and config.decoy_ratio > 0:
+def check_defences(config: RunValues) -> None:
+    robust = config.group(DefenceKeys).robust_aggregation
+    if robust != RobustRule.NONE and float(config.value("decoy-ratio")) > 0:
         raise ConfigError(
-            f"robust-aggregation='{config.robust_aggregation}' and decoy-ratio > 0 do not "
+            f"robust-aggregation='{robust}' and decoy-ratio > 0 do not "
             "combine: decoy rows are contributors the server cannot tell from real ones, and "
             "their changes pull the median or trimmed mean of every row they hit. Set "
             "decoy-ratio = 0, or robust-aggregation = 'none' (row-update-bound still applies)."

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from dataclasses import FrozenInstanceError
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
@@ -40,7 +40,7 @@ from fedrec_flwr.run_keys import (
     TrainingKeys,
 )
 from fedrec_flwr.sampling import NegativeSamplerKeys
-from fedrec_flwr.schema import ConfigError, Group, Key, KeyGroup, Scalar, key
+from fedrec_flwr.schema import ConfigError, Group, Key, Scalar, key
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -123,13 +123,10 @@ def with_reference_defaults(mapping: Mapping[str, Any]) -> dict[str, Any]:
     return {**reference_defaults(mapping), **mapping}
 
 
-#: What a run config composes: key groups, declared as a :class:`Group` or a
-#: :class:`KeyGroup`.
-AnyGroup = type[Group] | KeyGroup
 G = TypeVar("G", bound=Group)
 
 
-def flatten(groups: Sequence[AnyGroup]) -> tuple[Key, ...]:
+def flatten(groups: Sequence[type[Group]]) -> tuple[Key, ...]:
     """The keys of ``groups`` in order; raises if two groups declare the same key."""
     owners: dict[str, str] = {}
     keys = []
@@ -145,18 +142,28 @@ def flatten(groups: Sequence[AnyGroup]) -> tuple[Key, ...]:
     return tuple(keys)
 
 
-class Settings:
-    """Frozen values of the keys of :meth:`key_groups`, read as attributes.
+def owner_of(groups: Sequence[type[Group]], field: str) -> type[Group] | None:
+    """The group of ``groups`` that declares attribute ``field`` (None: none)."""
+    return next((group for group in groups for key in group.keys if key.field == field), None)
 
-    ``Settings(**fields)`` takes attribute names and checks nothing (tests, internal
-    copies); :meth:`from_mapping` takes run-config keys, converts and validates them. A key
-    registered after an object was made reads as its default.
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Settings:
+    """The values of the keys of :meth:`key_groups`, held by group: ``groups`` holds one
+    frozen :class:`~fedrec_flwr.schema.Group` of values per group (a group it does not hold
+    reads as its defaults: one registered after the settings were made).
+
+    :meth:`group` gives a group's values, typed; attribute ``foo_bar`` reads key ``foo-bar``
+    through its group. :meth:`from_fields` takes attribute names and checks nothing (tests,
+    internal copies); :meth:`from_mapping` takes run-config keys, converts and validates them.
     """
+
+    groups: tuple[Group, ...] = ()
 
     kind: ClassVar[str] = "run-config"
 
     @classmethod
-    def key_groups(cls) -> tuple[AnyGroup, ...]:
+    def key_groups(cls) -> tuple[type[Group], ...]:
         """The groups whose keys these settings hold, in key order."""
         raise NotImplementedError(f"{cls.__name__} must say which key groups it holds")
 
@@ -169,29 +176,61 @@ class Settings:
         """Every key (kebab-case), in order."""
         return [key.name for key in cls.declared_keys()]
 
-    def __init__(self, **values: Scalar) -> None:
-        keys = {key.field: key for key in self.declared_keys()}
-        unknown = sorted(set(values) - set(keys))
+    @classmethod
+    def from_fields(cls, **values: Scalar) -> Self:
+        """Settings from attribute names (``num_server_rounds=3``); a field left out takes
+        its key's default. Unchecked: :meth:`from_mapping` and :meth:`replace` validate."""
+        groups = cls.key_groups()
+        known = {key.field for key in flatten(groups)}
+        unknown = sorted(set(values) - known)
         if unknown:
             raise TypeError(
-                f"{type(self).__name__}() got unknown fields {unknown}: fields are the "
-                f"{self.kind} keys with '_' for '-' (e.g. num_server_rounds)."
+                f"{cls.__name__}.from_fields() got unknown fields {unknown}: fields are the "
+                f"{cls.kind} keys with '_' for '-' (e.g. num_server_rounds)."
             )
-        for name, item in keys.items():
-            object.__setattr__(self, name, values.get(name, item.default))
+        return cls(
+            tuple(
+                group(**{key.field: values[key.field] for key in group.keys if key.field in values})
+                for group in groups
+            )
+        )
+
+    @cached_property
+    def _by_kind(self) -> dict[type[Group], Group]:
+        return {type(values): values for values in self.groups}
+
+    @cached_property
+    def _owners(self) -> dict[str, type[Group]]:
+        """The group of each attribute name."""
+        return {key.field: group for group in self.key_groups() for key in group.keys}
+
+    def group(self, kind: type[G]) -> G:
+        """The values of the keys of group ``kind``."""
+        values = self._by_kind.get(kind)
+        if isinstance(values, kind):
+            return values
+        if kind not in self.key_groups():
+            raise KeyError(
+                f"{kind.__name__} is not a group of {type(self).__name__}'s keys: declare it "
+                "where the run config composes it (a method card's or a plug-in's keys)."
+            )
+        return kind()
+
+    def value(self, name: str) -> Scalar:
+        """Run-config key ``name`` (``decoy-ratio``), read through its group."""
+        field = name.replace("-", "_")
+        owner = self._owners.get(field) or owner_of(self.key_groups(), field)
+        if owner is None:
+            raise KeyError(f"unknown {self.kind} key '{name}'")
+        return getattr(self.group(owner), field)
 
     def __getattr__(self, name: str) -> Any:
+        """Key ``name`` (an attribute name) read through its group."""
         if not name.startswith("_"):
-            for key in self.declared_keys():
-                if key.field == name:
-                    return key.default
+            owner = self._owners.get(name) or owner_of(self.key_groups(), name)
+            if owner is not None:
+                return getattr(self.group(owner), name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}: use replace()")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
@@ -229,29 +268,33 @@ class Settings:
                 )
             key = by_name[name]
             values[key.field] = key.coerce(value)
-        settings = cls(**values)
+        settings = cls.from_fields(**values)
         settings.validate()
         return settings
 
-    def group(self, kind: type[G]) -> G:
-        """The values of the keys of group ``kind`` (made once per settings object)."""
-        made = self.__dict__.setdefault("_groups", {})
-        if kind not in made:
-            made[kind] = kind.of({item.field: getattr(self, item.field) for item in kind.keys})
-        return made[kind]
+    def fields(self) -> dict[str, Scalar]:
+        """The values by attribute name, in key order."""
+        return {
+            key.field: getattr(self.group(group), key.field)
+            for group in self.key_groups()
+            for key in group.keys
+        }
 
     def to_mapping(self) -> dict[str, Scalar]:
         """The values as kebab-case keys, in key order (as written to ``config.json``)."""
-        return {key.name: getattr(self, key.field) for key in self.declared_keys()}
+        return {
+            key.name: getattr(self.group(group), key.field)
+            for group in self.key_groups()
+            for key in group.keys
+        }
 
     def replace(self, **changes: Scalar) -> Self:
         """A validated copy with some fields changed (attribute names)."""
-        fields = {item.field: getattr(self, item.field) for item in self.declared_keys()}
-        settings = type(self)(**{**fields, **changes})
+        settings = type(self).from_fields(**{**self.fields(), **changes})
         settings.validate()
         return settings
 
-    def active_groups(self) -> list[AnyGroup]:
+    def active_groups(self) -> list[type[Group]]:
         """The groups whose checks run for these values (:meth:`Group.active`)."""
         return [group for group in self.key_groups() if group.active(self)]
 
@@ -260,18 +303,22 @@ class Settings:
         each group's checks across its keys (groups that apply only)."""
         groups = self.active_groups()
         for group in groups:
+            values = self.group(group)
             for item in group.keys:
-                item.validate(getattr(self, item.field))
+                item.validate(getattr(values, item.field))
         for group in groups:
             if group.check is not None:
                 group.check(self)
 
 
+@dataclass(frozen=True, eq=False, repr=False)
 class RunConfig(Settings, RunGroups):
-    """Resolved run configuration; attribute ``foo_bar`` is run-config key ``foo-bar``."""
+    """Resolved run configuration, by group (``config.group(SamKeys)``, ``config.training``);
+    attribute ``foo_bar`` reads run-config key ``foo-bar``. A frozen dataclass of its groups'
+    values (:class:`Settings`)."""
 
     @classmethod
-    def key_groups(cls) -> tuple[AnyGroup, ...]:
+    def key_groups(cls) -> tuple[type[Group], ...]:
         return key_groups()
 
     @classmethod
@@ -279,15 +326,13 @@ class RunConfig(Settings, RunGroups):
         """The method's paper values for the keys ``mapping`` leaves unset."""
         return reference_defaults(mapping)
 
-    def active_groups(self) -> list[AnyGroup]:
+    def active_groups(self) -> list[type[Group]]:
         """The groups whose checks run: a dataset's keys when it is the run's dataset, the
         others when they apply (:meth:`~fedrec_flwr.schema.Group.active`)."""
         dataset = self.group(DataKeys).dataset
         of_dataset = dataset_key_groups()
         return [
-            group
-            for group in super().active_groups()
-            if not isinstance(group, type) or of_dataset.get(group, dataset) == dataset
+            group for group in super().active_groups() if of_dataset.get(group, dataset) == dataset
         ]
 
     def validate(self) -> None:

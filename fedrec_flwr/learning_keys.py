@@ -6,9 +6,8 @@ rates and their schedule, and the server optimiser, each group a
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
 
-from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Group, Range, key
+from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Group, Range, RunValues, key
 
 
 class Aggregation(StrEnum):
@@ -33,8 +32,9 @@ class ServerRule(StrEnum):
     ADAM = "adam"
 
 
-def check_server_lr(config: Any) -> None:
-    if config.server_optimizer == ServerRule.NONE and config.server_lr != 1.0:
+def check_server_lr(config: RunValues) -> None:
+    server = config.group(ServerKeys)
+    if server.server_optimizer == ServerRule.NONE and server.server_lr != 1.0:
         raise ConfigError(
             "server-lr only applies with a server optimizer: set server-optimizer to "
             "'adam' or 'sgd-momentum', or leave server-lr at 1.0."
@@ -146,15 +146,15 @@ DENSE_DECAY_REFUSES = {
 }
 
 
-def check_schedule(config: Any) -> None:
+def check_schedule(config: RunValues) -> None:
     """``weight-decay-rows = "all"``: the server applies the users' factor on the rows they
     did not hold as a plain round mean of full tables would
     (:mod:`fedrec_flwr.node.dense_decay`); the uploads that change it (secure, noised,
     defended, decoyed, poisoned) and personal rows are refused."""
-    if config.weight_decay_rows != DecayRows.ALL:
+    if config.group(ScheduleKeys).weight_decay_rows != DecayRows.ALL:
         return
     for name, neutral in DENSE_DECAY_REFUSES.items():
-        value = getattr(config, name.replace("-", "_"))
+        value = config.value(name)
         if value != neutral:
             raise ConfigError(
                 f"weight-decay-rows = 'all' shrinks the rows a user did not hold through one "
@@ -162,7 +162,7 @@ def check_schedule(config: Any) -> None:
                 f"{value!r} does not combine with it: set {name} = {neutral!r}, or "
                 "weight-decay-rows = 'held'."
             )
-    if config.method == "pfedrec":
+    if config.value("method") == "pfedrec":
         raise ConfigError(
             "weight-decay-rows = 'all' does not cover personal rows (PFedRec's): use "
             "weight-decay-rows = 'held'."
@@ -214,10 +214,11 @@ class OptimizedRows(StrEnum):
     ALL = "all"
 
 
-def check_optimized_rows(config: Any) -> None:
-    if config.server_optimizer_rows != OptimizedRows.TOUCHED and config.server_optimizer == "none":
+def check_optimized_rows(config: RunValues) -> None:
+    rows = config.group(ServerOptimizerKeys).server_optimizer_rows
+    if rows != OptimizedRows.TOUCHED and config.group(ServerKeys).server_optimizer == "none":
         raise ConfigError(
-            f"server-optimizer-rows='{config.server_optimizer_rows}' applies to a server "
+            f"server-optimizer-rows='{rows}' applies to a server "
             "optimizer: set server-optimizer to 'adam' or 'sgd-momentum', or leave "
             "server-optimizer-rows = 'touched'."
         )

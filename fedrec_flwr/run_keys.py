@@ -20,7 +20,16 @@ from fedrec_flwr.learning_keys import (
     ServerOptimizerKeys,
 )
 from fedrec_flwr.sampling import NegativeSamplerKeys
-from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Dim, Group, Range, key
+from fedrec_flwr.schema import (
+    NON_NEGATIVE,
+    POSITIVE,
+    ConfigError,
+    Dim,
+    Group,
+    Range,
+    Scalar,
+    key,
+)
 
 
 class EvaluationProtocol(StrEnum):
@@ -61,7 +70,7 @@ def check_device(value: str) -> None:
         raise ConfigError(f"device='{value}': use 'cpu', 'cuda' or 'cuda:N'.")
 
 
-def keeps_rows_it_only_evaluates_with(config: Any, method: Any) -> bool:
+def keeps_rows_it_only_evaluates_with(config: RunGroups, method: Any) -> bool:
     """Is ``keep-personal-rows`` a choice for this method (the rule ``RunConfig`` enforces)?"""
     return method.personal_rows and not method.train_from_personal
 
@@ -270,6 +279,11 @@ class RunGroups:
 
     def group(self, kind: type[G]) -> G:
         """The values of the keys of group ``kind``."""
+        raise NotImplementedError
+
+    def value(self, name: str) -> Scalar:
+        """Run-config key ``name`` (``decoy-ratio``), read through its group: for a check
+        across groups declared above the module that reads them."""
         raise NotImplementedError
 
     @property

@@ -20,7 +20,7 @@ import enum
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self, dataclass_transform
+from typing import Any, ClassVar, Protocol, Self, TypeVar, dataclass_transform
 
 Scalar = bool | int | float | str
 Choices = type[enum.Enum] | Callable[[], Iterable[str]]
@@ -28,6 +28,20 @@ Choices = type[enum.Enum] | Callable[[], Iterable[str]]
 
 class ConfigError(ValueError):
     """A run configuration value is unknown, of the wrong type or impossible."""
+
+
+GroupT = TypeVar("GroupT", bound="Group")
+
+
+class RunValues(Protocol):
+    """A run's values as the modules below the run config read them
+    (:class:`~fedrec_flwr.run_keys.RunGroups`, :class:`~fedrec_flwr.config.RunConfig`): a
+    group's values, typed, and (for a check across groups declared above the reader) one key
+    by its run-config name."""
+
+    def group(self, kind: type[GroupT]) -> GroupT: ...
+
+    def value(self, name: str) -> Scalar: ...
 
 
 @dataclass(frozen=True)
@@ -198,7 +212,7 @@ class KeyGroup:
                 f"group's own keys (keys {names}, search space {list(self.search_space)})."
             )
 
-    def active(self, config: Any) -> bool:
+    def active(self, config: RunValues) -> bool:
         return self.applies is None or self.applies(config)
 
 
@@ -272,7 +286,7 @@ class Group:
             )
 
     @classmethod
-    def active(cls, config: Any) -> bool:
+    def active(cls, config: RunValues) -> bool:
         return cls.applies is None or cls.applies(config)
 
     @classmethod

@@ -46,7 +46,8 @@ def user_file(keys: FileKeys) -> UserFile:
             "dataset='file' reads data-file, which is empty: set data-file to your "
             "interaction file (delimited text, Parquet or RecBole .inter; docs/own-data.md)."
         )
-    return UserFile(**{KEYS[key][0]: value for key, value in values.items()})
+    fields = {KEYS[key][0]: value for key, value in values.items()}
+    return UserFile(**{**fields, "path": Path(values["data-file"])})
 
 
 def fingerprint(keys: FileKeys) -> dict[str, Any]:

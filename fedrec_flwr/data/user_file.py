@@ -69,7 +69,8 @@ class UserFile:
     k_core: int = 0  # repeatedly drop users and items with fewer rows, until none is left
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "path", Path(self.path))
+        if not isinstance(self.path, Path):
+            raise TypeError(f"UserFile.path is a pathlib.Path, got {self.path!r}: Path(...) it")
         for key, value, choices in (
             ("data-format", self.format, FORMATS),
             ("header", self.header, HEADERS),

@@ -28,6 +28,7 @@ from fedrec_flwr.privacy.bounded import client as bounded_client
 from fedrec_flwr.privacy.bounded import report as bounded_report
 from fedrec_flwr.privacy.bounded.circuit import Bounds
 from fedrec_flwr.privacy.bounded.keys import BoundedKeys
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.stages import UserChanges
 
 #: The run and round this node last answered (a train message), and whether it unmasked it.
@@ -35,15 +36,14 @@ ROUND, UNMASKED = "round", "unmasked"
 
 
 def handshake_keys(
-    config: Any, partition: int, run_id: int, identity_path: str
+    config: RunGroups, partition: int, run_id: int, identity_path: str
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """(the private key's bytes, the handshake reply's arrays: the public key, its
     signature and the identity's public key)."""
-    key = secagg.private_key(config.seed, partition, config.secure_aggregation_keys)
+    seed, source = config.training.seed, config.group(secagg.SecAggKeys).secure_aggregation_keys
+    key = secagg.private_key(seed, partition, source)
     public = secagg.public_bytes(key)
-    identity = secagg_trust.identity_key(
-        config.seed, partition, config.secure_aggregation_keys, identity_path
-    )
+    identity = secagg_trust.identity_key(seed, partition, source, identity_path)
     told = secagg_trust.statement(run_id, partition, public)
     return secagg.private_bytes(key), {
         "secagg_public": public,
@@ -193,7 +193,7 @@ def _check_unmask(
 
 
 def bounded_upload(
-    config: Any,
+    config: RunGroups,
     table_shape: tuple[int, int],
     private: np.ndarray,
     round_key: tuple[int, int],
@@ -229,8 +229,8 @@ def bounded_upload(
         changes.blocks,
         changes.num_samples,
         changes.loss_sum,
-        seed=config.seed,
-        source=config.secure_aggregation_keys,
+        seed=config.training.seed,
+        source=config.group(secagg.SecAggKeys).secure_aggregation_keys,
         server_round=server_round,
         own=secagg.load_private(private),
         helper_public=helper_key,

@@ -31,10 +31,11 @@ from __future__ import annotations
 import math
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.sampling import sample_excluding
 from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Group, key
 from fedrec_flwr.seeding import keyed_rng
@@ -69,18 +70,19 @@ class DecoySelection(StrEnum):
     POPULARITY = "popularity"
 
 
-def check_decoys(config: Any) -> None:
+def check_decoys(config: RunGroups) -> None:
+    keys = config.group(DecoyKeys)
     options = (
-        config.decoy_updates != DecoyUpdates.UNCHANGED
-        or config.decoy_selection != DecoySelection.UNIFORM
-        or config.decoy_request_size > 0
+        keys.decoy_updates != DecoyUpdates.UNCHANGED
+        or keys.decoy_selection != DecoySelection.UNIFORM
+        or keys.decoy_request_size > 0
     )
-    if options and config.decoy_ratio <= 0:
+    if options and keys.decoy_ratio <= 0:
         raise ConfigError(
             "decoy-updates, decoy-selection and decoy-request-size shape the decoys: set "
             "decoy-ratio > 0 (e.g. 1) to have decoys, or leave those keys at their defaults."
         )
-    if config.decoy_ratio > 0 and config.aggregation != "round-mean":
+    if keys.decoy_ratio > 0 and config.learning.aggregation != "round-mean":
         raise ConfigError(
             "decoy-ratio > 0 needs aggregation='round-mean': toucher-mean divides a row's "
             "change by its number of uploaders, which decoys inflate unseen by the server."
@@ -168,26 +170,29 @@ def decoy_items(
     return np.sort(drawn).astype(np.int64)
 
 
-def user_decoys(prepared: UserItems, config: Any, user: int) -> np.ndarray:
-    """:func:`decoy_items` of ``user`` under the run's decoy keys."""
+def user_decoys(prepared: UserItems, config: RunGroups, user: int) -> np.ndarray:
+    """:func:`decoy_items` of ``user`` under the run's decoy keys (and its seed and number
+    of negatives)."""
+    keys, training = config.group(DecoyKeys), config.training
     return decoy_items(
         prepared,
-        config.seed,
-        config.decoy_ratio,
+        training.seed,
+        keys.decoy_ratio,
         user,
-        selection=config.decoy_selection,
-        request_size=config.decoy_request_size,
-        negatives_per_positive=config.num_negatives,
+        selection=keys.decoy_selection,
+        request_size=keys.decoy_request_size,
+        negatives_per_positive=training.num_negatives,
     )
 
 
 def with_trained_decoys(
-    prepared: UserItems, config: Any, user: int, items: np.ndarray, labels: np.ndarray
+    prepared: UserItems, config: RunGroups, user: int, items: np.ndarray, labels: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """A user's round samples (``items``, ``labels``) with its decoys appended as samples
     labelled by ``decoy-updates`` (unchanged: the samples as they are)."""
-    if config.decoy_ratio <= 0 or config.decoy_updates == DecoyUpdates.UNCHANGED:
+    keys = config.group(DecoyKeys)
+    if keys.decoy_ratio <= 0 or keys.decoy_updates == DecoyUpdates.UNCHANGED:
         return items, labels
     decoys = user_decoys(prepared, config, user)
-    label = 1.0 if config.decoy_updates == DecoyUpdates.POSITIVES else 0.0
+    label = 1.0 if keys.decoy_updates == DecoyUpdates.POSITIVES else 0.0
     return np.r_[items, decoys], np.r_[labels, np.full(len(decoys), label, labels.dtype)]

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import Any
 
 import numpy as np
 
-from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Group, Range, key
+from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Group, Range, RunValues, key
 
 
 class Mechanism(StrEnum):
@@ -40,18 +39,15 @@ class Mechanism(StrEnum):
 MECHANISMS = tuple(mechanism.value for mechanism in Mechanism)
 
 
-def check_ldp(config: Any) -> None:
+def check_ldp(config: RunValues) -> None:
     """The two LDP modes exclude each other; denoising needs one of them."""
-    if config.ldp_laplace_lambda > 0 and config.ldp_mechanism != Mechanism.NONE:
+    keys = config.group(LdpKeys)
+    if keys.ldp_laplace_lambda > 0 and keys.ldp_mechanism != Mechanism.NONE:
         raise ConfigError(
             "ldp-laplace-lambda (raw noise, no clipping) and ldp-mechanism (clipped, "
             "calibrated to ldp-epsilon) are two alternatives: set one, leave the other off."
         )
-    if (
-        config.ldp_denoise
-        and config.ldp_mechanism == Mechanism.NONE
-        and not config.ldp_laplace_lambda
-    ):
+    if keys.ldp_denoise and keys.ldp_mechanism == Mechanism.NONE and not keys.ldp_laplace_lambda:
         raise ConfigError(
             "ldp-denoise shrinks the LDP noise out of the aggregate: it needs ldp-mechanism "
             "or ldp-laplace-lambda set (or set ldp-denoise = false)."

@@ -34,7 +34,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
@@ -43,6 +42,8 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedrec_flwr.aggregation import RowUpload
+from fedrec_flwr.privacy.decoys import DecoyKeys
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Group, key
 from fedrec_flwr.seeding import keyed_rng
 
@@ -67,22 +68,23 @@ class KeySource(StrEnum):
     SEEDED = "seeded"
 
 
-def check_secure_aggregation(config: Any) -> None:
-    if not config.secure_aggregation:
-        if config.secure_aggregation_keys != KeySource.RANDOM:
+def check_secure_aggregation(config: RunGroups) -> None:
+    keys = config.group(SecAggKeys)
+    if not keys.secure_aggregation:
+        if keys.secure_aggregation_keys != KeySource.RANDOM:
             raise ConfigError(
                 "secure-aggregation-keys shapes secure aggregation: set secure-aggregation = "
                 "true, or leave secure-aggregation-keys = 'random'."
             )
         return
-    if config.robust_aggregation != "none" or config.row_update_bound > 0:
+    if config.defences.robust_aggregation != "none" or config.defences.row_update_bound > 0:
         raise ConfigError(
             "secure-aggregation = true hides every single upload from the server, so its "
             "defences against poisoning (robust-aggregation, row-update-bound) have nothing "
             "to look at. Set robust-aggregation = 'none' and row-update-bound = 0; to bound "
             "each user's change, set secure-aggregation-bound (each user proves its bound)."
         )
-    if config.decoy_ratio > 0:
+    if config.group(DecoyKeys).decoy_ratio > 0:
         raise ConfigError(
             "secure-aggregation = true already sends every node the full table and hides "
             "which rows it changed: decoys add nothing. Set decoy-ratio = 0."

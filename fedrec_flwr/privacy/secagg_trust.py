@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from cryptography.exceptions import InvalidSignature
@@ -45,7 +44,9 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 )
 
 from fedrec_flwr.partition import participants
+from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.privacy.secagg_dropout import degree, neighbours
+from fedrec_flwr.run_keys import RunGroups, TrainingKeys
 from fedrec_flwr.seeding import keyed_rng
 
 #: The helper aggregator's id where a node's is its partition id (bounded secure
@@ -167,16 +168,18 @@ class Roster:
 
 
 # ------------------------------------------------------------------ the checks
-def expected_cohort(config: Any, server_round: int, num_users: int, num_partitions: int):
+def expected_cohort(
+    training: TrainingKeys, server_round: int, num_users: int, num_partitions: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The partitions holding a participant of ``server_round`` (the public schedule), and
     the participants."""
-    users = participants(config.seed, server_round, num_users, config.fraction_train)
+    users = participants(training.seed, server_round, num_users, training.fraction_train)
     return np.unique(users % num_partitions), users
 
 
 def check_round(
     *,
-    config: Any,
+    config: RunGroups,
     server_round: int,
     run_id: int,
     partition: int,
@@ -200,21 +203,22 @@ def check_round(
     keys = np.asarray(keys, dtype=np.uint8).reshape(len(peers), -1)
     signatures = np.asarray(signatures, dtype=np.uint8).reshape(len(peers), -1)
     refuse = _refusal(partition, server_round)
-    expected, chosen = expected_cohort(config, server_round, num_users, num_partitions)
+    secure = config.group(SecAggKeys)
+    expected, chosen = expected_cohort(config.training, server_round, num_users, num_partitions)
     cohort = np.sort(np.asarray(cohort, dtype=np.int64))
     if not np.array_equal(cohort, expected):
         refuse(
             f"the peers {_few(cohort)} are not the round's cohort {_few(expected)} (the "
             "partitions of the users the public schedule makes train)"
         )
-    if len(cohort) - 1 < config.secure_aggregation_min_peers:
+    if len(cohort) - 1 < secure.secure_aggregation_min_peers:
         refuse(
             f"{len(cohort) - 1} other participants, fewer than secure-aggregation-min-peers="
-            f"{config.secure_aggregation_min_peers}"
+            f"{secure.secure_aggregation_min_peers}"
         )
     _check_peer_list(peers, keys, partition, own_public, refuse)
-    k = degree(len(cohort), config.secure_aggregation_neighbours)
-    near = neighbours(config.seed, server_round, cohort, k)[partition]
+    k = degree(len(cohort), secure.secure_aggregation_neighbours)
+    near = neighbours(config.training.seed, server_round, cohort, k)[partition]
     if not np.array_equal(np.sort(peers[peers != partition]), near):
         refuse(f"the peers {_few(np.sort(peers))} are not its neighbours {_few(near)} on the graph")
     mine_by_schedule = own_users[np.isin(own_users, chosen)]

@@ -35,6 +35,8 @@ from fedrec_flwr.privacy.bounded import client, leader
 from fedrec_flwr.privacy.bounded import report as rep
 from fedrec_flwr.privacy.bounded.circuit import Bounds
 from fedrec_flwr.privacy.bounded.helper import Helper, Schedule
+from fedrec_flwr.privacy.secagg import SecAggKeys
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.server.payloads import TrainOrder
 from fedrec_flwr.stages import NodeUpload
 
@@ -42,17 +44,20 @@ from fedrec_flwr.stages import NodeUpload
 class BoundedRounds:
     """The round's bounds, the helper, and the table the users' changes apply to."""
 
-    def __init__(self, bounds: Bounds, config: Any, num_users: int, num_partitions: int) -> None:
+    def __init__(
+        self, bounds: Bounds, config: RunGroups, num_users: int, num_partitions: int
+    ) -> None:
+        training, secure = config.training, config.group(SecAggKeys)
         schedule = Schedule(
-            config.seed,
+            training.seed,
             num_users,
-            config.fraction_train,
+            training.fraction_train,
             num_partitions,
-            config.secure_aggregation_min_peers + 1,
+            secure.secure_aggregation_min_peers + 1,
         )
-        keys = config.secure_aggregation_keys
+        keys = secure.secure_aggregation_keys
         self.bounds = bounds
-        self.helper = Helper(bounds, schedule, secagg_trust.Roster(config.seed, keys), keys)
+        self.helper = Helper(bounds, schedule, secagg_trust.Roster(training.seed, keys), keys)
 
     def helper_arrays(self) -> dict[str, np.ndarray]:
         """The helper's key, its signature and identity key, for every train message."""

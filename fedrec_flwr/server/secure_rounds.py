@@ -34,6 +34,8 @@ from fedrec_flwr.messages import ARRAYS, CONFIG, array_record, record_arrays
 from fedrec_flwr.methods import Method
 from fedrec_flwr.privacy import secagg, secagg_dropout
 from fedrec_flwr.privacy.bounded.keys import bounds_of
+from fedrec_flwr.privacy.secagg import SecAggKeys
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.schema import ConfigError
 from fedrec_flwr.server.bounded_rounds import BoundedRounds, bounded_uploads
 from fedrec_flwr.server.global_model import GlobalModel
@@ -52,7 +54,7 @@ class SecureRounds:
     message carries (:meth:`peers`), and a reader of each round's masked replies (calling
     it makes one, as :class:`~fedrec_flwr.server.replies.ReplyReader` is made)."""
 
-    def __init__(self, federation: Any, config: Any) -> None:
+    def __init__(self, federation: Any, config: RunGroups) -> None:
         self.nodes: Mapping[int, NodeInfo] = federation.nodes
         self.keys: Mapping[int, dict[str, np.ndarray]] = federation.public_keys
         self.num_users: int = federation.num_users
@@ -67,13 +69,14 @@ class SecureRounds:
         self.model: GlobalModel | None = None
 
     @staticmethod
-    def check_size(config: Any, num_partitions: int) -> None:
+    def check_size(config: RunGroups, num_partitions: int) -> None:
         """Refuse a federation too small for ``secure-aggregation-min-peers``."""
-        if num_partitions - 1 < config.secure_aggregation_min_peers:
+        min_peers = config.group(SecAggKeys).secure_aggregation_min_peers
+        if num_partitions - 1 < min_peers:
             raise ConfigError(
                 f"secure aggregation with {num_partitions} nodes leaves each "
                 f"{num_partitions - 1} other participants, fewer than "
-                f"secure-aggregation-min-peers={config.secure_aggregation_min_peers} "
+                f"secure-aggregation-min-peers={min_peers} "
                 "(every node would refuse every round): run more nodes, or lower it"
             )
 
@@ -85,8 +88,9 @@ class SecureRounds:
         the round's unmask step goes (:class:`SecureReader`)."""
         by_partition = {self.nodes[node_id].partition_id: node_id for node_id in node_ids}
         cohort = np.array(sorted(by_partition), dtype=np.int64)
-        k = secagg_dropout.degree(len(cohort), self.config.secure_aggregation_neighbours)
-        self.graph = secagg_dropout.neighbours(self.config.seed, server_round, cohort, k)
+        secure = self.config.group(SecAggKeys)
+        k = secagg_dropout.degree(len(cohort), secure.secure_aggregation_neighbours)
+        self.graph = secagg_dropout.neighbours(self.config.training.seed, server_round, cohort, k)
         self.threshold, self.grid, self.by_partition = (
             secagg_dropout.threshold(k),
             grid,
@@ -263,7 +267,8 @@ def unmasked_total(reader: SecureReader, answered: dict[int, tuple]) -> np.ndarr
         messages.append(Message(content, dst_node_id=node_id, message_type="query.unmask"))
     shares: dict[int, list[bytes]] = {p: [] for p in survivors}
     pairs: dict[tuple[int, int], bytes] = {}
-    for reply in rounds.grid.send_and_receive(messages, timeout=rounds.config.round_timeout):
+    timeout = rounds.config.execution.round_timeout
+    for reply in rounds.grid.send_and_receive(messages, timeout=timeout):
         if reply.has_error():
             log(
                 WARNING,

@@ -18,14 +18,14 @@ scores the rows as ``direction`` does), else nothing: a random guess (AUC 0.5 in
 from __future__ import annotations
 
 from functools import lru_cache
-from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedrec_flwr.partition import participants
 from fedrec_flwr.privacy import secagg, secagg_dropout, secagg_trust
+from fedrec_flwr.privacy.secagg import SecAggKeys
+from fedrec_flwr.run_keys import RunGroups
 
 DEVIATIONS = ("alone", "key-twice", "substituted", "others-train-nobody")
 RUN_ID = 0  # the audit's view has no Flower run: the nodes would sign run 0
@@ -49,20 +49,16 @@ def _honest(seed: int, peers: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-def refusals(config: Any, num_users: int, user: int, server_round: int) -> dict[str, str | None]:
+def refusals(
+    config: RunGroups, num_users: int, user: int, server_round: int
+) -> dict[str, str | None]:
     """Each deviation against ``user`` in ``server_round``: the node's refusal, or None if
     the node would let it through."""
     chosen = participants(
         config.training.seed, server_round, num_users, config.training.fraction_train
     )
     seed, out = config.training.seed, {}
-    view = SimpleNamespace(
-        seed=seed,
-        fraction_train=config.training.fraction_train,
-        secure_aggregation_min_peers=config.secure_aggregation_min_peers,
-        secure_aggregation_neighbours=config.secure_aggregation_neighbours,
-    )
-    k = secagg_dropout.degree(len(chosen), config.secure_aggregation_neighbours)
+    k = secagg_dropout.degree(len(chosen), config.group(SecAggKeys).secure_aggregation_neighbours)
     graph = secagg_dropout.neighbours(seed, server_round, chosen, k)
     near = np.sort(np.append(graph[user], user))
     honest = _honest(seed, near)
@@ -83,7 +79,7 @@ def refusals(config: Any, num_users: int, user: int, server_round: int) -> dict[
     for name, (node, cohort, listed, train_users) in deviations.items():
         try:
             secagg_trust.check_round(
-                config=view,
+                config=config,
                 server_round=server_round,
                 run_id=RUN_ID,
                 partition=node,

@@ -26,7 +26,7 @@ def _round(number: int, loss: float, val_hr: float) -> dict:
 @pytest.fixture
 def recorder(tmp_path, monkeypatch) -> RunRecorder:
     monkeypatch.setattr(RunRecorder, "plot", lambda self: None)
-    config = RunConfig(protocol="paper", dataset="synthetic")
+    config = RunConfig.from_fields(protocol="paper", dataset="synthetic")
     return RunRecorder(tmp_path, config, {"num_users": 3})
 
 

@@ -72,7 +72,7 @@ def test_paper_negatives_avoid_held_out_items_strict_negatives_may_use_them():
     seen_strict = set()
     for round_ in range(1, 40):
         for protocol in ("paper", "strict"):
-            config = RunConfig(protocol=protocol, num_negatives=4)
+            config = RunConfig.from_fields(protocol=protocol, num_negatives=4)
             items, labels = user_round_items(FakePrepared(protocol), config, 0, round_)
             negatives = items[labels == 0]
             assert len(negatives) == 16 and labels.sum() == 4

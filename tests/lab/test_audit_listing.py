@@ -79,13 +79,13 @@ def test_an_audited_run_under_secure_aggregation_with_ldp_reports_the_user_epsil
 
 
 def test_a_shadow_starts_from_what_the_server_knows():
-    pfedrec = RunConfig(method="pfedrec", embedding_dim=4)
+    pfedrec = RunConfig.from_fields(method="pfedrec", embedding_dim=4)
     shadow = shadow_of(pfedrec, 10, np.random.default_rng(0))
     head = linear_head_init(pfedrec, np.zeros(1, dtype=np.int64), 4)
     np.testing.assert_array_equal(shadow.weight, head["score-weight"][0].numpy())
     assert (shadow.kind, shadow.train_bias) == ("alternate", True)
     assert shadow.lr_rows == pfedrec.learning.item_learning_rate(10)
-    fedmf = RunConfig(method="fedmf", embedding_dim=4, init_std=0.5)
+    fedmf = RunConfig.from_fields(method="fedmf", embedding_dim=4, init_std=0.5)
     shadow = shadow_of(fedmf, 10, np.random.default_rng(1))
     np.testing.assert_array_equal(shadow.weight, np.random.default_rng(1).normal(0.0, 0.5, 4))
     assert (shadow.kind, shadow.bias, shadow.train_bias) == ("joint", 0.0, False)

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def test_strict_popularity_matches_a_direct_loop():
-    config = RunConfig(**TINY)
+    config = RunConfig.from_fields(**TINY)
     prepared = prepare(config)
     counts = np.bincount(prepared.train_items, minlength=prepared.num_items)
     ranks = []
@@ -81,7 +81,7 @@ def direct_metrics(prepared, scores, protocol, seed=0):
 
 @pytest.mark.parametrize("protocol", ["strict", "paper"])
 def test_any_score_matrix_is_scored_as_the_protocol_says(protocol):
-    config = RunConfig(**TINY, protocol=protocol)
+    config = RunConfig.from_fields(**TINY, protocol=protocol)
     prepared = prepare(config)
     rng = np.random.default_rng(0)
     # Few distinct values: many ties, which must count against the held-out item.
@@ -95,7 +95,7 @@ def test_any_score_matrix_is_scored_as_the_protocol_says(protocol):
 def test_strict_never_ranks_a_train_item():
     """Under strict a user's train items are not candidates: scoring them sky-high or
     rock-bottom changes nothing."""
-    config = RunConfig(**TINY)
+    config = RunConfig.from_fields(**TINY)
     prepared = prepare(config)
     train = train_matrix(prepared)
     scores = ease_scores(train, 10.0)
@@ -107,7 +107,7 @@ def test_strict_never_ranks_a_train_item():
 
 
 def test_train_matrix_is_the_binarised_train_rows():
-    config = RunConfig(**TINY, protocol="paper")
+    config = RunConfig.from_fields(**TINY, protocol="paper")
     prepared = prepare(config)
     train = train_matrix(prepared).toarray()
     assert set(np.unique(train)) <= {0.0, 1.0}
@@ -116,7 +116,7 @@ def test_train_matrix_is_the_binarised_train_rows():
 
 
 def test_ease_equals_the_item_side_closed_form():
-    prepared = prepare(RunConfig(**TINY))
+    prepared = prepare(RunConfig.from_fields(**TINY))
     train = train_matrix(prepared)
     x = train.toarray().astype(np.float64)
     lam = 7.0
@@ -127,7 +127,7 @@ def test_ease_equals_the_item_side_closed_form():
 
 
 def test_itemknn_equals_a_direct_computation():
-    prepared = prepare(RunConfig(**TINY))
+    prepared = prepare(RunConfig.from_fields(**TINY))
     train = train_matrix(prepared)
     x = train.toarray().astype(np.float64)
     norms = np.linalg.norm(x, axis=0)
@@ -157,7 +157,7 @@ def small_grids(monkeypatch):
 
 
 def test_ease_and_itemknn_beat_popularity_on_clustered_data(small_grids):
-    config = RunConfig(**CLUSTERED)
+    config = RunConfig.from_fields(**CLUSTERED)
     prepared = prepare(config)
     floor = central_row("popularity", config, prepared)
     for name in ("itemknn", "ease"):
@@ -173,7 +173,7 @@ def test_ease_and_itemknn_beat_popularity_on_clustered_data(small_grids):
 
 def test_bpr_and_als_from_implicit(small_grids):
     pytest.importorskip("implicit")
-    config = RunConfig(**CLUSTERED)
+    config = RunConfig.from_fields(**CLUSTERED)
     prepared = prepare(config)
     floor = central_row("popularity", config, prepared)
     bpr = central_row("bpr", config, prepared)
@@ -191,7 +191,7 @@ def test_local_only_never_moves_the_global_table(tmp_path):
     from fedrec_flwr.server_app import initial_item_table, run_federation
     from fedrec_lab.local_grid import LocalGrid
 
-    base = RunConfig(**TINY, num_server_rounds=3)
+    base = RunConfig.from_fields(**TINY, num_server_rounds=3)
     for method in ("pfedrec", "fedmf"):
         config = local_only_config(base, method, rounds=3).replace(
             results_dir=str(tmp_path / method), batch_size=32
@@ -213,7 +213,7 @@ def test_local_only_never_moves_the_global_table(tmp_path):
 
 
 def test_reference_rows_are_written(tmp_path, small_grids):
-    config = RunConfig(**TINY, protocol="paper")
+    config = RunConfig.from_fields(**TINY, protocol="paper")
     prepared = prepare(config)
     rows = baselines.reference_rows(config, ("popularity", "ease"))
     stem = baselines.write(tmp_path, config, prepared, rows, "python -m fedrec_lab.baselines")

@@ -73,7 +73,7 @@ class TestFedMFDualPLGCFixedAlpha(MethodConformance):
 
 # --------------------------------------------------------------------- FedRAP
 def fedrap(**changes) -> tuple:
-    config: ClassVar = RunConfig(
+    config: ClassVar = RunConfig.from_fields(
         method="fedrap", embedding_dim=4, item_lr=1.0, item_lr_scaling="none", **changes
     )
     return config, build_method(config, num_items=10)
@@ -137,7 +137,7 @@ def test_the_distance_term_pushes_d_and_c_apart_and_its_bounded_form_saturates()
 
 
 def test_the_curriculum_ramps_with_tanh_of_the_round_and_constant_is_constant():
-    config: ClassVar = RunConfig(method="fedrap", fedrap_v1=0.2, fedrap_v2=0.05)
+    config: ClassVar = RunConfig.from_fields(method="fedrap", fedrap_v1=0.2, fedrap_v2=0.05)
     assert fedrap_weights(config.group(FedRapKeys), 1) == (0.0, 0.0)  # a = 0: fully personalised
     lam, mu = fedrap_weights(config.group(FedRapKeys), 11)
     assert lam == pytest.approx(np.tanh(1.0) * 0.2) and mu == pytest.approx(np.tanh(1.0) * 0.05)
@@ -254,7 +254,7 @@ def test_plgc_is_refused_on_a_method_without_personal_rows():
 def test_plgc_alpha_is_in_0_1_and_a_fixed_alpha_is_honoured():
     rng = np.random.default_rng(4)
     for alpha, expected in (("ntk", None), ("0.3", 0.3), ("1.0", 1.0)):
-        config = RunConfig(
+        config = RunConfig.from_fields(
             method="pfedrec", plgc=True, plgc_alpha=alpha, embedding_dim=4, batch_size=8
         )
         method = build_method(config, num_items=30)

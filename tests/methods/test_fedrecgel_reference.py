@@ -24,7 +24,7 @@ from fedrec_lab.testing import (
 
 
 def fedrecgel(**changes):
-    config = RunConfig(
+    config = RunConfig.from_fields(
         method="fedrecgel",
         embedding_dim=4,
         ncf_mlp_dim=8,

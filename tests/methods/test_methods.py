@@ -36,7 +36,7 @@ def one_batch(labels) -> RoundSamples:
 
 
 def hand_config(method, **changes):
-    return RunConfig(
+    return RunConfig.from_fields(
         method=method,
         embedding_dim=2,
         lr=0.5,

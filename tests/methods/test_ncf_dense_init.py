@@ -13,7 +13,7 @@ from fedrec_flwr.methods import build_method
 
 
 def dense(init: str, seed: int = 0) -> dict[str, np.ndarray]:
-    config = RunConfig(
+    config = RunConfig.from_fields(
         method="fedrecgel",
         embedding_dim=32,
         ncf_mlp_dim=128,
@@ -27,7 +27,7 @@ def dense(init: str, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def test_the_default_is_pytorch_and_the_reference_keeps_names_and_shapes():
-    default = RunConfig(method="fedrecgel")
+    default = RunConfig.from_fields(method="fedrecgel")
     assert default.ncf_dense_init == "pytorch"
     pytorch, reference = dense("pytorch"), dense("reference")
     assert {k: v.shape for k, v in pytorch.items()} == {k: v.shape for k, v in reference.items()}

@@ -36,7 +36,7 @@ def one_phase(method, optimizer, params, step):
 
 
 def small_config(method, **changes):
-    return RunConfig(
+    return RunConfig.from_fields(
         method=method,
         embedding_dim=4,
         ncf_mlp_dim=8,

@@ -136,8 +136,8 @@ def test_a_plugin_registered_at_run_time_is_attached_where_its_config_enables_it
     register_plugin(plugin)
     try:
         assert list(PLUGINS)[-1] == "halved"  # after the built-in ones
-        assert type(build_method(RunConfig(method="fedmf", seed=7), 5)) is Halved
-        assert type(build_method(RunConfig(method="fedmf", seed=8), 5)) is FedMF
+        assert type(build_method(RunConfig.from_fields(method="fedmf", seed=7), 5)) is Halved
+        assert type(build_method(RunConfig.from_fields(method="fedmf", seed=8), 5)) is FedMF
         with pytest.raises(ValueError, match="already registered"):
             register_plugin(Plugin("halved", "", bool, method=Halved))
     finally:

@@ -22,7 +22,7 @@ RHO_PRIVATE, RHO_SHARED = 0.3, 0.2
 
 
 def small_method(name: str, **changes):
-    config = RunConfig(
+    config = RunConfig.from_fields(
         method=name,
         embedding_dim=4,
         ncf_mlp_dim=8,

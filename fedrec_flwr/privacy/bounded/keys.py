@@ -7,12 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 from fedrec_flwr.privacy.bounded.circuit import Bounds, BoundsError
+from fedrec_flwr.privacy.secagg import SecAggKeys
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Group, key
 
 
-def check_bounded(config: Any) -> None:
-    bound, max_rows = config.secure_aggregation_bound, config.secure_aggregation_max_rows
-    if bound > 0 and not config.secure_aggregation:
+def check_bounded(config: RunGroups) -> None:
+    keys = config.group(BoundedKeys)
+    bound, max_rows = keys.secure_aggregation_bound, keys.secure_aggregation_max_rows
+    if bound > 0 and not config.group(SecAggKeys).secure_aggregation:
         raise ConfigError(
             "secure-aggregation-bound proves each user's change under secure aggregation: "
             "set secure-aggregation = true, or leave secure-aggregation-bound = 0 (without "
@@ -45,7 +48,7 @@ class BoundedKeys(Group):
     )
 
 
-def bounds_of(config: Any, method: Any, num_items: int, row_dim: int) -> Bounds | None:
+def bounds_of(config: RunGroups, method: Any, num_items: int, row_dim: int) -> Bounds | None:
     """The round's bounds (None when ``secure-aggregation-bound`` is 0), refused
     (:class:`ConfigError`) for a method whose uploads they cannot cover."""
     group = config.group(BoundedKeys)
