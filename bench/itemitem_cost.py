@@ -103,6 +103,8 @@ def measure(preset: str, data_dir: str) -> dict:
         np.concatenate(baskets),
         np.r_[0, np.cumsum([len(b) for b in baskets])].astype(np.int64),
     )
+    if support is not None:  # the counts round's release, as a two-round run holds it
+        model.counts, model.support = counts, support
     model.start_round()
     _, server_seconds = cpu(lambda: model.apply([upload]))
     table_bytes = array_record(item_rows=model.table).count_bytes()
