@@ -92,11 +92,26 @@ def test_every_comparison_left_to_the_fixed_order_gives_the_same_ranks(monkeypat
     reference = evaluated(runtime, state, table, True, monkeypatch)
     monkeypatch.setattr(full_ranking, "UNIT", 1e-3)
     monkeypatch.setattr(full_ranking, "BLOCK_SCORES", 1)
+    monkeypatch.setattr(full_ranking, "CPU_BLOCK_SCORES", 1)
     runtime, state, table = node_with_state("pfedrec", seed=2)
     monkeypatch.setattr(type(runtime), "erank_positions", property(lambda self: np.empty(0)))
     wide = runtime.evaluate_users(state, None, table)
     assert wide[0] == reference[0]
     assert np.array_equal(wide[2], reference[2])
+
+
+@pytest.mark.parametrize("unit", [full_ranking.UNIT, 1e-3])
+def test_the_device_s_tensor_scan_decides_as_the_host_scan(unit, monkeypatch):
+    """The tensor scan (the device's), run on the CPU, gives the host scan's ranks, with the
+    usual bound and one so wide that every comparison is left to the fixed order."""
+    runtime, state, table = node_with_state("pfedrec", seed=4)
+    monkeypatch.setattr(type(runtime), "erank_positions", property(lambda self: np.empty(0)))
+    monkeypatch.setattr(full_ranking, "UNIT", unit)
+    host = runtime.evaluate_users(state, None, table)
+    monkeypatch.setattr(full_ranking, "_scan_host", full_ranking._scan_tensors)
+    tensors = runtime.evaluate_users(state, None, table)
+    assert tensors[0] == host[0]
+    assert np.array_equal(tensors[2], host[2])
 
 
 def test_a_user_s_ranks_do_not_depend_on_its_node(monkeypatch):
