@@ -92,6 +92,28 @@ def entries_of(
     return Entries(owner, distinct - owner * n, flags, personal)
 
 
+#: (user, item) slots of the position map :func:`sampled_where` fills at a time.
+MAP_SLOTS = 1 << 18  # 1 MB of int64 positions: the map stays in the cache
+
+
+def sampled_where(entries: Entries, sample: np.ndarray, num_items: int) -> np.ndarray:
+    """:meth:`Entries.where` of each (user ``j``, item ``sample[j, s]``) [a, width]: from a
+    position map of a block of users' entries, filled and cleared again block after block
+    (linear; a binary search of every sampled item took a tenth of a full ranking)."""
+    a, width = sample.shape
+    step = max(1, MAP_SLOTS // max(num_items, 1))
+    slots = np.full(min(step, a) * num_items, -1, dtype=np.int64)
+    bounds = np.searchsorted(entries.owner, np.arange(0, a + step, step))
+    out = np.empty((a, width), dtype=np.int64)
+    for block, lo in enumerate(range(0, a, step)):
+        hi, first, last = min(a, lo + step), bounds[block], bounds[block + 1]
+        keys = (entries.owner[first:last] - lo) * num_items + entries.items[first:last]
+        slots[keys] = np.arange(first, last, dtype=np.int64)
+        out[lo:hi] = slots[np.arange(hi - lo)[:, None] * num_items + sample[lo:hi]]
+        slots[keys] = -1
+    return out
+
+
 def full_ranks(
     entries: Entries, decided: Decided, targets: np.ndarray, num_items: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -126,8 +148,7 @@ def sampled_ranks(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The validation and test ranks among the sampled negatives (each split's half)."""
     every = np.arange(len(targets), dtype=np.int64)
-    where = entries.where(np.repeat(every, sample.shape[1]), sample.reshape(-1), num_items)
-    where = where.reshape(sample.shape)
+    where = sampled_where(entries, sample, num_items)
     held_sample = (where >= 0) & ((entries.flags[where] & HELD) > 0)
     split = np.arange(sample.shape[1]) >= EVAL_NEGATIVES_PER_SPLIT  # 0: val, 1: test
     target = targets[every[:, None], split.astype(np.int64)[None, :]]

@@ -8,6 +8,7 @@ import torch
 
 import fedrec_flwr.node.full_ranking as full_ranking
 import fedrec_flwr.node.protocols as protocols
+import fedrec_flwr.node.rank_entries as rank_entries
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.methods.heads import fixed_order_dots
@@ -149,3 +150,24 @@ def test_fixed_order_dots_follow_the_documented_order(dim):
     # one pair at a time, or broadcast against one weight: the same bits
     single = fixed_order_dots(torch.from_numpy(rows[:7]), torch.from_numpy(weight[3]))
     assert np.array_equal(single.numpy(), reference_order(rows[:7], np.tile(weight[3], (7, 1))))
+
+
+@pytest.mark.parametrize("slots", [1, 7, 1 << 18])
+def test_the_sampled_items_position_map_finds_what_the_binary_search_finds(slots, monkeypatch):
+    """Each sampled (user, item)'s entry, or -1, whatever the users per block of the map
+    (users without entries, items held by other users, the last item)."""
+    rng = np.random.default_rng(5)
+    users, items = 40, 30
+    keys = np.unique(rng.integers(0, users * items, 300))
+    keys = keys[(keys // items) % 7 != 3]  # some users hold nothing
+    owner = keys // items
+    entries = rank_entries.Entries(
+        owner, keys - owner * items, np.zeros(len(keys), np.uint8), np.zeros(len(keys))
+    )
+    sample = rng.integers(0, items, (users, 12))
+    sample[:, 0] = items - 1
+    expected = entries.where(np.repeat(np.arange(users), 12), sample.reshape(-1), items)
+    monkeypatch.setattr(rank_entries, "MAP_SLOTS", slots)
+    found = rank_entries.sampled_where(entries, sample, items)
+    assert np.array_equal(found.reshape(-1), expected)
+    assert (found >= 0).any() and (found < 0).any()
