@@ -99,7 +99,7 @@ MAP_SLOTS = 1 << 18  # 1 MB of int64 positions: the map stays in the cache
 def sampled_where(entries: Entries, sample: np.ndarray, num_items: int) -> np.ndarray:
     """:meth:`Entries.where` of each (user ``j``, item ``sample[j, s]``) [a, width]: from a
     position map of a block of users' entries, filled and cleared again block after block
-    (linear; a binary search of every sampled item took a tenth of a full ranking)."""
+    (linear, where a binary search per sampled item costs a tenth of a full ranking)."""
     a, width = sample.shape
     step = max(1, MAP_SLOTS // max(num_items, 1))
     slots = np.full(min(step, a) * num_items, -1, dtype=np.int64)
