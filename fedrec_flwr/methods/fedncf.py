@@ -25,6 +25,7 @@ import torch
 from fedrec_flwr.methods.adam_state import adam_state, is_adam_state
 from fedrec_flwr.methods.base import Method, Phase, Step, bce_losses, user_normal
 from fedrec_flwr.methods.card import INIT_STD, ITEM_LR, LR, MethodCard
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Dim, Group, key
 from fedrec_flwr.seeding import keyed_rng
 
@@ -73,10 +74,11 @@ class FedNCF(Method):
     name = "fedncf"
     eval_chunk = 16  # full ranking builds [users, items, hidden] activations
 
-    def __init__(self, config, num_items: int) -> None:
+    def __init__(self, config: RunGroups, num_items: int) -> None:
         super().__init__(config, num_items)
-        self.mlp_dim = config.ncf_mlp_dim
-        self.layers = layer_sizes(config.ncf_layers)
+        keys = config.group(NcfKeys)
+        self.mlp_dim = keys.ncf_mlp_dim
+        self.layers = layer_sizes(keys.ncf_layers)
 
     @property
     def row_dim(self) -> int:
@@ -208,10 +210,11 @@ class FedRecGEL(FedNCF):
 
     name = "fedrecgel"
 
-    def __init__(self, config, num_items: int) -> None:
+    def __init__(self, config: RunGroups, num_items: int) -> None:
         super().__init__(config, num_items)
-        self.loss_chunk = config.fedrecgel_loss_chunk
-        self.private_adam = config.fedrecgel_private_optimizer == PrivateOptimizer.ADAM
+        keys = config.group(FedRecGelKeys)
+        self.loss_chunk = keys.fedrecgel_loss_chunk
+        self.private_adam = keys.fedrecgel_private_optimizer == PrivateOptimizer.ADAM
 
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
         """FedNCF's user embeddings, and their zero Adam state under the Adam optimiser."""

@@ -66,6 +66,7 @@ from fedrec_flwr.methods.base import (
 )
 from fedrec_flwr.methods.card import LR, MethodCard
 from fedrec_flwr.methods.fedrap_local import LOCAL, LocalInit, LocalRows
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, Dim, Group, key
 
 SCORE = ("score-weight", "score-bias")
@@ -169,7 +170,7 @@ class FedRAP(Method):
     name = "fedrap"
     rowwise_logits = True  # linear_logits: a product and a sum over each row
 
-    def __init__(self, config, num_items: int) -> None:
+    def __init__(self, config: RunGroups, num_items: int) -> None:
         super().__init__(config, num_items)
         self.keys = config.group(FedRapKeys)
         self.weights = fedrap_weights(self.keys, 1)

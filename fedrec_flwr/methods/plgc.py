@@ -23,6 +23,7 @@ import torch
 
 from fedrec_flwr.methods.base import ROWS, Method, Role, RoundContext, Step
 from fedrec_flwr.methods.plugin import MethodPlugin, Plugin
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Dim, Group, key
 
 GLOBAL = "plgc-global"  # G: the received global rows, frozen
@@ -85,9 +86,9 @@ class PlgcKeys(Group):
     )
 
 
-def fixed_alpha(config) -> float | None:
+def fixed_alpha(keys: PlgcKeys) -> float | None:
     """The fixed alpha of ``plgc-alpha``, or None for ``"ntk"``."""
-    return None if config.plgc_alpha == NTK else float(config.plgc_alpha)
+    return None if keys.plgc_alpha == NTK else float(keys.plgc_alpha)
 
 
 def kernel_alignment(rows: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -132,9 +133,9 @@ class PLGC(MethodPlugin):
     does not override is the base method's (its ``rowwise_logits`` holds: the mix is
     elementwise)."""
 
-    def __init__(self, config, num_items: int, base: Method) -> None:
+    def __init__(self, config: RunGroups, num_items: int, base: Method) -> None:
         super().__init__(config, num_items, base)
-        self.alpha = fixed_alpha(config)
+        self.alpha = fixed_alpha(config.group(PlgcKeys))
 
     # ----------------------------------------------------------------- roles
     @property
@@ -213,18 +214,18 @@ class PLGC(MethodPlugin):
         return {**self.base.describe(), "plgc": f"alpha {self.config.group(PlgcKeys).plgc_alpha}"}
 
 
-def check_applies(config, method: Method) -> None:
+def check_applies(config: RunGroups, method: Method) -> None:
     """PLGC needs personal item rows (kept rows, or private rows such as FedRAP's ``D_u``)."""
     if not (method.personal_rows or method.private_row_names()):
         raise ConfigError(
             f"plgc = true needs a method with personal item rows; method '{method.name}'"
-            f" with personalization='{config.personalization}' has none. Use pfedrec or "
+            f" with personalization='{config.value('personalization')}' has none. Use pfedrec or "
             "fedrap, or personalization='dual' on fedmf, fedncf or fedrecon."
         )
 
 
-def plgc_enabled(config) -> bool:
-    return config.plgc
+def plgc_enabled(config: RunGroups) -> bool:
+    return config.group(PlgcKeys).plgc
 
 
 PLUGIN = Plugin(

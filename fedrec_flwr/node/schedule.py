@@ -25,6 +25,7 @@ import dataclasses
 import torch
 
 from fedrec_flwr.methods.base import RoundContext, Step
+from fedrec_flwr.run_keys import RunGroups
 
 
 class LocalSchedule:
@@ -38,12 +39,13 @@ class LocalSchedule:
         self.steps = torch.zeros(len(counts), dtype=torch.float64, device=counts.device)
 
     @classmethod
-    def of(cls, config, context: RoundContext) -> LocalSchedule | None:
+    def of(cls, config: RunGroups, context: RoundContext) -> LocalSchedule | None:
         """The round's schedule; None when neither rate decays (the steps then carry no
         multiplier and the optimiser runs exactly as without these keys)."""
-        if config.lr_decay == 1.0 and config.lr_step_decay == 1.0:
+        schedule = config.schedule
+        if schedule.lr_decay == 1.0 and schedule.lr_step_decay == 1.0:
             return None
-        return cls(config.lr_decay, config.lr_step_decay, context)
+        return cls(schedule.lr_decay, schedule.lr_step_decay, context)
 
     def scaled(self, step: Step) -> Step:
         """``step`` with its users' multipliers (``Step.lr_scale``, float64 [a]); counts the

@@ -17,6 +17,7 @@ from fedrec_flwr.partition import participants
 from fedrec_flwr.privacy import secagg, uploads
 from fedrec_flwr.privacy.accounting import RowCounter
 from fedrec_flwr.privacy.decoys import DecoyUpdates, user_decoys
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.seeding import keyed_rng
 from fedrec_lab.audit import adaptive, attacks, malicious_server
 from fedrec_lab.presets import resolve
@@ -57,7 +58,9 @@ class MaskedCapture(Capture):
     recovers (:mod:`.malicious_server`): its deviations' refusals, and the plaintext rows
     when one passed."""
 
-    def __init__(self, users: np.ndarray, rounds: set[int], config, num_users: int) -> None:
+    def __init__(
+        self, users: np.ndarray, rounds: set[int], config: RunGroups, num_users: int
+    ) -> None:
         super().__init__(users, rounds)
         self.config, self.num_users = config, num_users
         self.refused: dict[tuple[int, int], dict[str, str | None]] = {}
