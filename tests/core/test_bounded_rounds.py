@@ -124,6 +124,21 @@ def test_a_bounded_run_gives_the_plain_runs_metrics(tmp_path):
         assert summary["test"][name] == pytest.approx(value, abs=1e-9)
 
 
+@pytest.mark.usefixtures("private_cache")
+def test_a_dropped_node_leaves_the_others_reports_to_aggregate(tmp_path):
+    """A node that does not answer: its users' reports are missing, the others' sum moves
+    the table as a plain round of the same nodes does."""
+    wide = {"secure-aggregation-bound": 100.0, "secure-aggregation-max-rows": 0}
+    bounded, grid = connected(tmp_path / "b", 4, **{"item-lr": 1.0, **BOUNDED, **wide})
+    plain, plain_grid = connected(tmp_path / "p", 4, **{"item-lr": 1.0})
+    bounded.aggregate_train(1, train_round(bounded, grid)[1][1:])
+    plain.aggregate_train(1, train_round(plain, plain_grid)[1][1:])
+    assert bounded.round_log.train_failures == 1
+    assert bounded.round_log.train_users == plain.round_log.train_users < 30
+    step = 2.0**-bounded.secure.bounded.bounds.frac_bits
+    assert np.abs(bounded.model.table - plain.model.table).max() <= 30 * step
+
+
 # ------------------------------------------------- clients that cheat, refused
 @pytest.mark.usefixtures("private_cache")
 @pytest.mark.parametrize("cheat", list(CHEATS))
