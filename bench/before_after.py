@@ -14,7 +14,10 @@ wall seconds. A case may add run-config keys to its preset, comma-separated TOML
 (``pfedrec-ml100k-strict,dataset='synthetic',synthetic-users=100000``; ``defaults,...``: no
 preset, the package's defaults); with ``--last-apart``
 a run's per-round figures leave its last round out, reported on its own (a run whose
-intermediate rounds evaluate a sample of ``eval-users`` evaluates every user in its last).
+intermediate rounds evaluate a sample of ``eval-users`` evaluates every user in its last),
+with the node's evaluation phase of that round beside it (wall and CPU seconds of
+``NodeEvaluation.evaluate_users``, timed by the phase clock of ``fedrec_lab.scaling.phases``,
+which the run loads from this project, so an earlier commit's run is timed the same way).
 ``--json`` writes every figure::
 
     python bench/before_after.py --data-dir ../shared/datasets --rounds 20 --repeats 3
@@ -48,17 +51,34 @@ CASES = [
 ]
 #: A case's first item naming no preset: the package's defaults and the case's keys.
 DEFAULTS = "defaults"
+#: The evaluation phase a run's clock times (every version has it): (module, attribute).
+EVALUATION = ("fedrec_flwr.node.evaluate", "NodeEvaluation.evaluate_users")
+PHASES = PROJECT / "fedrec_lab" / "scaling" / "phases.py"
 RUNNER = """\
-import json, sys
+import importlib.util, json, sys
+spec = json.loads(sys.argv[1])
+# The phase clock of the project running this script (an earlier commit may lack it).
+found = importlib.util.spec_from_file_location("bench_phases", spec["phases"])
+phases = importlib.util.module_from_spec(found)
+found.loader.exec_module(phases)
 import fedrec_flwr
 print("FEDREC_FLWR_FILE=" + fedrec_flwr.__file__, flush=True)
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_lab.local_grid import LocalGrid
 from fedrec_flwr.server_app import run_federation
-spec = json.loads(sys.argv[1])
-grid = LocalGrid(client_app, spec["config"], spec["nodes"])
+clock = phases.PhaseClock()
+clock.wrap(*phases.phase_target(*spec["evaluation"]), "evaluation")
+def timed_app(message, context):
+    if "config" in message.content:
+        clock.enter_round(int(message.content["config"].get("server-round", 0)))
+    return client_app(message, context)
+grid = LocalGrid(timed_app, spec["config"], spec["nodes"])
 run_federation(grid, RunConfig.from_mapping(spec["config"]))
+clock.charge()
+evaluation = {key: {r: v.get("evaluation", 0.0) for r, v in getattr(clock, key).items()}
+              for key in ("wall", "cpu")}
+print("FEDREC_EVALUATION=" + json.dumps(evaluation), flush=True)
 """
 
 
@@ -75,6 +95,8 @@ class Runs:
     cpu_per_round: list[float] = field(default_factory=list)  # idem, CPU seconds
     last: list[float] = field(default_factory=list)  # the last round's seconds (--last-apart)
     cpu_last: list[float] = field(default_factory=list)
+    eval_last: list[float] = field(default_factory=list)  # its evaluation phase's seconds
+    cpu_eval_last: list[float] = field(default_factory=list)
     total: list[float] = field(default_factory=list)  # wall seconds per process
     rows: list[dict[str, str]] | None = None  # rounds.csv of the first run, without seconds
     failed: int = 0
@@ -133,7 +155,9 @@ def run_once(
         ],
     )
     env = {**os.environ, "PYTHONPATH": str(version.tree)}
-    spec = json.dumps({"config": config, "nodes": args.nodes})
+    spec = json.dumps(
+        {"config": config, "nodes": args.nodes, "phases": str(PHASES), "evaluation": EVALUATION}
+    )
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, str(runner), spec], cwd="/tmp", env=env, capture_output=True, text=True
@@ -145,6 +169,8 @@ def run_once(
     if not imported or not Path(imported.group(1)).resolve().is_relative_to(version.tree):
         found = imported.group(1) if imported else "nothing"
         raise RuntimeError(f"imported {found}, not the package of {version.tree}")
+    phase_line = re.search(r"^FEDREC_EVALUATION=(.*)$", done.stdout, re.MULTILINE)
+    evaluation = json.loads(phase_line.group(1)) if phase_line else {"wall": {}, "cpu": {}}
     with open(work / name / "rounds.csv") as f:
         rows = list(csv.DictReader(f))
     figures = {}
@@ -153,6 +179,7 @@ def run_once(
         per_round = [b - a for a, b in itertools.pairwise(elapsed)]  # rounds 2..R
         if args.last_apart:
             figures[f"{key}_last"] = per_round[-1]
+            figures[f"{key}_eval_last"] = evaluation[key].get(str(args.rounds), 0.0)
             per_round = per_round[:-1] or per_round
         figures[key] = statistics.median(per_round)
     results = [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rows]
@@ -222,6 +249,8 @@ def main() -> int:
                 if args.last_apart:
                     record.last.append(figures["wall_last"])
                     record.cpu_last.append(figures["cpu_last"])
+                    record.eval_last.append(figures["wall_eval_last"])
+                    record.cpu_eval_last.append(figures["cpu_eval_last"])
                 record.total.append(total)
                 record.rows = record.rows if record.rows is not None else rows
                 print(f"{name}: {figures}, {total:.1f} s in all", flush=True)
@@ -231,6 +260,8 @@ def main() -> int:
         "| after CPU-s/round | after/before (CPU) "
         + (
             "| before last round s | after last round s | before last CPU-s | after last CPU-s "
+            "| before last evaluation s | after last evaluation s | before last evaluation CPU-s "
+            "| after last evaluation CPU-s "
             if args.last_apart
             else ""
         )
@@ -243,7 +274,8 @@ def main() -> int:
         if args.last_apart:
             last = (
                 f"| {cell(before.last)} | {cell(after.last)} | {cell(before.cpu_last)} "
-                f"| {cell(after.cpu_last)} "
+                f"| {cell(after.cpu_last)} | {cell(before.eval_last)} | {cell(after.eval_last)} "
+                f"| {cell(before.cpu_eval_last)} | {cell(after.cpu_eval_last)} "
             )
         same = "-" if before.rows is None or after.rows is None else before.rows == after.rows
         lines.append(
@@ -269,7 +301,12 @@ def main() -> int:
             "fresh process, before/after interleaved (alternating which goes first).",
             "- s/round: median over the repeats of each run's median per-round seconds "
             "(differences of `rounds.csv` `seconds`, round 1 left out"
-            + (", the last round apart" if args.last_apart else "")
+            + (
+                ", the last round apart; its evaluation: the node's evaluation phase "
+                f"(`{'.'.join(EVALUATION)}`, timed by `fedrec_lab/scaling/phases.py`) in it"
+                if args.last_apart
+                else ""
+            )
             + "); CPU-s/round: the same of `cpu-seconds` (the process's CPU time); "
             "runs: each repeat's "
             "value; total s: median wall seconds of the whole process (imports, data, rounds); "
