@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 from fedrec_flwr.aggregation import DefenceKeys
 from fedrec_flwr.learning_keys import (
@@ -26,7 +26,9 @@ from fedrec_flwr.schema import (
     ConfigError,
     Dim,
     Group,
+    MethodTraits,
     Range,
+    RunValues,
     Scalar,
     key,
 )
@@ -70,7 +72,7 @@ def check_device(value: str) -> None:
         raise ConfigError(f"device='{value}': use 'cpu', 'cuda' or 'cuda:N'.")
 
 
-def keeps_rows_it_only_evaluates_with(config: RunGroups, method: Any) -> bool:
+def keeps_rows_it_only_evaluates_with(config: RunValues, method: MethodTraits) -> bool:
     """Is ``keep-personal-rows`` a choice for this method (the rule ``RunConfig`` enforces)?"""
     return method.personal_rows and not method.train_from_personal
 

@@ -44,6 +44,25 @@ class RunValues(Protocol):
     def value(self, name: str) -> Scalar: ...
 
 
+class MethodTraits(Protocol):
+    """What a group's ``tuned`` reads of the run's method
+    (:class:`~fedrec_flwr.methods.Method`, built above this module)."""
+
+    @property
+    def personal_rows(self) -> bool: ...
+
+    @property
+    def train_from_personal(self) -> bool: ...
+
+
+#: A check across a group's keys (raises :class:`ConfigError`).
+GroupCheck = Callable[[RunValues], None]
+#: When a group's checks run.
+GroupApplies = Callable[[RunValues], bool]
+#: When the search space of a group that is no plug-in's is tuned.
+GroupTuned = Callable[[RunValues, MethodTraits], bool]
+
+
 @dataclass(frozen=True)
 class Range:
     """Allowed numbers: ``low`` .. ``high`` (None: unbounded), each end included or not."""
@@ -198,11 +217,11 @@ class KeyGroup:
     title: str
     owner: str
     keys: tuple[Key, ...]
-    check: Callable[[Any], None] | None = None
-    applies: Callable[[Any], bool] | None = None
+    check: GroupCheck | None = None
+    applies: GroupApplies | None = None
     search_space: Mapping[str, Dim] = field(default_factory=dict)
     plugin: str | None = None
-    tuned: Callable[[Any, Any], bool] | None = None
+    tuned: GroupTuned | None = None
 
     def __post_init__(self) -> None:
         names = [key.name for key in self.keys]
@@ -267,9 +286,9 @@ class Group:
     owner: ClassVar[str] = ""
     plugin: ClassVar[str | None] = None
     search_space: ClassVar[Mapping[str, Dim]] = {}
-    check: ClassVar[Callable[[Any], None] | None] = None
-    applies: ClassVar[Callable[[Any], bool] | None] = None
-    tuned: ClassVar[Callable[[Any, Any], bool] | None] = None
+    check: ClassVar[GroupCheck | None] = None
+    applies: ClassVar[GroupApplies | None] = None
+    tuned: ClassVar[GroupTuned | None] = None
     keys: ClassVar[tuple[Key, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

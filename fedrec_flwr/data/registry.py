@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedrec_flwr.data.user_keys import FILE_DATASET, FileKeys
-from fedrec_flwr.run_keys import RunGroups
-from fedrec_flwr.schema import POSITIVE, ConfigError, Group, Range, key
+from fedrec_flwr.schema import POSITIVE, ConfigError, Group, Range, RunValues, key
 
 if TYPE_CHECKING:
     from fedrec_flwr.data.interactions import Interactions
@@ -99,7 +98,7 @@ class TrainPairs(StrEnum):
     DISTINCT = "distinct"
 
 
-def check_synthetic(config: RunGroups) -> None:
+def check_synthetic(config: RunValues) -> None:
     keys = config.group(SyntheticKeys)
     if keys.synthetic_items < 2 * keys.synthetic_mean_degree:
         raise ConfigError(

@@ -11,8 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from fedrec_flwr.run_keys import RunGroups
-from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Group, key
+from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Group, RunValues, key
 
 FILE_DATASET = "file"
 
@@ -89,7 +88,7 @@ class RepeatedPairs(StrEnum):
     KEEP_NEWEST = "keep-newest"
 
 
-def check_file_settings(config: RunGroups) -> None:
+def check_file_settings(config: RunValues) -> None:
     """Checks across the keys of the dataset ``file``."""
     keys = config.group(FileKeys)
     if not keys.data_file:

@@ -27,6 +27,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedrec_flwr.methods.itemitem import ItemItemKeys
+
 #: Items at or below which GF-CF's top eigenvectors come from a full eigendecomposition;
 #: above, from a keyed randomised subspace iteration.
 FULL_EIGEN_LIMIT = 4096
@@ -113,12 +115,15 @@ def top_eigenvectors(matrix: np.ndarray, rank: int, seed: int) -> np.ndarray:
     return basis @ small[:, order]
 
 
-def model_weights(kind: str, gram: np.ndarray, counts: np.ndarray, config) -> np.ndarray:
-    """The item-item matrix ``W`` of ``kind`` (``itemitem-model``) from the sums."""
+def model_weights(
+    kind: str, gram: np.ndarray, counts: np.ndarray, keys: ItemItemKeys, seed: int
+) -> np.ndarray:
+    """The item-item matrix ``W`` of ``kind`` (``itemitem-model``) from the sums, with the
+    run's item-item keys and seed (GF-CF's randomised eigenvectors)."""
     if kind == "ease":
-        return ease_weights(gram, config.itemitem_lambda)
+        return ease_weights(gram, keys.itemitem_lambda)
     if kind == "itemknn":
-        return itemknn_weights(gram, config.itemitem_neighbours, config.itemitem_shrink)
+        return itemknn_weights(gram, keys.itemitem_neighbours, keys.itemitem_shrink)
     if kind == "gfcf":
-        return gfcf_weights(gram, counts, config.itemitem_alpha, config.itemitem_rank, config.seed)
+        return gfcf_weights(gram, counts, keys.itemitem_alpha, keys.itemitem_rank, seed)
     raise ValueError(f"unknown item-item model '{kind}' (ease, itemknn, gfcf)")

@@ -25,7 +25,17 @@ import torch
 
 from fedrec_flwr.methods.base import Method, Phase, Stage, linear_logits
 from fedrec_flwr.methods.card import MethodCard
-from fedrec_flwr.schema import NON_NEGATIVE, POSITIVE, ConfigError, Dim, Group, Range, key
+from fedrec_flwr.run_keys import RunGroups, TrainingKeys
+from fedrec_flwr.schema import (
+    NON_NEGATIVE,
+    POSITIVE,
+    ConfigError,
+    Dim,
+    Group,
+    Range,
+    RunValues,
+    key,
+)
 from fedrec_flwr.seeding import keyed_rng
 
 HISTORY = "history"
@@ -39,17 +49,19 @@ class ItemItemModel(StrEnum):
     GFCF = "gfcf"
 
 
-def check_itemitem(config) -> None:
-    if config.method != "itemitem":
+def check_itemitem(config: RunValues) -> None:
+    if config.value("method") != "itemitem":
         return
-    if two_rounds(config) and (config.fraction_train < 1 or config.num_server_rounds < 2):
+    training = config.group(TrainingKeys)
+    if two_rounds(config) and (training.fraction_train < 1 or training.num_server_rounds < 2):
         raise ConfigError(
             "itemitem-min-count > 1 under secure-aggregation takes two rounds of every user "
             "(the item counts, then the co-occurrences over the items at least that many users "
             "hold): set fraction-train = 1.0 and num-server-rounds >= 2, or "
             "itemitem-min-count = 0."
         )
-    if config.itemitem_dp_epsilon > 0 and config.itemitem_max_degree <= 0:
+    keys = config.group(ItemItemKeys)
+    if keys.itemitem_dp_epsilon > 0 and keys.itemitem_max_degree <= 0:
         raise ConfigError(
             "itemitem-dp-epsilon > 0 calibrates the Gaussian noise to one user's largest "
             "contribution, which needs a bound on its number of items: set "
@@ -134,11 +146,14 @@ REFUSED: dict[str, object] = {
 }
 
 
-def two_rounds(config) -> bool:
+def two_rounds(config: RunValues) -> bool:
     """Does the run sum the counts first, then the co-occurrences over the support (secure
     aggregation with ``itemitem-min-count`` > 1: a vector's layout is fixed before it is
-    filled)?"""
-    return bool(config.secure_aggregation) and config.itemitem_min_count > 1
+    filled)? ``secure-aggregation`` is a plug-in's key, declared above the methods: read by
+    name."""
+    return bool(config.value("secure-aggregation")) and (
+        config.group(ItemItemKeys).itemitem_min_count > 1
+    )
 
 
 class ItemItem(Method):
@@ -147,11 +162,11 @@ class ItemItem(Method):
     #: Uploads its users' co-occurrence sums once instead of training item rows.
     uploads_statistics = True
 
-    def __init__(self, config, num_items: int) -> None:
+    def __init__(self, config: RunGroups, num_items: int) -> None:
         super().__init__(config, num_items)
         self.keys = config.group(ItemItemKeys)
         for name, neutral in REFUSED.items():
-            value = getattr(config, name.replace("-", "_"), neutral)
+            value = config.value(name)
             if value != neutral:
                 raise ConfigError(
                     f"method 'itemitem' sums co-occurrences and takes no gradient step, so "

@@ -35,8 +35,8 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods import Plugin
-from fedrec_flwr.run_keys import RunGroups
-from fedrec_flwr.schema import POSITIVE, ConfigError, Group, Range, key
+from fedrec_flwr.run_keys import RunGroups, TrainingKeys
+from fedrec_flwr.schema import POSITIVE, ConfigError, Group, Range, RunValues, key
 from fedrec_flwr.seeding import keyed_rng
 from fedrec_flwr.stages import UploadRound, Uploads, UploadStage
 
@@ -62,7 +62,7 @@ class TrainData(Protocol):
     train_items: np.ndarray
 
 
-def check_malicious(config: RunGroups) -> None:
+def check_malicious(config: RunValues) -> None:
     keys = config.group(MaliciousKeys)
     attack_on = keys.malicious_attack != MaliciousAttack.NONE
     if attack_on != (keys.malicious_fraction > 0):
@@ -70,7 +70,7 @@ def check_malicious(config: RunGroups) -> None:
             "malicious-fraction and malicious-attack go together: set both (e.g. "
             "malicious-fraction = 0.01 and malicious-attack = 'promote') or neither."
         )
-    if attack_on and config.training.protocol != "strict":
+    if attack_on and config.group(TrainingKeys).protocol != "strict":
         raise ConfigError(
             "a malicious attack's target exposure (target-er@10) is measured on the full "
             "ranking: use protocol = 'strict', or set malicious-attack = 'none'."

@@ -21,21 +21,26 @@ import numpy as np
 from fedrec_flwr.methods.itemitem import two_rounds
 from fedrec_flwr.node.upload import TrainResult
 from fedrec_flwr.partition import participants
+from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.privacy.secure_statistics import StatisticsLayout
+from fedrec_flwr.run_keys import RunGroups
 
 ITEMS, OFFSETS = "basket_items", "basket_offsets"
 
 
-def first_selected(config, num_users: int, users: np.ndarray, server_round: int) -> np.ndarray:
+def first_selected(
+    config: RunGroups, num_users: int, users: np.ndarray, server_round: int
+) -> np.ndarray:
     """Mask of ``users`` (selected in ``server_round``) not selected in any earlier round
     (a two-round run: rounds 1 and 2 are every user's)."""
     users = np.asarray(users, dtype=np.int64)
     earlier = np.zeros(num_users, dtype=bool)
+    training = config.training
     if two_rounds(config):
         earlier[:] = server_round > 2
-    elif config.fraction_train < 1.0:
+    elif training.fraction_train < 1.0:
         for past in range(1, server_round):
-            earlier[participants(config.seed, past, num_users, config.fraction_train)] = True
+            earlier[participants(training.seed, past, num_users, training.fraction_train)] = True
     elif server_round > 1:
         earlier[:] = True
     return ~earlier[users]
@@ -54,7 +59,7 @@ def statistics_upload(
     sizes = np.array([len(b) for b in baskets], dtype=np.int64)
     empty = np.empty(0, dtype=np.int64)
     num_users, num_samples = len(new), int(sizes.sum())  # no loss: no gradient step
-    if runtime.config.secure_aggregation:
+    if runtime.config.group(SecAggKeys).secure_aggregation:
         weights = [method.basket_weight(len(b)) for b in baskets]
         kind = method.upload_kind(server_round)
         layout = StatisticsLayout(data.num_items, gram=kind == "gram")

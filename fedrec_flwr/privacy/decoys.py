@@ -35,9 +35,10 @@ from typing import Protocol
 
 import numpy as np
 
+from fedrec_flwr.learning_keys import LearningKeys
 from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.sampling import sample_excluding
-from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Group, key
+from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Group, RunValues, key
 from fedrec_flwr.seeding import keyed_rng
 
 
@@ -70,7 +71,7 @@ class DecoySelection(StrEnum):
     POPULARITY = "popularity"
 
 
-def check_decoys(config: RunGroups) -> None:
+def check_decoys(config: RunValues) -> None:
     keys = config.group(DecoyKeys)
     options = (
         keys.decoy_updates != DecoyUpdates.UNCHANGED
@@ -82,7 +83,7 @@ def check_decoys(config: RunGroups) -> None:
             "decoy-updates, decoy-selection and decoy-request-size shape the decoys: set "
             "decoy-ratio > 0 (e.g. 1) to have decoys, or leave those keys at their defaults."
         )
-    if keys.decoy_ratio > 0 and config.learning.aggregation != "round-mean":
+    if keys.decoy_ratio > 0 and config.group(LearningKeys).aggregation != "round-mean":
         raise ConfigError(
             "decoy-ratio > 0 needs aggregation='round-mean': toucher-mean divides a row's "
             "change by its number of uploaders, which decoys inflate unseen by the server."

@@ -41,10 +41,9 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from fedrec_flwr.aggregation import RowUpload
+from fedrec_flwr.aggregation import DefenceKeys, RowUpload
 from fedrec_flwr.privacy.decoys import DecoyKeys
-from fedrec_flwr.run_keys import RunGroups
-from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Group, key
+from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Group, RunValues, key
 from fedrec_flwr.seeding import keyed_rng
 
 #: Fixed point of the row and dense changes: ``x`` travels as ``round(x * 2^32)``.
@@ -68,7 +67,7 @@ class KeySource(StrEnum):
     SEEDED = "seeded"
 
 
-def check_secure_aggregation(config: RunGroups) -> None:
+def check_secure_aggregation(config: RunValues) -> None:
     keys = config.group(SecAggKeys)
     if not keys.secure_aggregation:
         if keys.secure_aggregation_keys != KeySource.RANDOM:
@@ -77,7 +76,8 @@ def check_secure_aggregation(config: RunGroups) -> None:
                 "true, or leave secure-aggregation-keys = 'random'."
             )
         return
-    if config.defences.robust_aggregation != "none" or config.defences.row_update_bound > 0:
+    defences = config.group(DefenceKeys)
+    if defences.robust_aggregation != "none" or defences.row_update_bound > 0:
         raise ConfigError(
             "secure-aggregation = true hides every single upload from the server, so its "
             "defences against poisoning (robust-aggregation, row-update-bound) have nothing "

@@ -39,7 +39,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedrec_flwr.methods.itemitem import ItemItemKeys
 from fedrec_flwr.privacy.accounting import INSTALL
+from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.seeding import keyed_rng
 
 NOISE_BLOCK = 256  # rows of noise drawn at a time
@@ -103,17 +105,18 @@ class SumNoise:
     seed: int
 
     @classmethod
-    def of(cls, config) -> SumNoise | None:
+    def of(cls, config: RunGroups) -> SumNoise | None:
         """The run's mechanism (None: ``itemitem-dp-epsilon`` is 0)."""
-        if config.itemitem_dp_epsilon <= 0:
+        keys = config.group(ItemItemKeys)
+        if keys.itemitem_dp_epsilon <= 0:
             return None
         return cls(
-            str(config.itemitem_model),
-            config.itemitem_max_degree,
-            config.itemitem_dp_epsilon,
-            config.itemitem_dp_delta,
-            2 if config.itemitem_min_count > 1 else 1,
-            config.seed,
+            str(keys.itemitem_model),
+            keys.itemitem_max_degree,
+            keys.itemitem_dp_epsilon,
+            keys.itemitem_dp_delta,
+            2 if keys.itemitem_min_count > 1 else 1,
+            config.training.seed,
         )
 
     @property

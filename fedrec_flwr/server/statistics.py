@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods.cooccurrence import model_weights
-from fedrec_flwr.methods.itemitem import ItemItem, two_rounds
+from fedrec_flwr.methods.itemitem import ItemItem, ItemItemKeys, two_rounds
 from fedrec_flwr.privacy.secure_statistics import DecodedSums, StatisticsLayout
 from fedrec_flwr.privacy.sum_noise import SumNoise
 from fedrec_flwr.server.model import server_stages
@@ -113,12 +114,13 @@ class StatisticsModel:
     """The released sums, the support, the model computed from them and the item table it
     serves (``W^T``)."""
 
-    def __init__(self, config, method: ItemItem, num_items: int) -> None:
-        self.config = config
+    def __init__(self, config: RunConfig, method: ItemItem, num_items: int) -> None:
+        self.keys = config.group(ItemItemKeys)
+        self.seed = config.training.seed
         self.method = method
-        self.kind = str(config.itemitem_model)
+        self.kind = str(self.keys.itemitem_model)
         self.noise = SumNoise.of(config)
-        self.min_count = max(int(config.itemitem_min_count), 1)
+        self.min_count = max(int(self.keys.itemitem_min_count), 1)
         self.two_rounds = two_rounds(config)
         self.gram = np.zeros((num_items, num_items), dtype=np.float64)
         self.counts = np.zeros(num_items, dtype=np.float64)
@@ -258,7 +260,9 @@ class StatisticsModel:
         block = np.ix_(support, support)
         weights = np.zeros((self.num_items, self.num_items), dtype=np.float32)
         if len(support):
-            part = model_weights(self.kind, self.gram[block], self.counts[support], self.config)
+            part = model_weights(
+                self.kind, self.gram[block], self.counts[support], self.keys, self.seed
+            )
             weights[block] = part
         self.table = np.ascontiguousarray(weights.T)
 

@@ -9,10 +9,10 @@ from typing import Any
 from fedrec_flwr.privacy.bounded.circuit import Bounds, BoundsError
 from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.run_keys import RunGroups
-from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Group, key
+from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Group, RunValues, key
 
 
-def check_bounded(config: RunGroups) -> None:
+def check_bounded(config: RunValues) -> None:
     keys = config.group(BoundedKeys)
     bound, max_rows = keys.secure_aggregation_bound, keys.secure_aggregation_max_rows
     if bound > 0 and not config.group(SecAggKeys).secure_aggregation:
