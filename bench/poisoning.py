@@ -76,34 +76,50 @@ def run(config: RunConfig, eval_every: int, targets: int) -> list[dict]:
     history = []
     try:
         for server_round in range(1, config.num_server_rounds + 1):
-            users = participants(
-                config.seed, server_round, prepared.num_users, config.fraction_train
-            )
-            runtime.train_request(server_round)
-            model.start_round()
             observer.rows.clear()
-            _, state = runtime.train(state, server_round, users, None, model.table, model.dense)
+            state, _ = train_round(runtime, model, state, server_round)
             model.apply(
                 [
                     RowUpload(items, rows, np.ones(len(items), np.int64), 1)
                     for items, rows in observer.rows
                 ]
             )
-            if server_round % eval_every and server_round != config.num_server_rounds:
-                continue
-            sums = runtime.evaluate(state, None, model.evaluation_table(), model.dense)
-            n = sums["num-users"]
-            history.append(
-                {
-                    "round": server_round,
-                    "val-hr@10": sums["val-hr@10"] / n,
-                    "test-hr@10": sums["test-hr@10"] / n,
-                    "er@10": sums.get("target-exposed", 0.0) / n,
-                }
-            )
+            if evaluates(config, server_round, eval_every):
+                history.append(evaluation(runtime, state, model, server_round))
     finally:
         uploads.OBSERVERS.remove(observer)
     return history
+
+
+def train_round(runtime: NodeRuntime, model: ServerModel, state, server_round: int):
+    """(the users' state after ``server_round``, the table they trained on as float64): the
+    round's participants trained on ``model``'s table, as one node runtime does."""
+    config, num_users = runtime.config, runtime.prepared.num_users
+    users = participants(config.seed, server_round, num_users, config.fraction_train)
+    runtime.train_request(server_round)
+    model.start_round()
+    table = model.table.astype(np.float64)
+    _, state = runtime.train(state, server_round, users, None, model.table, model.dense)
+    return state, table
+
+
+def evaluates(config: RunConfig, server_round: int, eval_every: int) -> bool:
+    """Whether the run evaluates after ``server_round``: every ``eval_every`` rounds and the
+    last."""
+    return server_round % eval_every == 0 or server_round == config.num_server_rounds
+
+
+def evaluation(runtime: NodeRuntime, state, model: ServerModel, server_round: int) -> dict:
+    """Every user's mean validation and test HR@10 and ER@10 (the share of users whose top
+    10 holds a target item) after ``server_round``."""
+    sums = runtime.evaluate(state, None, model.evaluation_table(), model.dense)
+    n = sums["num-users"]
+    return {
+        "round": server_round,
+        "val-hr@10": sums["val-hr@10"] / n,
+        "test-hr@10": sums["test-hr@10"] / n,
+        "er@10": sums.get("target-exposed", 0.0) / n,
+    }
 
 
 #: The settings every run of one result file shares (a JSON of other settings is refused).

@@ -15,9 +15,10 @@ decoded sum must equal the same users' share of the fast sum bit for bit (else t
 stops). The proofs of every user are not run: 943 users a round at about 0.5 CPU-s each
 (``bench/results/privacy/bounded-secagg.md``) would take hours a run.
 
-Runs per method and seed: clean (no bound), clean under the bound, then each malicious
-share under the bound. Writes ``--out`` (Markdown) and ``<out>.json`` after each run; a
-run already in the JSON is kept (a stopped command resumes)::
+Runs per method and seed: clean (no bound), each malicious share under the bound, then
+clean under the bound (``--no-bounded-clean`` leaves it out). Writes ``--out`` (Markdown)
+and ``<out>.json`` after each run; a run already in the JSON is kept (a stopped command
+resumes)::
 
     FEDREC_DATA_DIR=../shared/datasets python bench/poisoning_secagg.py --seeds 0 1 2
 """
@@ -32,14 +33,19 @@ import time
 from pathlib import Path
 
 import numpy as np
-from poisoning import value, write  # bench/ is the script's folder
+from poisoning import (  # bench/ is the script's folder
+    evaluates,
+    evaluation,
+    train_round,
+    value,
+    write,
+)
 
 from fedrec_flwr.aggregation import RowUpload
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.node import malicious
 from fedrec_flwr.node.runtime import NodeRuntime
-from fedrec_flwr.partition import participants
 from fedrec_flwr.privacy import secagg, secagg_trust, uploads
 from fedrec_flwr.privacy.bounded import client, leader
 from fedrec_flwr.privacy.bounded import report as rep
@@ -138,14 +144,8 @@ def run(config: RunConfig, bound: float, max_rows: int, verify: int, eval_every:
     uploads.OBSERVERS.append(observer)
     try:
         for server_round in range(1, config.num_server_rounds + 1):
-            users = participants(
-                config.seed, server_round, prepared.num_users, config.fraction_train
-            )
-            runtime.train_request(server_round)
-            model.start_round()
             observer.rows.clear()
-            table = model.table.astype(np.float64)
-            _, state = runtime.train(state, server_round, users, None, model.table, model.dense)
+            state, table = train_round(runtime, model, state, server_round)
             if bounds is None:
                 one = np.ones
                 model.apply(
@@ -163,18 +163,8 @@ def run(config: RunConfig, bound: float, max_rows: int, verify: int, eval_every:
                 changes = total[touched].astype(np.float64) * 2.0**-bounds.frac_bits
                 sums = changes + counts[touched, None] * table[touched]
                 model.apply([RowUpload(touched, sums, counts[touched], len(observer.rows))])
-            if server_round % eval_every and server_round != config.num_server_rounds:
-                continue
-            sums_ = runtime.evaluate(state, None, model.evaluation_table(), model.dense)
-            n = sums_["num-users"]
-            history.append(
-                {
-                    "round": server_round,
-                    "val-hr@10": sums_["val-hr@10"] / n,
-                    "test-hr@10": sums_["test-hr@10"] / n,
-                    "er@10": sums_.get("target-exposed", 0.0) / n,
-                }
-            )
+            if evaluates(config, server_round, eval_every):
+                history.append(evaluation(runtime, state, model, server_round))
     finally:
         uploads.OBSERVERS.remove(observer)
     return {"history": history, "verified-users": checked}
@@ -269,6 +259,12 @@ def main() -> int:
     parser.add_argument("--bound", type=float, default=25.0, help="secure-aggregation-bound")
     parser.add_argument("--max-rows", type=int, default=0, help="secure-aggregation-max-rows")
     parser.add_argument("--verify", type=int, default=2, help="users a round through the protocol")
+    parser.add_argument(
+        "--bounded-clean",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the clean run under the bound (the bound's cost without an attack)",
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     settings = {key: getattr(args, key) for key in SETTINGS}
@@ -288,7 +284,9 @@ def main() -> int:
         for method in args.methods:
             base = {**resolve(PRESETS[method]), "num-server-rounds": args.rounds, "seed": seed}
             for name, overrides, bound in runs:
-                if (method, name, seed) in done:
+                if (method, name, seed) in done or (
+                    bound and not overrides and not args.bounded_clean
+                ):
                     continue
                 start = time.time()
                 config = RunConfig.from_mapping({**base, **overrides})
