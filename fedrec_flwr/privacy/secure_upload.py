@@ -82,16 +82,7 @@ class SecureEncoding(UploadStage):
         )
         if secagg.OBSERVERS:
             self.show_views(uploads, upload_round, rows, values, encode)
-        empty = np.empty(0, dtype=np.int64)
-        return TrainResult(
-            item_ids=empty,
-            row_sums=np.empty((0, rows.shape[1]), dtype=np.float32),
-            row_counts=empty,
-            num_users=len(uploads.users),
-            num_samples=uploads.num_samples,
-            loss_sum=uploads.loss_sum,
-            secure=vector,
-        )
+        return _rowless(uploads, rows.shape[1], secure=vector)
 
     def user_changes(self, uploads: Uploads, upload_round: UploadRound) -> TrainResult:
         """Each user's change of its rows against the table as sent (the node proves each:
@@ -107,16 +98,7 @@ class SecureEncoding(UploadStage):
             for _, lo, hi in uploads.blocks()
         ]
         changes = UserChanges(uploads.users, blocks, uploads.num_samples, uploads.loss_sum)
-        empty = np.empty(0, dtype=np.int64)
-        return TrainResult(
-            item_ids=empty,
-            row_sums=np.empty((0, rows.shape[1]), dtype=np.float32),
-            row_counts=empty,
-            num_users=len(uploads.users),
-            num_samples=uploads.num_samples,
-            loss_sum=uploads.loss_sum,
-            user_changes=changes,
-        )
+        return _rowless(uploads, rows.shape[1], user_changes=changes)
 
     def show_views(self, uploads, upload_round, rows, values, encode) -> None:
         """Each wanted user's faithful-mode view to the observers that want it."""
@@ -182,3 +164,18 @@ PLUGIN = Plugin(
     server=decoding,
     keys=(secagg.SecAggKeys, BoundedKeys),
 )
+
+
+def _rowless(uploads: Uploads, row_dim: int, **upload: Any) -> TrainResult:
+    """A node's result without rows in the clear: its users', samples' and loss's totals
+    and ``upload`` (the masked vector, or each user's changes to prove)."""
+    empty = np.empty(0, dtype=np.int64)
+    return TrainResult(
+        item_ids=empty,
+        row_sums=np.empty((0, row_dim), dtype=np.float32),
+        row_counts=empty,
+        num_users=len(uploads.users),
+        num_samples=uploads.num_samples,
+        loss_sum=uploads.loss_sum,
+        **upload,
+    )

@@ -29,7 +29,6 @@ from flwr.common.logger import log
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedrec_flwr.aggregation import RowUpload
-from fedrec_flwr.messages import ARRAYS, record_arrays
 from fedrec_flwr.privacy import secagg_trust
 from fedrec_flwr.privacy.bounded import client, leader
 from fedrec_flwr.privacy.bounded import report as rep
@@ -113,34 +112,16 @@ def _reports(
 ) -> list[tuple[rep.Report, leader.Sender]]:
     """The round's reports with their senders' signed keys (``orders``: the participants,
     consumed). A failed, missing or malformed reply is a dropout, counted in the round log
-    as the plain path counts it."""
-    round_log, server_round = reader.round_log, reader.server_round
+    as the plain path counts it (:meth:`~fedrec_flwr.server.replies.ReplyReader.
+    train_replies`)."""
+
+    def check(_node_id, arrays: dict, _metrics, _order) -> list[rep.Report]:
+        if set(arrays) != set(client.ARRAYS):
+            raise ValueError(f"it carries {sorted(arrays)}, not {list(client.ARRAYS)}")
+        return client.unpack(arrays)
+
     reports: list[tuple[rep.Report, leader.Sender]] = []
-    for reply in replies:
-        node_id = reader.sender(reply)
-        order = orders.pop(node_id, None)
-        if reply.has_error():
-            round_log.train_failures += 1
-            log(WARNING, "round %d: node %d dropped: %s", server_round, node_id, reply.error.reason)
-            continue
-        try:
-            arrays = record_arrays(reply.content[ARRAYS])
-            round_log.bytes_up += reply.content[ARRAYS].count_bytes()
-            if order is None:
-                raise ValueError("the node was sent no train message this round")
-            if set(arrays) != set(client.ARRAYS):
-                raise ValueError(f"it carries {sorted(arrays)}, not {list(client.ARRAYS)}")
-            unpacked = client.unpack(arrays)
-        except ValueError as error:
-            round_log.rejected_replies += 1
-            log(
-                WARNING,
-                "round %d: train reply of node %d rejected: %s",
-                server_round,
-                node_id,
-                error,
-            )
-            continue
+    for node_id, (_, _, unpacked) in reader.train_replies(replies, orders, check).items():
         own, identity = keys[node_id], keys[node_id].get("identity")
         sender = leader.Sender(
             reader.nodes[node_id].partition_id,
@@ -149,5 +130,4 @@ def _reports(
             None if identity is None else np.asarray(identity).tobytes(),
         )
         reports += [(report, sender) for report in unpacked]
-    round_log.train_failures += len(orders)
     return reports

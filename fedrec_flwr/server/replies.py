@@ -8,8 +8,9 @@ did not answer within the round timeout are logged and counted (``train-failures
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from logging import WARNING
+from typing import Any, TypeVar
 
 import numpy as np
 from flwr.app import ArrayRecord, Message
@@ -31,6 +32,8 @@ from fedrec_flwr.server.validation import (
 from fedrec_flwr.stages import NodeUpload
 
 __all__ = ["NodeUpload", "ReplyReader"]
+
+T = TypeVar("T")
 
 
 class ReplyReader:
@@ -69,7 +72,31 @@ class ReplyReader:
     ) -> list[NodeUpload]:
         """The valid uploads among a round's train replies (``orders``: what each node was
         sent; consumed), in partition order, not arrival order."""
+        check = check_statistics_reply if schema.statistics else check_train_reply
+        answered = self.train_replies(
+            replies, orders, lambda _, arrays, metrics, order: check(arrays, metrics, schema, order)
+        )
         uploads = []
+        for node_id, (arrays, metrics, upload) in answered.items():
+            info = self.nodes[node_id]
+            uploads.append(NodeUpload(info.partition_id, upload, metrics))
+            info.remember_request(arrays, metrics)
+        return sorted(uploads, key=lambda entry: entry.partition_id)
+
+    def train_replies(
+        self,
+        replies: Iterable[Message],
+        orders: dict[int, TrainOrder],
+        check: Callable[[int, dict[str, np.ndarray], dict[str, Any], TrainOrder], T],
+    ) -> dict[int, tuple[dict[str, np.ndarray], dict[str, Any], T]]:
+        """Each participant's answered train reply, by node id in arrival order: its arrays,
+        metrics and what ``check(node_id, arrays, metrics, order)`` makes of them (``orders``:
+        what each node was sent; consumed). A failed reply, a node that did not answer in
+        time (both counted in ``train-failures``), one from a node sent no train message this
+        round, or one ``check`` refuses with a ``ValueError`` (both counted in
+        ``rejected-replies``) is logged and left out: every path reads its replies here,
+        each with the check of its own shapes."""
+        answered = {}
         for reply in replies:
             node_id = self.sender(reply)
             order = orders.pop(node_id, None)
@@ -86,18 +113,13 @@ class ReplyReader:
             try:
                 arrays, metrics = read_reply(reply)
                 self.round_log.bytes_up += reply.content[ARRAYS].count_bytes()
-                if order is None:
+                if order is None:  # a secure vector of it would hold no mask of this round
                     raise ReplyError("the node was not sent a train message this round")
-                check = check_statistics_reply if schema.statistics else check_train_reply
-                upload = check(arrays, metrics, schema, order)
+                answered[node_id] = (arrays, metrics, check(node_id, arrays, metrics, order))
             except ValueError as error:  # ReplyError, or a reply that cannot be read
                 self._reject("train", node_id, error)
-                continue
-            info = self.nodes[node_id]
-            uploads.append(NodeUpload(info.partition_id, upload, metrics))
-            info.remember_request(arrays, metrics)
         self.round_log.train_failures += self._missing("train", orders)
-        return sorted(uploads, key=lambda entry: entry.partition_id)
+        return answered
 
     def admissible(
         self, uploads: Sequence[NodeUpload], refusals: Sequence[str | None]

@@ -197,43 +197,20 @@ def masked_vectors(
 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """The participants' masked vectors and sealed shares, by partition (``orders``: the
     participants, consumed). A failed, missing or malformed reply is a dropout, counted in
-    the reader's round log as the plain path counts it."""
-    round_log, server_round = reader.round_log, reader.server_round
-    answered = {}
-    for reply in replies:
-        node_id = reader.sender(reply)
-        order = orders.pop(node_id, None)
-        if reply.has_error():
-            round_log.train_failures += 1
-            log(WARNING, "round %d: node %d dropped: %s", server_round, node_id, reply.error.reason)
-            continue
-        try:
-            arrays = record_arrays(reply.content[ARRAYS])
-            round_log.bytes_up += reply.content[ARRAYS].count_bytes()
-            if order is None:  # not a participant: its vector holds no mask of this round
-                raise ValueError("the node was sent no train message this round")
-            partition = reader.nodes[node_id].partition_id
-            _check_shapes(arrays, length, len(reader.rounds.graph[partition]) + 1)
-        except ValueError as error:
-            round_log.rejected_replies += 1
-            log(
-                WARNING,
-                "round %d: train reply of node %d rejected: %s",
-                server_round,
-                node_id,
-                error,
-            )
-            continue
-        answered[partition] = (arrays["secure"], arrays["secagg-shares"])
-    round_log.train_failures += len(orders)
-    if orders:
-        log(
-            WARNING,
-            "round %d: node(s) %s dropped (no answer in time)",
-            server_round,
-            sorted(orders),
-        )
-    return answered
+    the reader's round log as the plain path counts it
+    (:meth:`~fedrec_flwr.server.replies.ReplyReader.train_replies`)."""
+    graph, nodes = reader.rounds.graph, reader.nodes
+
+    def check(node_id: int, arrays: dict, _metrics, _order) -> int:
+        partition = nodes[node_id].partition_id
+        _check_shapes(arrays, length, len(graph[partition]) + 1)
+        return partition
+
+    answered = reader.train_replies(replies, orders, check)
+    return {
+        partition: (arrays["secure"], arrays["secagg-shares"])
+        for arrays, _, partition in answered.values()
+    }
 
 
 def _check_shapes(arrays: dict, length: int, holders: int) -> None:

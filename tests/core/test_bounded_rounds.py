@@ -8,55 +8,28 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from bounded_cheats import CHEATS, cheating_report
-from flwr.app import ArrayRecord, ConfigRecord
+from flower_rounds import SMALL, connected, train_round
 from scipy import stats
 
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.messages import array_record, record_arrays
-from fedrec_flwr.methods import build_method
 from fedrec_flwr.privacy import secagg
 from fedrec_flwr.privacy.bounded import circuit, client, encoding
 from fedrec_flwr.privacy.bounded import field as gf
 from fedrec_flwr.privacy.bounded import report as rep
 from fedrec_flwr.schema import ConfigError
-from fedrec_flwr.server.handshake import connect
-from fedrec_flwr.server.model import ServerModel
-from fedrec_flwr.server.strategy import FedRecStrategy
 from fedrec_flwr.server_app import run_federation
 from fedrec_lab.audit.loop import run_plain
 from fedrec_lab.local_grid import LocalGrid
 
-SMALL = {
-    "dataset": "synthetic",
-    "synthetic-users": 30,
-    "synthetic-items": 300,
-    "synthetic-mean-degree": 10,
-    "num-server-rounds": 3,
-    "checkpoint-every": 0,
-}
 BOUNDED = {
     "secure-aggregation": True,
     "secure-aggregation-keys": "seeded",
     "secure-aggregation-bound": 3.0,
     "secure-aggregation-max-rows": 40,
 }
-
-
-def connected(tmp_path, nodes: int, **overrides):
-    run_config = {**SMALL, "results-dir": str(tmp_path / "results"), **overrides}
-    config = RunConfig.from_mapping(run_config)
-    grid = LocalGrid(client_app, run_config, num_nodes=nodes)
-    federation = connect(grid, config, config.node_wait_timeout, timeout=600)
-    method = build_method(config, federation.num_items)
-    model = ServerModel.initial(config, method, federation.num_items)
-    return FedRecStrategy(config, method, model, federation), grid
-
-
-def train_round(strategy, grid, server_round=1):
-    messages = list(strategy.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid))
-    return messages, list(grid.send_and_receive(messages, timeout=600))
 
 
 # ------------------------------------------------------------------------ the keys

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import bounded_cheats as cheats
 import numpy as np
 import pytest
 
@@ -66,23 +67,11 @@ def honest(bounds, helper, user, items, changes, samples=10, loss=1.5) -> rep.Re
 
 def forged(bounds, helper, user, values, cheat=False) -> rep.Report:
     """A report of an arbitrary input (field elements, wrap-around bits included), shared
-    and proven as the protocol does; ``cheat``: a proof that lies about one gadget output so
-    that the circuit's output is zero."""
+    and proven as the protocol does; ``cheat``: a proof that lies (:func:`bounded_cheats.
+    forged`)."""
+    helper_public = secagg.public_bytes(helper.key)
     ctx = ctx_of(bounds, user)
-    sigma, blind = bytes(range(32)), bytes(range(32, 64))
-    expanded = rep.expand(bounds, sigma)
-    share = gf.sub(values, expanded.share)
-    parts_h = rep.parts(bounds, ctx, expanded.blind, expanded.share)
-    full = rep.circuit(bounds, ctx, rep.parts(bounds, ctx, blind, share), parts_h)
-    left, right, linear = full.evaluate(values, leader=True)
-    shape = rep.proof_shape(bounds)
-    proof = flp.prove(shape, left, right, gf.expand(gf.derive(b"seeds"), 2 * shape.chunk))
-    if cheat:  # the gadget's first output shifted so that the circuit outputs zero
-        first = 2 * shape.chunk + 1
-        out = gf.add(linear, gf.total(proof[first : first + shape.calls]))
-        proof[first] = gf.sub(proof[first], out).item()
-    sealed = rep.seal(sigma, node_key(user), secagg.public_bytes(helper.key), ctx)
-    return rep.Report(user, share, gf.sub(proof, expanded.proof), blind, parts_h, sealed)
+    return cheats.forged(bounds, ctx, user, values, node_key(user), helper_public, cheat)
 
 
 def run_round(bounds, helper, reports):
@@ -183,28 +172,8 @@ def _report_with(bounds, helper, user, edit, cheat=False):
     rng = np.random.default_rng(user)
     items = np.sort(rng.choice(ITEMS, 4, replace=False))
     m = enc.measure(bounds, items, change(rng, 4, 1.0), 10, 1.5, rng)
-    values = edit(bounds, m.values.copy())
-    return forged(bounds, helper, user, _with_wrap_bits(bounds, user, values), cheat)
-
-
-def _with_wrap_bits(bounds, user, values):
-    """``values`` with the wrap-around bits of its projections under the forged report's
-    randomness (bits of the projection's low part when it is out of range: a lie)."""
-    ctx = ctx_of(bounds, user)
-    sigma, blind = bytes(range(32)), bytes(range(32, 64))
-    expanded = rep.expand(bounds, sigma)
-    measured = gf.sub(values, expanded.share[: bounds.measured])
-    own = gf.derive(b"measured", ctx, blind, gf.element_bytes(measured))
-    helper_part = rep.parts(bounds, ctx, expanded.blind, expanded.share)[0]
-    wrap_seed = gf.derive(b"wrap", ctx, gf.derive(b"wrap part", own), helper_part)
-    signed = gf.to_signed(values[: bounds.projected]).astype(np.float64)
-    if np.abs(signed).max() < 2**30:
-        projections = np.rint(circ.project(wrap_seed, signed)[0]).astype(np.int64)
-    else:  # huge entries: the projections modulo P, lifted
-        limbs = circ.project(wrap_seed, gf.limbs(values[: bounds.projected]))
-        projections = gf.to_signed(gf.from_limb_sums(limbs))
-    shifted = (projections + bounds.beta) & ((1 << bounds.wrap_bits) - 1)
-    return np.concatenate([values, enc.bits_of(shifted, bounds.wrap_bits)])
+    values = cheats.with_wrap_bits(bounds, ctx_of(bounds, user), edit(bounds, m.values.copy()))
+    return forged(bounds, helper, user, values, cheat)
 
 
 def _long_row(bounds, values):
@@ -216,44 +185,10 @@ def _long_row(bounds, values):
     return values
 
 
-def _rebuilt(bounds, values, d, counts):
-    """``values`` with rows ``d`` and ``counts``, and witnesses, remainders and the rows'
-    slack bits made to fit them (so that only the check a cheat targets fails)."""
-    slack = counts * bounds.square_bound - (d * d).sum(axis=1)
-    w, rem = enc.witnesses(slack, bounds.rem_bits)
-    for name, part in (
-        ("d", gf.from_signed(d.ravel())),
-        ("w", gf.elements(w.ravel())),
-        ("c", gf.from_signed(counts)),
-        ("rem", rem),
-        ("rows", enc.bits_of(max(bounds.max_rows - int(counts.sum()), 0), bounds.rows_bits)),
-    ):
-        lo, hi = bounds.offsets[name]
-        values[lo:hi] = part
-    return values
-
-
-def _signed_rows(bounds, values):
-    d = gf.to_signed(bounds.part(values, "d")).reshape(ITEMS, DIM)
-    return d, gf.to_signed(bounds.part(values, "c"))
-
-
-def _too_many_rows(bounds, values):
-    d, counts = _signed_rows(bounds, values)
-    counts[: bounds.max_rows + 1] = 1  # one row more than max-rows, each within the bound
-    return _rebuilt(bounds, values, d, counts)
-
-
-def _count_of_two(bounds, values):
-    d, counts = _signed_rows(bounds, values)
-    counts[int(np.flatnonzero(counts)[0])] = 2  # a row worth two users, its slack made to fit
-    return _rebuilt(bounds, values, d, counts)
-
-
 def _long_row_with_wrapped_slack(bounds, values):
     """A row beyond the bound whose negative slack the witnesses make up modulo P: squares
     near P, caught only by the wrap-around checks."""
-    d, counts = _signed_rows(bounds, values)
+    d, counts = cheats.signed_rows(bounds, values)
     top = int(np.flatnonzero(counts)[0])
     long = np.full(DIM, int(1.5 * BOUND * 2**bounds.frac_bits / math.sqrt(DIM)))
     while True:  # a row whose wrapped slack leaves a greedy remainder that fits the bits
@@ -273,11 +208,6 @@ def _long_row_with_wrapped_slack(bounds, values):
     values[lo + top * bounds.rem_bits : lo + (top + 1) * bounds.rem_bits] = enc.bits_of(
         rest, bounds.rem_bits
     )
-    return values
-
-
-def _two_users(bounds, values):
-    values[bounds.offsets["user"][0]] = 2
     return values
 
 
@@ -309,9 +239,9 @@ def _wrapped_row(bounds, values):
 CHEATS = {
     "row change beyond the bound": _long_row,
     "row change beyond the bound, slack wrapped": _long_row_with_wrapped_slack,
-    "more rows than max-rows": _too_many_rows,
-    "a count of 2": _count_of_two,
-    "a user count of 2": _two_users,
+    "more rows than max-rows": cheats.too_many_rows,
+    "a count of 2": cheats.count_of_two,
+    "a user count of 2": cheats.two_users,
     "a row changed with count 0": _untouched_row_moved,
     "a wrapped-around row": _wrapped_row,
 }

@@ -4,20 +4,15 @@ own ClientApp, is refused by the nodes with an error that says what is wrong."""
 
 from __future__ import annotations
 
+import flower_rounds
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flwr.app import ArrayRecord, ConfigRecord
 
-from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.messages import array_record, record_arrays
-from fedrec_flwr.methods import build_method
+from fedrec_flwr.messages import record_arrays
 from fedrec_flwr.privacy import secagg, secagg_trust
-from fedrec_flwr.server.handshake import connect
-from fedrec_flwr.server.model import ServerModel
-from fedrec_flwr.server.strategy import FedRecStrategy
-from fedrec_lab.local_grid import LocalGrid
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 SMALL = {
@@ -33,26 +28,13 @@ TARGET = 1  # the partition whose upload the server wants
 
 
 def connected(tmp_path, nodes=4, **overrides):
-    run_config = {**SMALL, "results-dir": str(tmp_path / "results"), **overrides}
-    config = RunConfig.from_mapping(run_config)
-    grid = LocalGrid(client_app, run_config, num_nodes=nodes)
-    federation = connect(grid, config, config.node_wait_timeout, timeout=600)
-    method = build_method(config, federation.num_items)
-    model = ServerModel.initial(config, method, federation.num_items)
-    return FedRecStrategy(config, method, model, federation), grid
+    return flower_rounds.connected(tmp_path, nodes, SMALL, **overrides)
 
 
 def round_messages(strategy, grid, server_round=1):
     """The round's honest train messages, by partition."""
     messages = strategy.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid)
     return {strategy.nodes[m.metadata.dst_node_id].partition_id: m for m in messages}
-
-
-def edit(message, change) -> None:
-    """Apply ``change`` to the message's arrays (a dict of numpy arrays, by wire name)."""
-    arrays = record_arrays(message.content["arrays"])
-    change(arrays)
-    message.content["arrays"] = array_record(arrays)
 
 
 def answers(grid, messages):
@@ -81,7 +63,7 @@ def test_peers_that_are_not_the_nodes_neighbours_are_refused(tmp_path):
         for name in ("secagg-peers", "secagg-keys", "secagg-signatures", "secagg-identities"):
             arrays[name] = arrays[name][keep]
 
-    edit(messages[TARGET], fewer)
+    flower_rounds.edit(messages[TARGET], fewer)
     assert "are not its neighbours" in answers(grid, {TARGET: messages[TARGET]})[TARGET]
 
 
@@ -96,7 +78,7 @@ def test_the_target_alone_is_refused(tmp_path):
             arrays[name] = arrays[name][keep]
         arrays["secagg-cohort"] = arrays["secagg-peers"]
 
-    edit(messages[TARGET], alone)
+    flower_rounds.edit(messages[TARGET], alone)
     reason = answers(grid, {TARGET: messages[TARGET]})[TARGET]
     assert "partition 1 refuses round 1" in reason
     assert "are not the round's cohort [0, 1, 2, 3]" in reason
@@ -138,7 +120,7 @@ def test_a_genuine_key_listed_twice_is_refused(tmp_path):
         for name in ("secagg-keys", "secagg-signatures", "secagg-identities"):
             arrays[name][3] = arrays[name][2]
 
-    edit(messages[TARGET], twice)
+    flower_rounds.edit(messages[TARGET], twice)
     reason = answers(grid, {TARGET: messages[TARGET]})[TARGET]
     assert "one key is listed twice (partitions [2, 3])" in reason
 
@@ -151,7 +133,7 @@ def test_the_targets_own_key_under_another_partition_is_refused(tmp_path):
         for name in ("secagg-keys", "secagg-signatures", "secagg-identities"):
             arrays[name][0] = arrays[name][TARGET]
 
-    edit(messages[TARGET], own_twice)
+    flower_rounds.edit(messages[TARGET], own_twice)
     assert (
         "one key is listed twice (partitions [0, 1])"
         in answers(grid, {TARGET: messages[TARGET]})[TARGET]
@@ -184,7 +166,7 @@ def test_keys_substituted_by_the_server_are_refused(tmp_path, source):
             arrays["secagg-identities"][j] = 0
             arrays["secagg-identities"][j, : len(text)] = text
 
-    edit(messages[TARGET], substituted)
+    flower_rounds.edit(messages[TARGET], substituted)
     reason = answers(grid, {TARGET: messages[TARGET]})[TARGET]
     expected = "not signed by its identity key" if source == "seeded" else "another identity key"
     assert expected in reason and "a substituted key" in reason
@@ -197,7 +179,9 @@ def test_every_other_node_told_to_train_nobody_is_refused(tmp_path):
     messages = round_messages(strategy, grid)
     others = {p: m for p, m in messages.items() if p != TARGET}
     for message in others.values():
-        edit(message, lambda arrays: arrays.__setitem__("train-users", arrays["train-users"][:0]))
+        flower_rounds.edit(
+            message, lambda arrays: arrays.__setitem__("train-users", arrays["train-users"][:0])
+        )
     for partition, reason in answers(grid, others).items():
         assert isinstance(reason, str), partition
         assert "asks this node to train 0 users, the schedule 10" in reason
@@ -210,7 +194,7 @@ def test_a_different_model_sent_to_the_target_leaves_the_sum_masked(tmp_path):
     strategy, grid = connected(tmp_path)
     table = strategy.model.table
     messages = round_messages(strategy, grid)
-    edit(messages[TARGET], lambda arrays: arrays["item-rows"].__setitem__(0, 0.0))
+    flower_rounds.edit(messages[TARGET], lambda arrays: arrays["item-rows"].__setitem__(0, 0.0))
     replies = answers(grid, messages)
     assert strategy.aggregate_train(1, list(replies.values())) == (None, None)
     assert strategy.model.table is table

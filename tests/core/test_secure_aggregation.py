@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from flower_rounds import SMALL, connected, train_round
 from flwr.app import ArrayRecord, ConfigRecord
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,12 +18,8 @@ from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.messages import array_record, record_arrays
-from fedrec_flwr.methods import build_method
 from fedrec_flwr.privacy import secagg
 from fedrec_flwr.schema import ConfigError
-from fedrec_flwr.server.handshake import connect
-from fedrec_flwr.server.model import ServerModel
-from fedrec_flwr.server.strategy import FedRecStrategy
 from fedrec_flwr.server_app import run_federation
 from fedrec_lab.audit.command import SECAGG
 from fedrec_lab.audit.loop import run_plain
@@ -284,32 +281,6 @@ def test_the_key_source_needs_secure_aggregation():
 
 
 # ------------------------------------------------------------------ through Flower
-SMALL = {
-    "dataset": "synthetic",
-    "synthetic-users": 30,
-    "synthetic-items": 300,
-    "synthetic-mean-degree": 10,
-    "num-server-rounds": 3,
-    "checkpoint-every": 0,
-}
-
-
-def connected(tmp_path, nodes: int, **overrides):
-    """A strategy holding round 1's table, connected to ``nodes`` in-process nodes."""
-    run_config = {**SMALL, "results-dir": str(tmp_path / "results"), **overrides}
-    config = RunConfig.from_mapping(run_config)
-    grid = LocalGrid(client_app, run_config, num_nodes=nodes)
-    federation = connect(grid, config, config.node_wait_timeout, timeout=600)
-    method = build_method(config, federation.num_items)
-    model = ServerModel.initial(config, method, federation.num_items)
-    return FedRecStrategy(config, method, model, federation), grid
-
-
-def train_round(strategy, grid, server_round=1):
-    messages = list(strategy.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid))
-    return messages, list(grid.send_and_receive(messages, timeout=600))
-
-
 @pytest.mark.usefixtures("private_cache")
 @pytest.mark.parametrize("method", ["pfedrec", "fedncf"])
 def test_the_server_sees_masked_vectors_and_the_sum_is_the_plain_update(tmp_path, method):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 
 import pytest
+from flower_rounds import SMALL
 
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
@@ -14,15 +15,6 @@ from fedrec_lab.audit.loop import run_plain
 from fedrec_lab.local_grid import LocalGrid
 
 pytestmark = pytest.mark.usefixtures("private_cache")
-
-SYNTHETIC = {
-    "dataset": "synthetic",
-    "synthetic-users": 30,
-    "synthetic-items": 300,
-    "synthetic-mean-degree": 10,
-    "num-server-rounds": 3,
-    "checkpoint-every": 0,
-}
 
 
 @pytest.mark.parametrize(
@@ -40,7 +32,7 @@ SYNTHETIC = {
     ],
 )
 def test_the_plain_loop_reproduces_the_flower_run(tmp_path, keys):
-    config = RunConfig.from_mapping({**SYNTHETIC, **keys, "results-dir": str(tmp_path)})
+    config = RunConfig.from_mapping({**SMALL, **keys, "results-dir": str(tmp_path)})
     summary = run_federation(LocalGrid(client_app, config.to_mapping(), num_nodes=3), config)
     plain = run_plain(config, prepare(config))
     assert plain["best_round"] == summary["best_round"]

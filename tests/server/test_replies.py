@@ -6,17 +6,14 @@ from __future__ import annotations
 import copy
 import csv
 
+import flower_rounds
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Error, Message
 
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.messages import array_record, record_arrays
-from fedrec_flwr.methods import build_method
 from fedrec_flwr.results import TIMING_COLUMNS
-from fedrec_flwr.server.handshake import connect
-from fedrec_flwr.server.model import ServerModel
 from fedrec_flwr.server.strategy import FedRecStrategy
 from fedrec_flwr.server_app import run_federation
 from fedrec_lab.local_grid import LocalGrid
@@ -37,13 +34,7 @@ pytestmark = pytest.mark.usefixtures("private_cache")
 
 def connected(tmp_path, nodes: int, **overrides) -> tuple[FedRecStrategy, LocalGrid]:
     """A strategy holding round 1's table, connected to ``nodes`` in-process nodes."""
-    run_config = {**SMALL, "results-dir": str(tmp_path / "results"), **overrides}
-    config = RunConfig.from_mapping(run_config)
-    grid = LocalGrid(client_app, run_config, num_nodes=nodes)
-    federation = connect(grid, config, config.node_wait_timeout, timeout=600)
-    method = build_method(config, federation.num_items)
-    model = ServerModel.initial(config, method, federation.num_items)
-    return FedRecStrategy(config, method, model, federation), grid
+    return flower_rounds.connected(tmp_path, nodes, SMALL, **overrides)
 
 
 def read_rounds(tmp_path) -> list[dict[str, str]]:
@@ -57,15 +48,12 @@ def without_seconds(rows):
 
 
 def train_round(strategy, grid, server_round=1):
-    messages = list(strategy.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid))
-    return list(grid.send_and_receive(messages, timeout=600))
+    return flower_rounds.train_round(strategy, grid, server_round)[1]
 
 
 def tamper(reply: Message, key: str, change) -> None:
     """Apply ``change`` (in place) to the reply's array ``key``, packed or not."""
-    arrays = record_arrays(reply.content["arrays"])
-    change(arrays[key])
-    reply.content["arrays"] = array_record(arrays)
+    flower_rounds.edit(reply, lambda arrays: change(arrays[key]))
 
 
 def state_bytes(strategy) -> bytes:
