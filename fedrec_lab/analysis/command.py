@@ -22,6 +22,7 @@ from fedrec_lab.analysis import cells as sam_cells
 from fedrec_lab.analysis import item_views, landscape, sam_plot, sam_table
 from fedrec_lab.analysis.state import has_state, load_best_state, replay, replay_difference
 from fedrec_lab.scratch import HelpFormatter, add_data_dir, add_out, scratch_out, wrote
+from fedrec_lab.stats import PER_USER_FILE, read_per_user
 
 WORK = scratch_out("replays")
 #: The committed runs.
@@ -75,12 +76,34 @@ def cmd_item_views(args) -> int:
     return 0
 
 
+def _take_user_hr(record: dict, run_dir: Path, folder: Path) -> None:
+    """A run without ``per-user.csv``: its record takes each user's test HR@10 from the
+    replay's, when that replay gave the run's validation and test metrics exactly."""
+    check = record.get("replay")
+    if (run_dir / PER_USER_FILE).exists() or not (folder / PER_USER_FILE).exists():
+        return
+    if check is None or not check["metrics_equal"]:
+        return
+    users, columns = read_per_user(folder)
+    record["user_test_hr"] = {
+        "users": [int(u) for u in users],
+        "test-hr@10": [float(v) for v in columns["test-hr@10"]],
+    }
+
+
 def _check_replay(path: Path, runs: Path, work: Path) -> None:
-    """A record whose model was a replay in ``work`` gets that replay's check if it lacks it."""
+    """A record whose model was a replay in ``work`` gets that replay's check, and the users'
+    test HR@10 its run lacks, if it lacks them."""
     record = json.loads(path.read_text())
     name = record["run"]
-    if record.get("replay") is None and not has_state(runs / name) and has_state(work / name):
+    if has_state(runs / name) or not has_state(work / name):
+        return
+    before = dict(record)
+    if record.get("replay") is None:
         record["replay"] = replay_difference(runs / name, work / name)
+    if "user_test_hr" not in record:
+        _take_user_hr(record, runs / name, work / name)
+    if record != before:
         landscape.write_record(record, path.parent)
 
 
@@ -107,6 +130,7 @@ def cmd_sam_table(args) -> int:
             radii = sam_cells.sam_radii(twin)
             record = landscape.analyze(load_best_state(folder, args.data_dir), radii, args.users)
             record["run"], record["replay"] = cell.name, check
+            _take_user_hr(record, runs / cell.name, folder)
             landscape.write_record(record, records)
             print(f"{cell.name}: {how}, analysed in {time.time() - started:.0f} s", flush=True)
     command = "python -m fedrec_lab.analysis sam-table --report-only --out " + shlex.quote(

@@ -36,6 +36,19 @@ def record_path(records: Path, cell: SamCell) -> Path:
     return records / f"{cell.name}.json"
 
 
+def user_test_hr(run_dir: Path, record: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each user's test HR@10 at the run's best round: its ``per-user.csv``, else the one its
+    record took from a replay that gave the run's metrics exactly (``user_test_hr``), else None
+    (the row then has no HR@10 interval)."""
+    if (run_dir / stats.PER_USER_FILE).exists():
+        users, columns = stats.read_per_user(run_dir)
+        return users, columns["test-hr@10"]
+    taken = record.get("user_test_hr")
+    if taken is None:
+        return None
+    return np.asarray(taken["users"]), np.asarray(taken["test-hr@10"])
+
+
 def run_figures(cell: SamCell, runs: Path, records: Path) -> dict[str, Any] | None:
     """A cell's figures and per-user values, or None while its record is missing."""
     path = record_path(records, cell)
@@ -44,7 +57,6 @@ def run_figures(cell: SamCell, runs: Path, records: Path) -> dict[str, Any] | No
         return None
     record = json.loads(path.read_text())
     summary = json.loads(summary_file.read_text())
-    users, columns = stats.read_per_user(runs / cell.name)
     sampled = record["sampled"]
     return {
         "hr@10": summary["test"]["hr@10"],
@@ -54,7 +66,7 @@ def run_figures(cell: SamCell, runs: Path, records: Path) -> dict[str, Any] | No
         "best_round": summary["best_round"],
         "rounds": summary["rounds"],
         "per_user": {
-            "hr": (users, columns["test-hr@10"]),
+            "hr": user_test_hr(runs / cell.name, record),
             "gap": (np.asarray(record["users"]), np.asarray(record["user_gap"])),
             "lambda_max": (
                 np.array([m["user"] for m in sampled]),
@@ -115,12 +127,13 @@ def row(
         },
         "replays": [f["replay"] for side in sides.values() for f in side],
     }
+    seeds_sides = sides[False] + sides[True]
     for key, per_user, _, scale in MEASURES:
         out[key] = {
             "without": [f[key] for f in sides[False]],
             "with": [f[key] for f in sides[True]],
         }
-        if seeds_done:
+        if seeds_done and all(f["per_user"][per_user] is not None for f in seeds_sides):
             a = stats.seed_averaged([f["per_user"][per_user] for f in sides[True]])
             b = stats.seed_averaged([f["per_user"][per_user] for f in sides[False]])
             d = stats.paired_difference(*a, *b)

@@ -277,7 +277,9 @@ def test_sam_table_pairs_seeds_lists_them_and_says_what_is_missing(tmp_path):
                 {"rounds": 10, "best_round": best + sam, "test": {"hr@10": sum(hr) / 4}},
             )
             lines = ["user,test-hr@10", *(f"{u},{h}" for u, h in zip(users, hr, strict=True))]
-            (runs / cell.name / "per-user.csv").write_text("\n".join(lines) + "\n")
+            without_file = seed == 1 and sam  # its users' HR@10 are in its record (a replay's)
+            if not without_file:
+                (runs / cell.name / "per-user.csv").write_text("\n".join(lines) + "\n")
             record = {
                 "gap": 0.1 if sam else 0.2,
                 "users": users,
@@ -291,6 +293,8 @@ def test_sam_table_pairs_seeds_lists_them_and_says_what_is_missing(tmp_path):
                 "radii": [0.5, 0.05],
                 "replay": None if sam else {"metrics_equal": True, "max_abs": 0.0},
             }
+            if without_file:
+                record["user_test_hr"] = {"users": users, "test-hr@10": hr}
             (records / f"{cell.name}.json").write_text(json.dumps(record))
     # seed 2 of the pair has only its run without SAM: the row holds seeds 0 and 1
     (records / f"{SamCell('PFedRec', False, 'ml-100k', 'strict', 2).name}.json").write_text("{}")
@@ -308,3 +312,30 @@ def test_sam_table_pairs_seeds_lists_them_and_says_what_is_missing(tmp_path):
     assert "--methods PFedRec --datasets ml-100k --protocols strict --seeds 0 1" in text
     sam_plot.plot(rows_, runs, tmp_path / "sam-table.png")
     assert (tmp_path / "sam-table.png").stat().st_size > 0
+    # a run with neither a per-user file nor its users' HR@10 in its record: no HR@10 interval
+    name = SamCell("PFedRec", True, "ml-100k", "strict", 1).name
+    record = json.loads((records / f"{name}.json").read_text())
+    del record["user_test_hr"]
+    (records / f"{name}.json").write_text(json.dumps(record))
+    (done,) = [r for r in sam_table.table_rows(runs, records) if r["seeds"]]
+    assert "difference" not in done["hr@10"] and done["hr@10"]["with"] == [1.0, 1.0]
+    assert done["mean_lambda_max"]["difference"]["mean"] == pytest.approx(-1.5)
+
+
+def test_a_record_takes_its_users_hr_only_from_an_exact_replay(tmp_path):
+    from fedrec_lab.analysis.command import _take_user_hr
+
+    run, replayed = tmp_path / "run", tmp_path / "replay"
+    run.mkdir()
+    replayed.mkdir()
+    (replayed / "per-user.csv").write_text("user,test-hr@10\n3,1.0\n5,0.0\n")
+    record: dict = {"replay": {"metrics_equal": False}}
+    _take_user_hr(record, run, replayed)
+    assert "user_test_hr" not in record
+    record["replay"] = {"metrics_equal": True}
+    _take_user_hr(record, run, replayed)
+    assert record["user_test_hr"] == {"users": [3, 5], "test-hr@10": [1.0, 0.0]}
+    (run / "per-user.csv").write_text("user,test-hr@10\n3,1.0\n5,0.0\n")
+    del record["user_test_hr"]
+    _take_user_hr(record, run, replayed)  # the run's own file is read by the table
+    assert "user_test_hr" not in record
