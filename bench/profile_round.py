@@ -9,10 +9,12 @@ kernels), the upload, the rest of the node's train handler (row look-ups, copies
 tensors), evaluation, and the ClientApp's message glue; what is left of a round is the
 server's side (strategy, aggregation, records) and Flower's. Each phase's time excludes the
 phases inside it; a round runs from its first message to the next round's. Wall and CPU
-seconds (``time.process_time``: every thread) are both kept; ``torch-threads`` stays at
-its default of 1. With ``--ops`` one intermediate round also runs under ``torch.profiler``
-(a separate run): its top operators by self CPU time and the number of operators, a proxy
-for the kernel launches of a CUDA round.
+seconds (``time.process_time``: every thread) are both kept, and per round the kernel's
+share of the CPU seconds and the minor page faults (``getrusage``; mostly first touches of
+freshly allocated memory); ``torch-threads`` stays at its default of 1. With ``--ops``
+one intermediate round also runs under ``torch.profiler`` (a separate run): its top
+operators by self CPU time and the number of operators, a proxy for the kernel launches of
+a CUDA round.
 
 Cases: ``big`` (synthetic, 100,000 users x 20,000 items, mean degree 50, 10 % train per
 round, 1,000 users evaluated on intermediate rounds, all on the last), ``ml20m`` (the
@@ -34,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fedrec_lab.scaling.phases import PhaseClock, instrument
+from fedrec_lab.scaling.phases import PhaseClock, instrument, kernel_usage
 
 PROJECT = Path(__file__).resolve().parents[1]
 CASES: dict[str, dict[str, Any]] = {
@@ -80,7 +82,7 @@ def run_case(config: dict[str, Any], clock: PhaseClock, on_round: Callable | Non
     grid = LocalGrid(timed_app, config, 1)
     run_federation(grid, RunConfig.from_mapping(config))
     clock.charge()
-    return time.perf_counter(), time.process_time()
+    return time.perf_counter(), time.process_time(), *kernel_usage()
 
 
 def recorded(config: dict) -> dict:
@@ -114,8 +116,10 @@ def case_config(case: str, sampler: str, rounds: int, data_dir: str | None, work
     return config
 
 
-def round_table(clock: PhaseClock, end: tuple[float, float]) -> dict[int, dict[str, Any]]:
-    """Per round: wall and CPU seconds and each phase's, the server's as the remainder."""
+def round_table(clock: PhaseClock, end: tuple[float, ...]) -> dict[int, dict[str, Any]]:
+    """Per round: wall and CPU seconds and each phase's, the server's as the remainder; the
+    kernel's share of the CPU seconds and the minor page faults (``end``: the run's
+    :func:`run_case` figures at its end)."""
     starts = sorted(clock.round_starts)
     rounds = {}
     for r, nxt in zip(starts, [*starts[1:], None], strict=True):
@@ -125,7 +129,15 @@ def round_table(clock: PhaseClock, end: tuple[float, float]) -> dict[int, dict[s
         phases_wall, phases_cpu = dict(clock.wall[r]), dict(clock.cpu[r])
         phases_wall[SERVER] = wall - sum(phases_wall.values())
         phases_cpu[SERVER] = cpu - sum(phases_cpu.values())
-        rounds[r] = {"wall": wall, "cpu": cpu, "phases_wall": phases_wall, "phases_cpu": phases_cpu}
+        usage = clock.round_usage[nxt] if nxt else end[2:]
+        rounds[r] = {
+            "wall": wall,
+            "cpu": cpu,
+            "system": usage[0] - clock.round_usage[r][0],
+            "page_faults": usage[1] - clock.round_usage[r][1],
+            "phases_wall": phases_wall,
+            "phases_cpu": phases_cpu,
+        }
     return rounds
 
 
@@ -139,6 +151,8 @@ def summary(rounds: dict[int, dict[str, Any]]) -> dict[str, Any]:
         "rounds": middle,
         "wall": statistics.median(rounds[r]["wall"] for r in middle),
         "cpu": statistics.median(rounds[r]["cpu"] for r in middle),
+        "system": statistics.median(rounds[r]["system"] for r in middle),
+        "page_faults": statistics.median(rounds[r]["page_faults"] for r in middle),
         "phases_wall": {
             p: statistics.median(rounds[r]["phases_wall"].get(p, 0.0) for r in middle)
             for p in phases
@@ -147,7 +161,9 @@ def summary(rounds: dict[int, dict[str, Any]]) -> dict[str, Any]:
             p: statistics.median(rounds[r]["phases_cpu"].get(p, 0.0) for r in middle)
             for p in phases
         },
-        "last_round": {"wall": rounds[ids[-1]]["wall"], "cpu": rounds[ids[-1]]["cpu"]},
+        "last_round": {
+            key: rounds[ids[-1]][key] for key in ("wall", "cpu", "system", "page_faults")
+        },
     }
 
 
@@ -197,9 +213,9 @@ def markdown(name: str, result: dict[str, Any]) -> str:
     lines = [
         f"### {name}",
         "",
-        f"Rounds {s['rounds']} (median): {s['wall']:.2f} s wall, {s['cpu']:.2f} CPU-s; "
-        f"last round (evaluates every user): {s['last_round']['wall']:.2f} s wall, "
-        f"{s['last_round']['cpu']:.2f} CPU-s.{load}",
+        f"Rounds {s['rounds']} (median): {s['wall']:.2f} s wall, {s['cpu']:.2f} CPU-s "
+        f"({kernel(s)}); last round (evaluates every user): {s['last_round']['wall']:.2f} s "
+        f"wall, {s['last_round']['cpu']:.2f} CPU-s ({kernel(s['last_round'])}).{load}",
         "",
         "| phase | wall s | share | CPU s | share |",
         "|---|---:|---:|---:|---:|",
@@ -220,6 +236,16 @@ def markdown(name: str, result: dict[str, Any]) -> str:
             *(f"| {t['op']} | {t['calls']} | {t['self_cpu_s']:.3f} |" for t in ops["top"]),
         ]
     return "\n".join(lines) + "\n"
+
+
+def kernel(figures: dict[str, Any]) -> str:
+    """The kernel's part of a round's CPU seconds, in words (results without it: nothing)."""
+    if "system" not in figures:
+        return "kernel seconds not recorded"
+    return (
+        f"of which {figures['system']:.2f} in the kernel, "
+        f"{figures['page_faults']:,.0f} minor page faults"
+    )
 
 
 def _value(text: str) -> Any:

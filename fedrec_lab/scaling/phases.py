@@ -5,6 +5,7 @@ table, ``bench/launch_counts.py``'s CPU seconds by phase)."""
 from __future__ import annotations
 
 import importlib
+import resource
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -40,6 +41,7 @@ class PhaseClock:
         self.stack: list[str] = []
         self.round = 0
         self.round_starts: dict[int, tuple[float, float]] = {}
+        self.round_usage: dict[int, tuple[float, int]] = {}  # kernel seconds, page faults
         self.mark = (time.perf_counter(), time.process_time())
 
     def charge(self) -> None:
@@ -77,6 +79,14 @@ class PhaseClock:
             self.charge()
             self.round = server_round
             self.round_starts[server_round] = (time.perf_counter(), time.process_time())
+            self.round_usage[server_round] = kernel_usage()
+
+
+def kernel_usage() -> tuple[float, int]:
+    """The process's kernel (system) CPU seconds and minor page faults so far: the part of
+    its CPU seconds spent in the kernel, much of it first touches of fresh memory."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_stime, usage.ru_minflt
 
 
 def phase_target(module: str, attribute: str) -> tuple[Any, str]:

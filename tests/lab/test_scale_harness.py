@@ -276,6 +276,18 @@ def test_phase_clock_charges_each_phase_its_own_seconds(monkeypatch) -> None:
     assert clock.wall[2] == {"outer": 5.0} and clock.round_starts == {1: (0.0, 0.0), 2: (6.0, 6.0)}
 
 
+def test_phase_clock_records_kernel_seconds_and_page_faults_at_each_round() -> None:
+    """Each round's start keeps the process's kernel seconds and minor page faults so far:
+    memory first touched in a round shows as that round's faults."""
+    clock = phases.PhaseClock()
+    clock.enter_round(1)
+    touched = bytearray(b"\x01") * (1 << 24)  # 16 MB written: fresh pages
+    clock.enter_round(2)
+    assert len(touched) and set(clock.round_usage) == {1, 2}
+    (seconds_1, faults_1), (seconds_2, faults_2) = clock.round_usage[1], clock.round_usage[2]
+    assert seconds_2 >= seconds_1 and faults_2 > faults_1
+
+
 def test_the_node_phases_name_what_the_node_calls() -> None:
     """Each phase the profile times is a function or method of the node under that name."""
     for module, attribute, _ in phases.NODE_PHASES:
