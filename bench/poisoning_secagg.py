@@ -50,9 +50,8 @@ from fedrec_flwr.privacy import secagg, secagg_trust, uploads
 from fedrec_flwr.privacy.bounded import client, leader
 from fedrec_flwr.privacy.bounded import report as rep
 from fedrec_flwr.privacy.bounded.circuit import Bounds
-from fedrec_flwr.privacy.bounded.encoding import clipped
+from fedrec_flwr.privacy.bounded.encoding import clipped_sum
 from fedrec_flwr.privacy.bounded.helper import Helper, Schedule
-from fedrec_flwr.seeding import keyed_rng
 from fedrec_flwr.server.model import ServerModel
 from fedrec_lab.presets import resolve
 
@@ -77,15 +76,9 @@ class PerUser:
 
 def fast_sum(bounds: Bounds, table: np.ndarray, per_user, seed: int, server_round: int):
     """(the integer sum of the users' clipped fixed-point changes, their row counts)."""
-    total = np.zeros((bounds.num_items, bounds.row_dim), dtype=np.int64)
-    counts = np.zeros(bounds.num_items, dtype=np.int64)
-    for user, items, rows in per_user:
-        change = rows.astype(np.float64) - table[items]
-        draw = keyed_rng(seed, "secagg-rounding", user, server_round)
-        kept, fixed = clipped(bounds, items, change, draw)
-        total[kept] += fixed
-        counts[kept] += 1
-    return total, counts
+    users = [user for user, _, _ in per_user]
+    blocks = [(items, rows.astype(np.float64) - table[items]) for _, items, rows in per_user]
+    return clipped_sum(bounds, users, blocks, seed, server_round)
 
 
 class Protocol:

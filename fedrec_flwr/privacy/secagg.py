@@ -362,10 +362,12 @@ def ring_sum(vectors: Sequence[np.ndarray]) -> np.ndarray:
 
 
 # ------------------------------------------------------- the audit's faithful view
-#: Called with (user, round, the user's masked vector, the full table it was sent, the
-#: vector unmasked) in the faithful mode's view (each user its own node, every other
-#: participant a peer); an observer with ``wants(user, round)`` is asked first (the masks
-#: are costly).
+#: Called with (user, round, the item rows the server reads of the user's upload, the full
+#: table it was sent, the user's rows in the clear; rows ``[num_items, row_dim]``) in the
+#: faithful mode's view (each user its own node, every other participant a peer): under
+#: secure aggregation its masked vector read as fixed point, under
+#: ``secure-aggregation-bound`` the leader's share of its report. An observer with
+#: ``wants(user, round)`` is asked first (the masks are costly).
 Observer = Callable[[int, int, np.ndarray, np.ndarray, np.ndarray], None]
 OBSERVERS: list[Observer] = []
 

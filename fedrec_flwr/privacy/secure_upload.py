@@ -13,7 +13,10 @@ import numpy as np
 
 from fedrec_flwr.methods import Method, Plugin
 from fedrec_flwr.partition import participants
-from fedrec_flwr.privacy import secagg
+from fedrec_flwr.privacy import secagg, secagg_trust
+from fedrec_flwr.privacy.bounded import client as bounded_client
+from fedrec_flwr.privacy.bounded import report as bounded_report
+from fedrec_flwr.privacy.bounded.circuit import Bounds
 from fedrec_flwr.privacy.bounded.keys import BoundedKeys
 from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.stages import (
@@ -51,17 +54,20 @@ class SecureEncoding(UploadStage):
         key_source: str,
         num_users: int,
         fraction_train: float,
-        bounded: bool = False,
+        bound: tuple[float, int] = (0.0, 0),
     ) -> None:
         self.seed, self.key_source = seed, secagg.KeySource(key_source)
         self.num_users, self.fraction_train = num_users, fraction_train
-        self.bounded = bounded  # secure-aggregation-bound: each user's changes, proven
+        #: (secure-aggregation-bound, -max-rows); a bound > 0: each user's changes, proven
+        self.bound = bound
+        self.bounded = bound[0] > 0
 
     @classmethod
     def of(cls, config: RunGroups, data: Any) -> SecureEncoding:
         training, keys = config.training, config.group(secagg.SecAggKeys).secure_aggregation_keys
-        bounded = config.group(BoundedKeys).secure_aggregation_bound > 0
-        return cls(training.seed, keys, data.num_users, training.fraction_train, bounded)
+        group = config.group(BoundedKeys)
+        bound = (group.secure_aggregation_bound, group.secure_aggregation_max_rows)
+        return cls(training.seed, keys, data.num_users, training.fraction_train, bound)
 
     def finish(self, uploads: Uploads, upload_round: UploadRound) -> TrainResult:
         if self.bounded:
@@ -98,7 +104,41 @@ class SecureEncoding(UploadStage):
             for _, lo, hi in uploads.blocks()
         ]
         changes = UserChanges(uploads.users, blocks, uploads.num_samples, uploads.loss_sum)
+        if secagg.OBSERVERS:
+            self.show_reports(uploads, upload_round, blocks)
         return _rowless(uploads, rows.shape[1], user_changes=changes)
+
+    def show_reports(self, uploads: Uploads, upload_round: UploadRound, blocks) -> None:
+        """Each wanted user's faithful-mode view under ``secure-aggregation-bound`` to the
+        observers that want it: the leader's share of its report (the user its own node,
+        the helper's key the seeded one; the audit's view has no run: run 0)."""
+        table, server_round = upload_round.table, upload_round.server_round
+        bounds = Bounds.of(table.shape[0], table.shape[1], *self.bound)
+        helper = secagg.public_bytes(
+            secagg.private_key(self.seed, secagg_trust.HELPER_ID, self.key_source)
+        )
+        for user, (items, change) in zip(uploads.users, blocks, strict=True):
+            observers = secagg.wanted(int(user), server_round)
+            if not observers:
+                continue
+            (report,) = bounded_client.user_reports(
+                bounds,
+                lambda u: bounded_report.context(0, server_round, u, bounds),
+                [int(user)],
+                [(items, change)],
+                0,
+                0.0,
+                seed=self.seed,
+                source=self.key_source,
+                server_round=server_round,
+                own=secagg.private_key(self.seed, int(user), self.key_source),
+                helper_public=helper,
+            )
+            plain = np.zeros(table.shape)
+            plain[items] = table[items] + change
+            seen = bounded_client.share_rows(bounds, report)
+            for observer in observers:
+                observer(int(user), server_round, seen, table, plain)
 
     def show_views(self, uploads, upload_round, rows, values, encode) -> None:
         """Each wanted user's faithful-mode view to the observers that want it."""
@@ -114,8 +154,10 @@ class SecureEncoding(UploadStage):
             view = secagg.faithful_view(
                 self.seed, self.key_source, server_round, user, everyone, alone
             )
+            shape = upload_round.table.shape
+            seen, plain = vector_rows(view, shape), vector_rows(alone, shape)
             for observer in observers:
-                observer(user, server_round, view, upload_round.table, alone)
+                observer(user, server_round, seen, upload_round.table, plain)
 
 
 class SecureDecode(ServerStage):
@@ -164,6 +206,12 @@ PLUGIN = Plugin(
     server=decoding,
     keys=(secagg.SecAggKeys, BoundedKeys),
 )
+
+
+def vector_rows(vector: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """The item rows of a secure-aggregation vector read as plain fixed point."""
+    rows = secagg.signed(vector)[: shape[0] * shape[1]].reshape(shape)
+    return rows.astype(np.float64) * 2.0**-secagg.FRACTION_BITS
 
 
 def _rowless(uploads: Uploads, row_dim: int, **upload: Any) -> TrainResult:

@@ -48,6 +48,8 @@ FIXED = {"decoy-ratio": 1.0, "decoy-updates": "negatives", "decoy-request-size":
 #: vector and its full-table request; seeded keys make the audited uploads reproducible.
 #: ``secagg-ldp`` adds ``ldp``'s noise on the device, under the mask: the user-level epsilon
 #: holds even against a server that unmasks (secure aggregation refuses decoys).
+#: ``secagg-bounded``: every user's change proven within 25 per row
+#: (``secure-aggregation-bound``); the server sees the leader's share of each report.
 SECAGG = {"secure-aggregation": True, "secure-aggregation-keys": "seeded"}
 CONFIGS = {
     "none": {},
@@ -59,6 +61,7 @@ CONFIGS = {
     "fixed-requests": FIXED,
     "secagg": SECAGG,
     "secagg-ldp": {**SECAGG, **LDP},
+    "secagg-bounded": {**SECAGG, "secure-aggregation-bound": 25.0},
 }
 #: The configurations run when ``--configs`` is not given (the earlier table's four).
 DEFAULT_CONFIGS = ["none", "ldp", "decoys", "both"]

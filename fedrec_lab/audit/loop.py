@@ -10,14 +10,19 @@ users every round, no early stopping, no checkpoints, every user evaluated.
 
 from __future__ import annotations
 
+import numpy as np
+
 from fedrec_flwr.aggregation import RowUpload
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.node.runtime import NodeRuntime
 from fedrec_flwr.partition import participants
 from fedrec_flwr.privacy import secagg
+from fedrec_flwr.privacy.bounded.circuit import Bounds
+from fedrec_flwr.privacy.bounded.encoding import clipped_sum
+from fedrec_flwr.privacy.bounded.keys import BoundedKeys
 from fedrec_flwr.server.model import ServerModel
-from fedrec_flwr.stages import NodeUpload, SecureSum
+from fedrec_flwr.stages import NodeUpload, SecureSum, UserChanges
 
 
 def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
@@ -53,6 +58,8 @@ def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
             if not decoded:
                 raise RuntimeError(f"round {server_round}: the secure sum did not decode (logged)")
             upload = decoded[0].upload
+        if result.user_changes is not None:  # the verified reports' exact sum
+            upload = _bounded_sum(config, result.user_changes, model.table, server_round)
         model.apply([upload])
         last = server_round == config.training.num_server_rounds
         if server_round % config.evaluation.eval_every and not last:
@@ -66,3 +73,22 @@ def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
         s: {k[len(s) + 1 :]: v for k, v in best.items() if k.startswith(s)} for s in ("val", "test")
     }
     return {"best_round": best["round"], **split, "history": history}
+
+
+def _bounded_sum(config: RunConfig, changes: UserChanges, table, server_round: int) -> RowUpload:
+    """The users' proven changes summed, as the server's sum of their verified reports
+    (:func:`~fedrec_flwr.privacy.bounded.encoding.clipped_sum`), one upload."""
+    group = config.group(BoundedKeys)
+    bounds = Bounds.of(
+        table.shape[0],
+        table.shape[1],
+        group.secure_aggregation_bound,
+        group.secure_aggregation_max_rows,
+    )
+    total, counts = clipped_sum(
+        bounds, changes.users, changes.blocks, config.training.seed, server_round
+    )
+    touched = np.flatnonzero(counts)
+    sums = total[touched] * 2.0**-bounds.frac_bits
+    sums += counts[touched, None] * np.asarray(table, np.float64)[touched]
+    return RowUpload(touched, sums, counts[touched], len(changes.users))

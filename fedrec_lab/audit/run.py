@@ -53,7 +53,8 @@ class Capture:
 
 class MaskedCapture(Capture):
     """Under secure aggregation: what the server sees of a user (its own node), every item
-    as uploaded, the rows of its masked vector read as plain fixed point, the full table
+    as uploaded, the rows of its masked vector read as plain fixed point (under
+    ``secure-aggregation-bound``, of the leader's share of its report), the full table
     sent (:data:`fedrec_flwr.privacy.secagg.OBSERVERS`); and what the malicious server
     recovers (:mod:`.malicious_server`): its deviations' refusals, and the plaintext rows
     when one passed."""
@@ -69,21 +70,15 @@ class MaskedCapture(Capture):
     def wants(self, user: int, server_round: int) -> bool:
         return user in self.users and server_round in self.rounds
 
-    def __call__(self, user, server_round, vector, table, plain) -> None:
+    def __call__(self, user, server_round, seen, table, plain) -> None:
         if self.wants(user, server_round):
             everything = np.arange(len(table), dtype=np.int64)
             sent = table.astype(np.float64)
-            self.uploads[(user, server_round)] = (everything, _rows(vector, table), sent)
+            self.uploads[(user, server_round)] = (everything, seen, sent)
             refused = malicious_server.refusals(self.config, self.num_users, user, server_round)
             self.refused[(user, server_round)] = refused
             if any(why is None for why in refused.values()):
-                self.plain[(user, server_round)] = _rows(plain, table)
-
-
-def _rows(vector: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """The item rows of a secure-aggregation vector read as plain fixed point."""
-    rows = secagg.signed(vector)[: table.size].reshape(table.shape)
-    return rows.astype(np.float64) * 2.0**-secagg.FRACTION_BITS
+                self.plain[(user, server_round)] = plain
 
 
 def auditable_methods() -> list[str]:

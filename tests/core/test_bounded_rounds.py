@@ -21,7 +21,9 @@ from fedrec_flwr.privacy.bounded import field as gf
 from fedrec_flwr.privacy.bounded import report as rep
 from fedrec_flwr.schema import ConfigError
 from fedrec_flwr.server_app import run_federation
+from fedrec_lab.audit.command import CONFIGS
 from fedrec_lab.audit.loop import run_plain
+from fedrec_lab.audit.run import ATTACKS, audited_run
 from fedrec_lab.local_grid import LocalGrid
 
 BOUNDED = {
@@ -95,6 +97,30 @@ def test_a_bounded_run_gives_the_plain_runs_metrics(tmp_path):
     plain = run_plain(RunConfig.from_mapping(mapping), prepare(config))["test"]
     for name, value in plain.items():
         assert summary["test"][name] == pytest.approx(value, abs=1e-9)
+
+
+@pytest.mark.usefixtures("private_cache")
+def test_the_audits_loop_gives_the_bounded_runs_metrics(tmp_path):
+    """A bound that clips (B = 3): the audit's Flower-free loop, which sums each user's
+    clipped change, gives the metrics of the Flower run whose reports are proven."""
+    mapping = {**SMALL, "results-dir": str(tmp_path), "item-lr": 8.0, **BOUNDED}
+    config = RunConfig.from_mapping(mapping)
+    summary = run_federation(LocalGrid(client_app, config.to_mapping(), num_nodes=3), config)
+    plain = run_plain(config, prepare(config))["test"]
+    unbounded = run_plain(RunConfig.from_mapping({**SMALL, "item-lr": 8.0}), prepare(config))
+    assert plain != unbounded["test"]  # the bound moves the table
+    for name, value in plain.items():
+        assert summary["test"][name] == pytest.approx(value, abs=1e-9)
+
+
+@pytest.mark.usefixtures("private_cache")
+def test_the_audits_attacks_are_at_chance_on_bounded_reports():
+    """The audit's attacks on what the server sees under the bound (the leader's share of
+    each user's report, its own node), the malicious server's deviations included."""
+    keys_ = {**SMALL, "synthetic-mean-degree": 15, "method": "pfedrec", "item-lr": 8.0}
+    secure = audited_run({**keys_, **CONFIGS["secagg-bounded"]}, [3], 10, 0)["attacks"]
+    for name in ATTACKS:
+        assert abs(secure[name]["auc"] - 0.5) < 0.1, name
 
 
 @pytest.mark.usefixtures("private_cache")

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from fedrec_flwr.privacy.bounded import field as gf
 from fedrec_flwr.privacy.bounded import report as rep
 from fedrec_flwr.privacy.bounded.circuit import Bounds
 from fedrec_flwr.privacy.bounded.encoding import measure
@@ -76,6 +77,13 @@ def user_reports(
             )
         )
     return out
+
+
+def share_rows(bounds: Bounds, report: rep.Report) -> np.ndarray:
+    """What the leader reads of a report's row changes: its share of them, signed, in the
+    table's units (``[num_items, row_dim]``): the server's view of a user."""
+    d = gf.to_signed(bounds.part(report.share, "d")).astype(np.float64)
+    return d.reshape(bounds.num_items, bounds.row_dim) * 2.0**-bounds.frac_bits
 
 
 def pack(reports: Sequence[rep.Report]) -> dict[str, np.ndarray]:

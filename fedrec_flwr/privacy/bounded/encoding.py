@@ -11,6 +11,7 @@ probability equal to its fraction, drawn keyed by (seed, user, round): unbiased)
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -25,6 +26,7 @@ from fedrec_flwr.privacy.bounded.circuit import (
     WRAP_CHECKS,
     Bounds,
 )
+from fedrec_flwr.seeding import keyed_rng
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,27 @@ def clipped(bounds: Bounds, items: np.ndarray, changes: np.ndarray, draw) -> tup
     if ((fixed * fixed).sum(axis=1) > bounds.square_bound).any():
         raise AssertionError("a clipped row exceeds the bound after rounding")
     return items, fixed
+
+
+def clipped_sum(
+    bounds: Bounds,
+    users: Sequence[int],
+    blocks: Sequence[tuple[np.ndarray, np.ndarray]],
+    seed: int,
+    server_round: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(the users' clipped fixed-point changes summed, int64 ``[num_items, row_dim]``; each
+    row's count of users): what the verified reports of ``users`` add up to (user
+    ``users[j]`` changed rows ``blocks[j][0]`` by ``blocks[j][1]``), rounded with the draws
+    their reports use (:func:`~fedrec_flwr.privacy.bounded.client.user_reports`)."""
+    total = np.zeros((bounds.num_items, bounds.row_dim), dtype=np.int64)
+    counts = np.zeros(bounds.num_items, dtype=np.int64)
+    for user, (items, changes) in zip(users, blocks, strict=True):
+        draw = keyed_rng(seed, "secagg-rounding", int(user), server_round)
+        kept, fixed = clipped(bounds, items, changes, draw)
+        total[kept] += fixed
+        counts[kept] += 1
+    return total, counts
 
 
 def measure(
