@@ -29,6 +29,7 @@ from fedrec_flwr.node import timing as node_timing
 from fedrec_flwr.node.faults import inject_fault
 from fedrec_flwr.node.runtime import NodeRuntime, NodeState
 from fedrec_flwr.privacy import secagg_dropout, secagg_trust
+from fedrec_flwr.privacy.secagg import SecAggKeys
 
 app = ClientApp(mods=node_timing.mods(lambda context: node_runtime(context)))
 STATE_KEY = context_state.STATE_KEY
@@ -74,7 +75,7 @@ def data_identity(context: Context) -> DataIdentity:
     data, _, _ = node_data(context)
     if isinstance(data, DeviceData):
         return data.identity()
-    return shared_identity(data, RunConfig.from_mapping(context.run_config).seed)
+    return shared_identity(data, RunConfig.from_mapping(context.run_config).training.seed)
 
 
 def node_runtime(context: Context) -> NodeRuntime:
@@ -85,8 +86,8 @@ def node_runtime(context: Context) -> NodeRuntime:
     )
     if key not in _RUNTIMES:
         config = RunConfig.from_mapping(context.run_config)
-        if config.torch_threads:
-            torch.set_num_threads(config.torch_threads)
+        if config.execution.torch_threads:
+            torch.set_num_threads(config.execution.torch_threads)
         data, partition, num_partitions = node_data(context)
         _RUNTIMES[key] = NodeRuntime(config, data, partition, num_partitions)
     return _RUNTIMES[key]
@@ -119,7 +120,7 @@ def _with_request(runtime: NodeRuntime, server_round: int, arrays: dict, metrics
     if runtime.uploads.full_table:
         return
     next_round = server_round + 1
-    if next_round <= runtime.config.num_server_rounds:
+    if next_round <= runtime.config.training.num_server_rounds:
         arrays["next_items"] = runtime.train_request(next_round)
         metrics["next-round"] = next_round
     else:
@@ -136,7 +137,7 @@ def hello(msg: Message, context: Context) -> Message:
     identity = data_identity(context)
     run = RunConfig.from_mapping(context.run_config)
     known = {CONFIG: ConfigRecord({**identity.to_record()})}
-    if run_conflict(identity, run.dataset, run.protocol, run.seed):
+    if run_conflict(identity, run.data.dataset, run.training.protocol, run.training.seed):
         return _reply(msg, {}, {}, records=known)
     runtime = node_runtime(context)
     arrays: dict[str, np.ndarray] = {"users": runtime.users}
@@ -149,7 +150,8 @@ def hello(msg: Message, context: Context) -> Message:
         "num-items": runtime.prepared.num_items,
     }
     _with_request(runtime, 0, arrays, metrics)
-    if run.secure_aggregation:  # a fresh key pair; the public key signed, to the server
+    # Secure aggregation: a fresh key pair; the public key signed, to the server.
+    if run.group(SecAggKeys).secure_aggregation:
         signer = str(context.node_config.get(IDENTITY_KEY, "") or "")
         private, public = secure_node.handshake_keys(
             run, runtime.partition_id, int(msg.metadata.run_id), signer
@@ -191,7 +193,7 @@ def train(msg: Message, context: Context) -> Message:
     inject_fault(runtime.config, round_of(msg), runtime.partition_id)
     server_round, item_ids, item_rows, dense, received = _received(msg)
     users = received["train-users"]
-    if runtime.config.secure_aggregation:  # refused before any training
+    if runtime.config.group(SecAggKeys).secure_aggregation:  # refused before any training
         _check_train(msg, context, runtime, received)
     result, state = runtime.train(
         load_state(context, runtime, msg, server_round - 1),
@@ -286,7 +288,10 @@ def _roster(context: Context, runtime: NodeRuntime) -> secagg_trust.Roster:
     config = runtime.config
     folder = str(context.node_config.get(ROSTER, "") or "")
     return secagg_trust.Roster(
-        config.seed, config.secure_aggregation_keys, folder, _pinned(context)
+        config.training.seed,
+        config.group(SecAggKeys).secure_aggregation_keys,
+        folder,
+        _pinned(context),
     )
 
 
@@ -309,7 +314,9 @@ def _masked(
     run_id, server_round = int(msg.metadata.run_id), round_of(msg)
     cohort = received["secagg-cohort"]
     digest = secagg_trust.round_digest(run_id, server_round, cohort, *model)
-    k = secagg_dropout.degree(len(cohort), runtime.config.secure_aggregation_neighbours)
+    k = secagg_dropout.degree(
+        len(cohort), runtime.config.group(SecAggKeys).secure_aggregation_neighbours
+    )
     arrays, state = secure_node.masked_upload(
         vector, _private(context), runtime.partition_id, received, digest, k, (run_id, server_round)
     )

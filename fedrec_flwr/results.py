@@ -113,7 +113,8 @@ class RunRecorder:
             "eval-users",
             "cpu-seconds",
         ]
-        if config.malicious_attack != "none":  # the attack's target items' exposure ER@10
+        # the attack's target items' exposure ER@10 (a plug-in's key, declared above: by name)
+        if config.value("malicious-attack") != "none":
             self.columns.append("target-er@10")
         if config.evaluation.eval_loss:  # the generalization gap (fedrec_flwr.node.losses)
             self.columns += ["fit-loss", "val-loss", "gap"]

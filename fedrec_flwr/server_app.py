@@ -39,8 +39,8 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
     """
     started = time.perf_counter()
     grid = windowed(grid, message_window(config))
-    if config.torch_threads:
-        torch.set_num_threads(config.torch_threads)
+    if config.execution.torch_threads:
+        torch.set_num_threads(config.execution.torch_threads)
     run_dir, resumed = open_run(config)  # a new run folder, or the resumed one
     read = config.replace(data_dir=data_dir_read(config))  # the folder read, not ''
     recorder = RunRecorder(
@@ -51,7 +51,9 @@ def run_federation(grid: Grid, config: RunConfig) -> dict:
     )
     checkpoints = Checkpoints(run_dir, config, started, recorder, resumed)
     try:
-        federation = connect(grid, config, config.node_wait_timeout, config.round_timeout)
+        federation = connect(
+            grid, config, config.execution.node_wait_timeout, config.execution.round_timeout
+        )
         describe(config, federation, recorder, resumed)
         strategy = run_strategy(grid, config, federation, recorder, checkpoints)
     except BaseException as error:
@@ -79,8 +81,8 @@ def describe(
     log(
         INFO,
         "%s (%s protocol): %d users x %d items (split %s), read by the nodes from %s",
-        config.dataset,
-        config.protocol,
+        config.data.dataset,
+        config.training.protocol,
         num_users,
         num_items,
         federation.data.fingerprint[:12],
@@ -130,8 +132,8 @@ def run_strategy(
     strategy.start(
         grid,
         model_record(model),
-        num_rounds=config.num_server_rounds,
-        timeout=config.round_timeout,
+        num_rounds=config.training.num_server_rounds,
+        timeout=config.execution.round_timeout,
     )
     return strategy
 

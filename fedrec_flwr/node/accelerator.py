@@ -22,23 +22,23 @@ CUBLAS_WORKSPACE = ":4096:8"
 
 
 def torch_device(config: RunConfig) -> torch.device:
-    """The device of ``config.device``; a clear error if this machine cannot use it."""
-    device = torch.device(config.device)
+    """The device of ``config.execution.device``; a clear error if this machine cannot use it."""
+    device = torch.device(config.execution.device)
     if device.type != "cuda":
         return device
     if not torch.cuda.is_available():
         raise ConfigError(
-            f"device='{config.device}' but this PyTorch sees no CUDA GPU "
+            f"device='{config.execution.device}' but this PyTorch sees no CUDA GPU "
             f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}): install "
             "a CUDA build of torch on a machine with a GPU, or set device='cpu'."
         )
     index = device.index or 0
     if index >= torch.cuda.device_count():
         raise ConfigError(
-            f"device='{config.device}' but this machine has {torch.cuda.device_count()} "
+            f"device='{config.execution.device}' but this machine has {torch.cuda.device_count()} "
             f"GPU(s) (cuda:0 to cuda:{torch.cuda.device_count() - 1})."
         )
-    if config.cuda_deterministic:
+    if config.execution.cuda_deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
         torch.use_deterministic_algorithms(True)
         # Deterministic mode also fills every new tensor (host ones too) with NaN: no value

@@ -93,7 +93,8 @@ class NodeEvaluation:
             )
             for part in range(0, len(positions), step):  # the sums: eval_chunk users at a time
                 per_user.append(self._summed(ranks, slice(part, part + step), totals))
-                if self.config.eval_loss:  # the generalization gap (fedrec_flwr.node.losses)
+                # the generalization gap (fedrec_flwr.node.losses)
+                if self.config.evaluation.eval_loss:
                     block = slice(part, part + step)
                     self._add_losses(totals, state, params, positions, block, item_ids, item_rows)
             for j in np.flatnonzero(np.isin(positions, self.erank_positions)):
@@ -110,8 +111,8 @@ class NodeEvaluation:
         fit, val = user_losses(
             self.method,
             self.prepared,
-            self.config.seed,
-            self.config.num_negatives,
+            self.config.training.seed,
+            self.config.training.num_negatives,
             {name: value[block] for name, value in params.items()},
             state.personal,
             state.private_rows,
@@ -148,7 +149,9 @@ class NodeEvaluation:
         users (``eval-users``; None = all users)."""
         if sample <= 0 or sample >= self.prepared.num_users:
             return None
-        chosen = eval_sample(self.config.seed, server_round, self.prepared.num_users, sample)
+        chosen = eval_sample(
+            self.config.training.seed, server_round, self.prepared.num_users, sample
+        )
         return self.positions_of(chosen[chosen % self.num_partitions == self.partition_id])
 
     @property
@@ -157,7 +160,7 @@ class NodeEvaluation:
         measured (none if the method keeps no personal or private rows)."""
         if not (self.method.personal_rows or self.method.private_row_names()):
             return np.empty(0, dtype=np.int64)
-        sample = erank_users(self.config.seed, self.prepared.num_users)
+        sample = erank_users(self.config.training.seed, self.prepared.num_users)
         return self.positions_of(sample[sample % self.num_partitions == self.partition_id])
 
     def _personal_erank(self, state, params, positions, j, item_ids, item_rows) -> float | None:

@@ -43,7 +43,9 @@ def failing_partitions(
 ) -> list[int]:
     """The partitions among ``partitions`` that fail in ``server_round``."""
     return [
-        p for p in partitions if node_fails(config.seed, server_round, p, config.fault_fraction)
+        p
+        for p in partitions
+        if node_fails(config.training.seed, server_round, p, config.faults.fault_fraction)
     ]
 
 
@@ -54,13 +56,15 @@ def inject_fault(
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Fail as configured if this node is drawn to fail this round; else return at once."""
-    if not node_fails(config.seed, server_round, partition_id, config.fault_fraction):
+    if not node_fails(
+        config.training.seed, server_round, partition_id, config.faults.fault_fraction
+    ):
         return
-    if config.fault_mode == "timeout":
-        sleep(config.round_timeout + TIMEOUT_OVERSHOOT)
+    if config.faults.fault_mode == "timeout":
+        sleep(config.execution.round_timeout + TIMEOUT_OVERSHOOT)
         raise InjectedFault(
             f"injected timeout: node {partition_id} answered round {server_round} after "
-            f"round-timeout={config.round_timeout:g} s (fault-fraction)"
+            f"round-timeout={config.execution.round_timeout:g} s (fault-fraction)"
         )
     raise InjectedFault(
         f"injected crash: node {partition_id} failed round {server_round} (fault-fraction)"

@@ -67,10 +67,10 @@ class NodeRuntime(NodeEvaluation):
         self.num_partitions = num_partitions
         self.users = users_of_partition(partition_id, num_partitions, prepared.num_users)
         self.method: Method = build_method(config, prepared.num_items)
-        self.protocol = build_protocol(config.protocol, prepared, config.seed)
+        self.protocol = build_protocol(config.training.protocol, prepared, config.training.seed)
         attack = malicious.Attack.of(config)
         self.protocol.target_items = malicious.exposure_targets(prepared, attack)
-        self.protocol.scores_train_rows = config.eval_loss
+        self.protocol.scores_train_rows = config.evaluation.eval_loss
         self.device = torch_device(config)
         self._planned: tuple[int, RoundDraws | None] = (0, None)  # (round, its draws)
         self._selected: tuple[int, np.ndarray] = (-1, self.users[:0])
@@ -141,7 +141,10 @@ class NodeRuntime(NodeEvaluation):
 
     def participants(self, server_round: int) -> np.ndarray:
         return participants(
-            self.config.seed, server_round, self.prepared.num_users, self.config.fraction_train
+            self.config.training.seed,
+            server_round,
+            self.prepared.num_users,
+            self.config.training.fraction_train,
         )
 
     def selected(self, server_round: int) -> np.ndarray:
@@ -252,7 +255,7 @@ class NodeRuntime(NodeEvaluation):
         keep = self.protocol.keep_personal_rows(
             samples.users, samples.row_offsets, samples.row_items
         )
-        if self.config.keep_personal_rows == "positives":  # rows of sampled negatives go
+        if self.config.evaluation.keep_personal_rows == "positives":  # rows of sampled negatives go
             keep &= samples.positive_row_mask()
         positions, items = samples.row_positions(), samples.row_items
         if not keep.all():

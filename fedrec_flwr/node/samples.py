@@ -18,7 +18,7 @@ import numpy as np
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.node.counter_rng import counter_negatives
-from fedrec_flwr.privacy.decoys import DecoyUpdates, with_trained_decoys
+from fedrec_flwr.privacy.decoys import DecoyKeys, DecoyUpdates, with_trained_decoys
 from fedrec_flwr.run_keys import TrainNegatives
 from fedrec_flwr.sampling import NegativeSampler, is_member, sample_excluding
 from fedrec_flwr.seeding import STREAMS, keyed_rng, keyed_rngs
@@ -30,13 +30,13 @@ def user_round_items(
     """(items, labels) a user trains on in a round: its positives, then its negatives."""
     positives = prepared.train_positives(user)
     excluded = negative_exclusion(prepared, config, user)
-    size = config.num_negatives * len(positives)
-    if config.negative_sampler == NegativeSampler.COUNTER:
+    size = config.training.num_negatives * len(positives)
+    if config.sampler.negative_sampler == NegativeSampler.COUNTER:
         negatives = counter_round_negatives(
             config, [user], server_round, [size], [len(excluded)], excluded, prepared.num_items
         )
     else:
-        rng = keyed_rng(config.seed, "train-negatives", user, server_round)
+        rng = keyed_rng(config.training.seed, "train-negatives", user, server_round)
         negatives = sample_excluding(rng, prepared.num_items, excluded, size)
     labels = np.r_[np.ones(len(positives), np.float32), np.zeros(len(negatives), np.float32)]
     return with_trained_decoys(prepared, config, user, np.r_[positives, negatives], labels)
@@ -45,7 +45,7 @@ def user_round_items(
 def negative_exclusion(prepared: PreparedData, config: RunConfig, user: int) -> np.ndarray:
     """Items the user's training negatives avoid (sorted): the protocol's, or with
     ``train-negatives = "non-train"`` its train positives only."""
-    if config.train_negatives == TrainNegatives.NON_TRAIN:
+    if config.training.train_negatives == TrainNegatives.NON_TRAIN:
         return np.unique(prepared.train_positives(user))
     return prepared.negative_exclusion(user)
 
@@ -54,7 +54,7 @@ def negative_exclusions(
     prepared: PreparedData, config: RunConfig, users: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(counts, items): :func:`negative_exclusion` of each of ``users``, concatenated."""
-    if config.train_negatives != TrainNegatives.NON_TRAIN:
+    if config.training.train_negatives != TrainNegatives.NON_TRAIN:
         return prepared.exclusions_of(users)
     parts = [negative_exclusion(prepared, config, int(u)) for u in users]
     counts = np.array([len(part) for part in parts], dtype=np.int64)
@@ -136,13 +136,15 @@ def users_round_items(
     counts, excluded = negative_exclusions(prepared, config, users)
     n = prepared.num_items
     positives = [prepared.train_positives(int(u)) for u in users]
-    sizes = np.array([config.num_negatives * len(p) for p in positives], dtype=np.int64)
-    if config.negative_sampler == NegativeSampler.COUNTER:  # every user at once
+    sizes = np.array([config.training.num_negatives * len(p) for p in positives], dtype=np.int64)
+    if config.sampler.negative_sampler == NegativeSampler.COUNTER:  # every user at once
         flat = counter_round_negatives(config, users, server_round, sizes, counts, excluded, n)
         return assembled(prepared, config, users, positives, np.split(flat, np.cumsum(sizes)[:-1]))
     fallback = (sizes == 0) | (counts >= n)  # nothing to draw, or the per-user error
     keyed = keyed_rngs(
-        config.seed, "train-negatives", np.stack([users, np.full_like(users, server_round)], 1)
+        config.training.seed,
+        "train-negatives",
+        np.stack([users, np.full_like(users, server_round)], 1),
     )
     rngs = [None if fallback[j] else rng for j, rng in enumerate(keyed)]
     sizes[fallback] = 0  # those draw user by user below
@@ -205,7 +207,7 @@ def counter_round_negatives(
     drawn on the run's device (the same integers on CPU and CUDA)."""
     stream = STREAMS["train-negatives"]
     return counter_negatives(
-        config.seed,
+        config.training.seed,
         stream,
         server_round,
         users,
@@ -213,7 +215,7 @@ def counter_round_negatives(
         counts,
         excluded,
         num_items,
-        device=config.device,
+        device=config.execution.device,
     )
 
 
@@ -256,15 +258,16 @@ def round_draws(
     from the train rows, negatives from :func:`counter_round_negatives`): the same items and
     labels, no Python loop over users."""
     users = np.asarray(users, dtype=np.int64)
-    trained_decoys = config.decoy_ratio > 0 and config.decoy_updates != DecoyUpdates.UNCHANGED
-    if config.negative_sampler != NegativeSampler.COUNTER or trained_decoys:
+    decoys = config.group(DecoyKeys)
+    trained_decoys = decoys.decoy_ratio > 0 and decoys.decoy_updates != DecoyUpdates.UNCHANGED
+    if config.sampler.negative_sampler != NegativeSampler.COUNTER or trained_decoys:
         return RoundDraws.from_pairs(
             users, users_round_items(prepared, config, users, server_round)
         )
     at = np.asarray(prepared.local(users), dtype=np.int64)  # a device's folder: its own rows
     indptr = np.asarray(prepared.train_indptr, dtype=np.int64)
     first, positives = indptr[at], indptr[at + 1] - indptr[at]
-    sizes = config.num_negatives * positives
+    sizes = config.training.num_negatives * positives
     counts, excluded = negative_exclusions(prepared, config, users)
     n = prepared.num_items
     negatives = counter_round_negatives(config, users, server_round, sizes, counts, excluded, n)

@@ -54,10 +54,10 @@ def epoch_steps(
     ``negative-sampler = "counter"`` the shuffle comes from the keyed Philox stream and the
     plan is built in tensor ops (:mod:`fedrec_flwr.node.lockstep`).
     """
-    batch = config.batch_size
+    batch = config.training.batch_size
     counts = np.diff(samples.sample_offsets)
     widths = user_widths(counts, batch)
-    if config.negative_sampler == NegativeSampler.COUNTER:  # the plan in tensor ops
+    if config.sampler.negative_sampler == NegativeSampler.COUNTER:  # the plan in tensor ops
         return tensor_epoch_steps(
             samples.sample_offsets,
             torch.from_numpy(np.asarray(samples.sample_rows, np.int64)).to(device),
@@ -65,11 +65,11 @@ def epoch_steps(
             samples.users,
             widths,
             batch,
-            config.seed,
+            config.training.seed,
             server_round,
             shuffle_tag(epoch, stage),
         )
-    order = shuffled_order(samples, config.seed, server_round, epoch, stage)
+    order = shuffled_order(samples, config.training.seed, server_round, epoch, stage)
     plan = BatchPlan(counts, widths, batch, MAX_STEP_ENTRIES, most_batches_first=True)
     return planned_steps(
         plan,
@@ -178,7 +178,7 @@ def round_context(
     row_labels[samples.sample_rows[samples.sample_labels > 0]] = 1.0
     return RoundContext(
         server_round=server_round,
-        num_rounds=config.num_server_rounds,
+        num_rounds=config.training.num_server_rounds,
         row_offsets=torch.from_numpy(np.asarray(samples.row_offsets, np.int64)).to(device),
         sample_counts=torch.from_numpy(np.diff(samples.sample_offsets).astype(np.float32)).to(
             device

@@ -98,7 +98,7 @@ class ServerState(Protocol):
 def open_run(config: RunConfig) -> tuple[Path, Resumed | None]:
     """A fresh run's new folder, or the folder of the run ``resume`` names and its
     checkpoint (checked)."""
-    if not config.resume:
+    if not config.outputs.resume:
         return new_run_dir(config), None
     resumed = Resumed.load(config)
     where = resumed.run_dir
@@ -176,8 +176,8 @@ class Checkpoints:
         """Checkpoint ``server_round`` if it is due (see the module's doc); under
         ``keep-best-state`` keep its model first if it is the best validation round so far."""
         self._keep_best(server, grid, server_round, timeout)
-        every = self.config.checkpoint_every
-        if not every or server_round % every or server_round >= self.config.num_server_rounds:
+        every, rounds = self.config.outputs.checkpoint_every, self.config.training.num_server_rounds
+        if not every or server_round % every or server_round >= rounds:
             return
         begun = time.perf_counter()
         asked = {"server-round": server_round, "committed-round": self.committed}
@@ -231,7 +231,7 @@ class Checkpoints:
         """Under ``keep-best-state``, keep ``server_round``'s model if it is the best
         validation round so far (:meth:`save_best`)."""
         best = server.stopping.best_val
-        if self.config.keep_best_state and best is not None and best[1] == server_round:
+        if self.config.outputs.keep_best_state and best is not None and best[1] == server_round:
             model = server.model
             evaluated = {"eval-table": model.evaluation_table(), "table": model.table}
             evaluated.update({f"dense/{name}": v for name, v in model.dense.items()})

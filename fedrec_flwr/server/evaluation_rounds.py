@@ -50,17 +50,18 @@ class EvaluationRounds:
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
-        reported = reported_metrics(config.protocol)
+        reported = reported_metrics(config.training.protocol)
         self.metric_names = [f"{split}-{m}" for split in ("val", "test") for m in reported]
 
     def due(self, server_round: int) -> bool:
         """Whether ``server_round`` evaluates (every ``eval-every`` rounds, and the last)."""
-        last = server_round == self.config.num_server_rounds
-        return last or not server_round % self.config.eval_every
+        last = server_round == self.config.training.num_server_rounds
+        return last or not server_round % self.config.evaluation.eval_every
 
     def sample_size(self, server_round: int) -> int:
         """Users a round evaluates: ``eval-users``, but 0 (every user) in the last round."""
-        return 0 if server_round == self.config.num_server_rounds else self.config.eval_users
+        last = server_round == self.config.training.num_server_rounds
+        return 0 if last else self.config.evaluation.eval_users
 
     def combine(
         self, evaluated: Sequence[NodeEvaluation], table: np.ndarray | None

@@ -28,6 +28,7 @@ from flwr.serverapp import Grid
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.device import DataIdentity, conflict, run_conflict
 from fedrec_flwr.messages import ARRAYS, CONFIG, int_value, metric_record, record_arrays
+from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.privacy.secagg_trust import SIGNATURE_BYTES
 from fedrec_flwr.server.nodes import NodeInfo
 
@@ -86,7 +87,7 @@ def connect(grid: Grid, config: RunConfig, wait: float, timeout: float) -> Feder
                     log(WARNING, "node %d failed its handshake: %s", node, reason)
                     continue
                 expected = _register(nodes, reply, expected, config)
-                if config.secure_aggregation:
+                if config.group(SecAggKeys).secure_aggregation:
                     keys[reply.metadata.src_node_id] = _public_key(reply, nodes)
         if failed and not nodes:  # every node failed: no point in waiting
             raise FederationError(f"the nodes failed to start: {next(iter(failed.values()))}")
@@ -149,7 +150,7 @@ def _identity(reply: Message, config: RunConfig) -> DataIdentity:
         raise FederationError(
             f"node {node} did not say what data it holds: does it run this version of fedrec_flwr?"
         ) from None
-    why = run_conflict(data, config.dataset, config.protocol, config.seed)
+    why = run_conflict(data, config.data.dataset, config.training.protocol, config.training.seed)
     if why:
         raise FederationError(f"node {node} ({_where(data)}) cannot join this run: {why}.")
     return data

@@ -61,8 +61,8 @@ def message_window(config: RunConfig) -> int:
     """The most messages in flight at once (simulation; 0 = a round at once): ``max-in-flight``,
     but 0 under ``timeout`` faults, whose silent nodes would hold the window until the round
     times out."""
-    timing_out = config.fault_fraction > 0 and config.fault_mode == "timeout"
-    return 0 if timing_out else config.max_in_flight
+    timing_out = config.faults.fault_fraction > 0 and config.faults.fault_mode == "timeout"
+    return 0 if timing_out else config.execution.max_in_flight
 
 
 class WindowedGrid:

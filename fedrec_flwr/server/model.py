@@ -86,8 +86,8 @@ def server_stages(config: RunConfig, method: Method, num_items: int) -> list[Ser
 
 def initial_item_table(config: RunConfig, num_items: int, row_dim: int) -> np.ndarray:
     """The global item table of round 1: N(0, init-std^2), keyed by the seed."""
-    rng = keyed_rng(config.seed, "item-init")
-    return rng.normal(0.0, config.init_std, size=(num_items, row_dim)).astype(np.float32)
+    rng = keyed_rng(config.training.seed, "item-init")
+    return rng.normal(0.0, config.learning.init_std, size=(num_items, row_dim)).astype(np.float32)
 
 
 class ServerModel:
@@ -144,15 +144,15 @@ class ServerModel:
             table,
             dense,
             ServerOptimizer(
-                config.server_optimizer,
-                config.server_lr,
-                config.server_momentum,
-                config.server_optimizer_rows,
+                config.server.server_optimizer,
+                config.server.server_lr,
+                config.server.server_momentum,
+                config.server_rows.server_optimizer_rows,
             ),
-            aggregation=config.aggregation,
+            aggregation=config.learning.aggregation,
             zero_threshold=method.zero_threshold,
             evaluate_round_start=method.eval_table == "round-start",
-            update_limit=config.update_limit,
+            update_limit=config.defences.update_limit,
             stages=server_stages(config, method, num_items),
         )
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.partition import eval_sample, participants
+from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.server.nodes import NodeInfo
 
 __all__ = ["EvaluationPlan", "PayloadPlanner", "TrainOrder"]
@@ -62,7 +63,10 @@ class PayloadPlanner:
     def train_orders(self, server_round: int) -> dict[int, TrainOrder]:
         """The round's train orders by node id (nodes with no selected user get none)."""
         selected = participants(
-            self.config.seed, server_round, self.num_users, self.config.fraction_train
+            self.config.training.seed,
+            server_round,
+            self.num_users,
+            self.config.training.fraction_train,
         )
         orders = {}
         for node_id, info in self.nodes.items():
@@ -70,7 +74,8 @@ class PayloadPlanner:
             if len(users) == 0:
                 continue
             fresh = info.request_round == server_round and info.request_items is not None
-            fresh = fresh and not self.config.secure_aggregation  # everyone gets everything
+            # under secure aggregation everyone gets everything
+            fresh = fresh and not self.config.group(SecAggKeys).secure_aggregation
             ids = info.request_items if fresh else None  # no fresh request: the full table
             if not self.train_rows:  # the upload reads no row: none sent
                 ids = np.empty(0, dtype=np.int64)
@@ -99,11 +104,11 @@ class PayloadPlanner:
         it). The sample is :func:`~fedrec_flwr.partition.eval_sample`, as the nodes draw it."""
         if sample_size <= 0 or sample_size >= self.num_users:
             return None, set()
-        seed, fraction = self.config.seed, self.config.fraction_train
+        seed, fraction = self.config.training.seed, self.config.training.fraction_train
         chosen = eval_sample(seed, server_round, self.num_users, sample_size)
         now = participants(seed, server_round, self.num_users, fraction)
         following = np.empty(0, dtype=np.int64)
-        if server_round < self.config.num_server_rounds:
+        if server_round < self.config.training.num_server_rounds:
             following = participants(seed, server_round + 1, self.num_users, fraction)
         node_ids = list(self.nodes)
         users = [self.nodes[node_id].users for node_id in node_ids]

@@ -177,7 +177,7 @@ class FedRecStrategy(Strategy):
         rows = not method.uploads_statistics  # an item-item method's training reads no row
         self.planner = PayloadPlanner(config, federation.nodes, federation.num_users, rows)
         self.evaluation = EvaluationRounds(config)
-        self.stopping = RunStopping(config.early_stopping_patience)
+        self.stopping = RunStopping(config.evaluation.early_stopping_patience)
         self.reporter = RoundReporter(on_round)
         self.checkpoints = checkpoints
         self.round_log = RoundLog(round=0)
@@ -209,13 +209,13 @@ class FedRecStrategy(Strategy):
             INFO,
             "\t├── FedRecStrategy: %s (%s), aggregation %s, server optimizer %s, %d users x "
             "%d items, fraction-train %.2f",
-            self.config.method,
+            self.config.method_name,
             ", ".join(f"{k}: {v}" for k, v in self.method.describe().items() if k != "method"),
-            self.config.aggregation,
-            self.config.server_optimizer,
+            self.config.learning.aggregation,
+            self.config.server.server_optimizer,
             self.num_users,
             self.model.num_items,
-            self.config.fraction_train,
+            self.config.training.fraction_train,
         )
 
     def _config(self, server_round: int) -> ConfigRecord:
