@@ -30,8 +30,10 @@ import torch
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.messages import array_record
+from fedrec_flwr.methods.itemitem import ItemItemKeys
 from fedrec_flwr.node.runtime import NodeRuntime
 from fedrec_flwr.privacy import secagg, secagg_dropout
+from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.privacy.secagg_trust import SIGNATURE_BYTES
 from fedrec_flwr.seeding import keyed_rng
 from fedrec_flwr.server.handshake import IDENTITY_BYTES
@@ -60,18 +62,20 @@ def measure(preset: str, data_dir: str) -> dict:
     config = RunConfig.from_mapping(mapping)
     prepared = prepare(config)
     users = np.sort(keyed_rng(0, "audit").permutation(prepared.num_users)[:SAMPLE])
-    secure = config.secure_aggregation
-    rounds = 2 if secure and config.itemitem_min_count > 1 else 1
+    secure = config.group(SecAggKeys).secure_aggregation
+    rounds = 2 if secure and config.group(ItemItemKeys).itemitem_min_count > 1 else 1
     model = StatisticsModel(config, NodeRuntime(config, prepared, 0, 1).method, prepared.num_items)
     support = None
     if rounds == 2:  # the support the first round fixes (from the exact counts)
         counts = np.zeros(prepared.num_items)
         for user in range(prepared.num_users):
             counts[np.unique(prepared.train_positives(user))] += 1
-        support = np.flatnonzero(counts >= config.itemitem_min_count)
+        support = np.flatnonzero(counts >= config.group(ItemItemKeys).itemitem_min_count)
     up, build, score = [], [], []
     mask_seconds, vector_bytes = 0.0, 0
-    k = secagg_dropout.degree(prepared.num_users, config.secure_aggregation_neighbours)
+    k = secagg_dropout.degree(
+        prepared.num_users, config.group(SecAggKeys).secure_aggregation_neighbours
+    )
     key = secagg.private_key(0, 0, "seeded")
     near = {p: secagg.public_bytes(secagg.private_key(0, p, "seeded")) for p in range(1, k + 1)}
     for user in users.tolist():

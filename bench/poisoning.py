@@ -66,7 +66,7 @@ def run(config: RunConfig, eval_every: int, targets: int) -> list[dict]:
     ``targets`` target items (those an attack of this seed would promote)."""
     prepared = prepare(config)
     runtime = NodeRuntime(config, prepared, 0, 1)
-    runtime.protocol.target_items = malicious.target_items(prepared, config.seed, targets)
+    runtime.protocol.target_items = malicious.target_items(prepared, config.training.seed, targets)
     if runtime.method.shared_dense_names():
         raise SystemExit("this bench aggregates item rows only: pick a method without dense")
     state = runtime.initial_state()
@@ -75,7 +75,7 @@ def run(config: RunConfig, eval_every: int, targets: int) -> list[dict]:
     uploads.OBSERVERS.append(observer)
     history = []
     try:
-        for server_round in range(1, config.num_server_rounds + 1):
+        for server_round in range(1, config.training.num_server_rounds + 1):
             observer.rows.clear()
             state, _ = train_round(runtime, model, state, server_round)
             model.apply(
@@ -95,7 +95,9 @@ def train_round(runtime: NodeRuntime, model: ServerModel, state, server_round: i
     """(the users' state after ``server_round``, the table they trained on as float64): the
     round's participants trained on ``model``'s table, as one node runtime does."""
     config, num_users = runtime.config, runtime.prepared.num_users
-    users = participants(config.seed, server_round, num_users, config.fraction_train)
+    users = participants(
+        config.training.seed, server_round, num_users, config.training.fraction_train
+    )
     runtime.train_request(server_round)
     model.start_round()
     table = model.table.astype(np.float64)
@@ -106,7 +108,7 @@ def train_round(runtime: NodeRuntime, model: ServerModel, state, server_round: i
 def evaluates(config: RunConfig, server_round: int, eval_every: int) -> bool:
     """Whether the run evaluates after ``server_round``: every ``eval_every`` rounds and the
     last."""
-    return server_round % eval_every == 0 or server_round == config.num_server_rounds
+    return server_round % eval_every == 0 or server_round == config.training.num_server_rounds
 
 
 def evaluation(runtime: NodeRuntime, state, model: ServerModel, server_round: int) -> dict:

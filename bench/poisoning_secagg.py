@@ -45,6 +45,7 @@ from fedrec_flwr.aggregation import RowUpload
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.node import malicious
+from fedrec_flwr.node.malicious import MaliciousKeys
 from fedrec_flwr.node.runtime import NodeRuntime
 from fedrec_flwr.privacy import secagg, secagg_trust, uploads
 from fedrec_flwr.privacy.bounded import client, leader
@@ -124,19 +125,19 @@ def run(config: RunConfig, bound: float, max_rows: int, verify: int, eval_every:
     """One faithful-mode run; each evaluated round's test HR@10 and ER@10 (of one target)."""
     prepared = prepare(config)
     runtime = NodeRuntime(config, prepared, 0, 1)
-    runtime.protocol.target_items = malicious.target_items(prepared, config.seed, 1)
+    runtime.protocol.target_items = malicious.target_items(prepared, config.training.seed, 1)
     model = ServerModel.initial(config, runtime.method, prepared.num_items)
     bounds = Bounds.of(prepared.num_items, model.table.shape[1], bound, max_rows) if bound else None
-    protocol = Protocol(bounds, config.seed, prepared.num_users) if bounds else None
+    protocol = Protocol(bounds, config.training.seed, prepared.num_users) if bounds else None
     bad = set(
         malicious.malicious_users(
-            config.seed, prepared.num_users, config.malicious_fraction
+            config.training.seed, prepared.num_users, config.group(MaliciousKeys).malicious_fraction
         ).tolist()
     )
     state, observer, history, checked = runtime.initial_state(), PerUser(), [], 0
     uploads.OBSERVERS.append(observer)
     try:
-        for server_round in range(1, config.num_server_rounds + 1):
+        for server_round in range(1, config.training.num_server_rounds + 1):
             observer.rows.clear()
             state, table = train_round(runtime, model, state, server_round)
             if bounds is None:
@@ -145,10 +146,12 @@ def run(config: RunConfig, bound: float, max_rows: int, verify: int, eval_every:
                     [RowUpload(i, r, one(len(i), np.int64), 1) for _, i, r in observer.rows]
                 )
             else:
-                total, counts = fast_sum(bounds, table, observer.rows, config.seed, server_round)
+                total, counts = fast_sum(
+                    bounds, table, observer.rows, config.training.seed, server_round
+                )
                 sample = sorted(observer.rows, key=lambda u: (u[0] not in bad, u[0]))[:verify]
                 if sample:
-                    fast, _ = fast_sum(bounds, table, sample, config.seed, server_round)
+                    fast, _ = fast_sum(bounds, table, sample, config.training.seed, server_round)
                     if not np.array_equal(protocol.decoded(table, sample, server_round), fast):
                         raise SystemExit(f"round {server_round}: the protocol's sum differs")
                     checked += len(sample)

@@ -89,7 +89,7 @@ def main() -> int:
 
     config = RunConfig.from_mapping(base)
     prepared = prepare(config)
-    n, d = prepared.num_items, config.embedding_dim
+    n, d = prepared.num_items, config.learning.embedding_dim
     length = secagg.Layout.of(n, d, {}).length
     lines = [
         "# Secure aggregation: accuracy, cost and what the server still sees",
@@ -128,7 +128,9 @@ def main() -> int:
     per_peer = seconds_per_peer(length)
     one_user = sorted(len(request_of(prepared, config, u, 1)) for u in range(prepared.num_users))
     median_rows = one_user[len(one_user) // 2]
-    everyone = participants(config.seed, 1, prepared.num_users, config.fraction_train)
+    everyone = participants(
+        config.training.seed, 1, prepared.num_users, config.training.fraction_train
+    )
     lines += [
         "**Cost of one node.** Its vector has "
         f"{length:,} entries of 8 bytes ({n} x {d} row sums, {n} counts, 3 totals): "
@@ -159,7 +161,9 @@ def main() -> int:
     for server_round in audited:
         counts = request_counts(prepared, config, server_round)
         trained = counts[counts > 0]
-        users = participants(config.seed, server_round, prepared.num_users, config.fraction_train)
+        users = participants(
+            config.training.seed, server_round, prepared.num_users, config.training.fraction_train
+        )
         lines.append(
             f"| {server_round} | {len(users)} | {len(trained)} | {int((trained == 1).sum())} "
             f"| {float(np.median(trained)):.0f} |"

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Self, TypeVar
 
 from fedrec_flwr.aggregation import DefenceKeys
 from fedrec_flwr.data.registry import DataKeys, dataset_key_groups
@@ -153,9 +153,10 @@ class Settings:
     frozen :class:`~fedrec_flwr.schema.Group` of values per group (a group it does not hold
     reads as its defaults: one registered after the settings were made).
 
-    :meth:`group` gives a group's values, typed; attribute ``foo_bar`` reads key ``foo-bar``
-    through its group. :meth:`from_fields` takes attribute names and checks nothing (tests,
-    internal copies); :meth:`from_mapping` takes run-config keys, converts and validates them.
+    :meth:`group` gives a group's values, typed; :meth:`value` one key by its name. A key
+    is no attribute (``config.foo_bar`` raises, naming the group that holds it).
+    :meth:`from_fields` takes attribute names and checks nothing (tests, internal copies);
+    :meth:`from_mapping` takes run-config keys, converts and validates them.
     """
 
     groups: tuple[Group, ...] = ()
@@ -224,13 +225,19 @@ class Settings:
             raise KeyError(f"unknown {self.kind} key '{name}'")
         return getattr(self.group(owner), field)
 
-    def __getattr__(self, name: str) -> Any:
-        """Key ``name`` (an attribute name) read through its group."""
-        if not name.startswith("_"):
-            owner = self._owners.get(name) or owner_of(self.key_groups(), name)
-            if owner is not None:
-                return getattr(self.group(owner), name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    if not TYPE_CHECKING:  # hidden from the type checker, which refuses a read by key name
+
+        def __getattr__(self, name: str) -> NoReturn:
+            """A key is no attribute of the settings: the error says where it is read."""
+            owner = None if name.startswith("_") else owner_of(self.key_groups(), name)
+            if owner is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            raw = name.replace("_", "-")
+            raise AttributeError(
+                f"{type(self).__name__} has no attribute {name!r}: {self.kind} key '{raw}' is "
+                f"read through its group, config.group({owner.__name__}).{name} (or by name, "
+                f"config.value({raw!r}))."
+            )
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
@@ -241,9 +248,7 @@ class Settings:
         return hash(tuple(self.to_mapping().items()))
 
     def __repr__(self) -> str:
-        fields = ", ".join(
-            f"{key.field}={getattr(self, key.field)!r}" for key in self.declared_keys()
-        )
+        fields = ", ".join(f"{field}={value!r}" for field, value in self.fields().items())
         return f"{type(self).__name__}({fields})"
 
     @classmethod
@@ -313,9 +318,9 @@ class Settings:
 
 @dataclass(frozen=True, eq=False, repr=False)
 class RunConfig(Settings, RunGroups):
-    """Resolved run configuration, by group (``config.group(SamKeys)``, ``config.training``);
-    attribute ``foo_bar`` reads run-config key ``foo-bar``. A frozen dataclass of its groups'
-    values (:class:`Settings`)."""
+    """Resolved run configuration, by group (``config.group(SamKeys)``, ``config.training``;
+    ``config.value("decoy-ratio")`` by name). A frozen dataclass of its groups' values
+    (:class:`Settings`)."""
 
     @classmethod
     def key_groups(cls) -> tuple[type[Group], ...]:

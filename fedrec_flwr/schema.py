@@ -2,10 +2,11 @@
 
 A :class:`Key` is one flat run-config key (kebab-case, as Flower passes it): its default
 (which fixes its type), help text, choices (an Enum, or a function for a registry such as
-the methods'), range and check. A module declares its keys as one :class:`KeyGroup`, with
-the checks that span several of its keys and, for a plug-in, its search space.
-:class:`Settings` holds the values of a sequence of groups as attributes (key ``foo-bar`` is
-attribute ``foo_bar``); :class:`~fedrec_flwr.config.RunConfig` composes the groups of the
+the methods'), range and check. A module declares its keys as one :class:`Group`, a
+frozen dataclass with a field per key (key ``foo-bar`` is field ``foo_bar``), with the
+checks that span several of its keys and, for a plug-in, its search space.
+:class:`~fedrec_flwr.config.Settings` holds the values of a sequence of groups, one
+:class:`Group` each; :class:`~fedrec_flwr.config.RunConfig` composes the groups of the
 whole run.
 
 This module imports nothing of the project: the methods, plug-ins and datasets that declare

@@ -84,7 +84,7 @@ def export_devices(config: RunConfig, num_partitions: int, out: str | Path) -> l
         source = {**user_dataset.settings(file), **user_dataset.source_record(config)}
     if config.data.dataset == "synthetic":
         source = {
-            k: getattr(config, k.replace("-", "_"))
+            k: config.value(k)
             for k in ("synthetic-users", "synthetic-items", "synthetic-mean-degree")
         }
     summary = {**common, "source": source, "devices": [f.name for f in folders]}

@@ -38,7 +38,7 @@ def connected(
     run_config = {**base, "results-dir": str(tmp_path / "results"), **overrides}
     config = RunConfig.from_mapping(run_config)
     grid = LocalGrid(client_app, run_config, num_nodes=nodes)
-    federation = connect(grid, config, config.node_wait_timeout, timeout=600)
+    federation = connect(grid, config, config.execution.node_wait_timeout, timeout=600)
     method = build_method(config, federation.num_items)
     model = ServerModel.initial(config, method, federation.num_items)
     return FedRecStrategy(config, method, model, federation), grid

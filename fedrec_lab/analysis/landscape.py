@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.node.losses import user_losses
+from fedrec_flwr.node.optim import SamKeys
 from fedrec_lab.analysis.sharpness import PROFILE_STEPS, measure_user, sample_users
 from fedrec_lab.analysis.state import BestState
 
@@ -67,7 +68,8 @@ def radii_of(best: BestState, given: dict[str, float] | None) -> dict[str, float
     """The rho-sharpness radii: ``given``, else the run's own SAM radii."""
     if given is not None:
         return dict(given)
-    own = {"private": best.config.sam_rho_private, "shared": best.config.sam_rho_shared}
+    sam = best.config.group(SamKeys)
+    own = {"private": sam.sam_rho_private, "shared": sam.sam_rho_shared}
     if own["private"] <= 0 and own["shared"] <= 0:
         raise ValueError(
             f"{best.run_dir.name} trains without SAM: give the radii to measure at "
@@ -96,6 +98,7 @@ def analyze(
         for u in sample_users(best.prepared.num_users, users)
     ]
     gap = losses["val"] - losses["fit"]
+    sam = best.config.group(SamKeys)
     means = {
         name: float(np.mean([m[name] for m in measured]))
         for name in ("lambda_max", "rho_sharpness", "rho_sharpness_first_step", "loss")
@@ -107,7 +110,7 @@ def analyze(
         "protocol": best.config.training.protocol,
         "seed": best.config.training.seed,
         "best_round": best.round,
-        "sam": [best.config.sam_rho_private, best.config.sam_rho_shared],
+        "sam": [sam.sam_rho_private, sam.sam_rho_shared],
         "radii": [radii["private"], radii["shared"]],
         "fit_loss": float(losses["fit"].mean()),
         "val_loss": float(losses["val"].mean()),

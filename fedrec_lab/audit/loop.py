@@ -21,6 +21,7 @@ from fedrec_flwr.privacy import secagg
 from fedrec_flwr.privacy.bounded.circuit import Bounds
 from fedrec_flwr.privacy.bounded.encoding import clipped_sum
 from fedrec_flwr.privacy.bounded.keys import BoundedKeys
+from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.server.model import ServerModel
 from fedrec_flwr.stages import NodeUpload, SecureSum, UserChanges
 
@@ -33,7 +34,7 @@ def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
     runtime = NodeRuntime(config, prepared, 0, 1)
     state = runtime.initial_state()
     model = ServerModel.initial(config, runtime.method, prepared.num_items)
-    if config.secure_aggregation:  # the table holds what a user can encode
+    if config.group(SecAggKeys).secure_aggregation:  # the table holds what a user can encode
         model.value_limit = secagg.value_limit(prepared.num_users)
     history = []
     for server_round in range(1, config.training.num_server_rounds + 1):

@@ -16,7 +16,8 @@ from fedrec_flwr.methods.card import AuditImitation
 from fedrec_flwr.partition import participants
 from fedrec_flwr.privacy import secagg, uploads
 from fedrec_flwr.privacy.accounting import RowCounter
-from fedrec_flwr.privacy.decoys import DecoyUpdates, user_decoys
+from fedrec_flwr.privacy.decoys import DecoyKeys, DecoyUpdates, user_decoys
+from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.seeding import keyed_rng
 from fedrec_lab.audit import adaptive, attacks, malicious_server
@@ -124,7 +125,7 @@ def request_of(prepared, config: RunConfig, user: int, server_round: int) -> np.
     """The rows ``user`` requests for ``server_round`` (its items and its decoys)."""
     from fedrec_flwr.node.samples import user_round_items
 
-    if config.secure_aggregation:  # every node asks for the full table
+    if config.group(SecAggKeys).secure_aggregation:  # every node asks for the full table
         return np.arange(prepared.num_items, dtype=np.int64)
     items, _ = user_round_items(prepared, config, user, server_round)
     return uploads.with_decoys(prepared, config, user, np.unique(items))
@@ -173,7 +174,7 @@ def adaptive_scores(
             rows,
             shadow_of(config, prepared.num_items, rng),
             roles,
-            label.get(config.decoy_updates),
+            label.get(config.group(DecoyKeys).decoy_updates),
             rng,
         ),
         "pubpara": adaptive.pubpara_scores(sent, rows, positives),
@@ -264,7 +265,7 @@ def audited_run(
                 prepared.num_users, size=min(num_users, prepared.num_users), replace=False
             )
         )
-        secure = config.secure_aggregation  # the server sees masked vectors
+        secure = config.group(SecAggKeys).secure_aggregation  # the server sees masked vectors
         rounds = captured_rounds(audit_rounds, WINDOW)
         capture = (
             MaskedCapture(users, rounds, config, prepared.num_users)

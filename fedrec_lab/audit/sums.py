@@ -26,6 +26,8 @@ import numpy as np
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.methods import build_method
+from fedrec_flwr.methods.itemitem import ItemItemKeys
+from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.privacy.sum_noise import SumNoise
 from fedrec_lab.presets import resolve
 from fedrec_lab.project import conf_dir
@@ -42,8 +44,8 @@ def revealed(preset: str, data_dir: str) -> dict:
     counts = np.zeros(prepared.num_items, dtype=np.int64)
     for basket in baskets:
         counts[basket] += 1
-    coords = np.flatnonzero(counts >= max(config.itemitem_min_count, 1))
-    if not config.secure_aggregation:
+    coords = np.flatnonzero(counts >= max(config.group(ItemItemKeys).itemitem_min_count, 1))
+    if not config.group(SecAggKeys).secure_aggregation:
         coords = np.flatnonzero(counts > 0)
     inside = np.zeros(prepared.num_items, dtype=bool)
     inside[coords] = True
@@ -53,10 +55,10 @@ def revealed(preset: str, data_dir: str) -> dict:
     noise = SumNoise.of(config)
     record = {
         "preset": preset,
-        "dataset": config.dataset,
+        "dataset": config.data.dataset,
         "users": prepared.num_users,
         "items": prepared.num_items,
-        "secure": bool(config.secure_aggregation),
+        "secure": bool(config.group(SecAggKeys).secure_aggregation),
         "uploaded": int(sum(len(b) for b in baskets)),
         "released_items": len(coords),
         "lone_items": int(alone.sum()),

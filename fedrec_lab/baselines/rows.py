@@ -160,10 +160,10 @@ def local_only_config(config: RunConfig, method: str, rounds: int | None = None)
     keep = ("dataset", "protocol", "data_dir", "seed", "synthetic_users", "synthetic_items")
     keep += ("synthetic_mean_degree", "torch_threads", "device")
     keep += tuple(key.replace("-", "_") for key in user_dataset.KEYS)  # a user's file
-    base = RunConfig.from_mapping(mapping)
+    base, fields = RunConfig.from_mapping(mapping), config.fields()
     return base.replace(
-        **{k: getattr(config, k) for k in keep},
-        num_server_rounds=rounds or base.num_server_rounds,
+        **{k: fields[k] for k in keep},
+        num_server_rounds=rounds or base.training.num_server_rounds,
         server_optimizer="sgd-momentum",
         server_lr=0.0,
         server_momentum=0.0,

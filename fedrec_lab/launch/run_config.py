@@ -94,7 +94,7 @@ def check_run_config(
     is refused before the run starts; returns its dataset card (empty otherwise).
     """
     checked = checked_run_config(config, project)
-    if data and checked.dataset == FILE_DATASET:
+    if data and checked.data.dataset == FILE_DATASET:
         return check_data(config, project)
     return []
 

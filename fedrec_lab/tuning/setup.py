@@ -338,7 +338,7 @@ def parse(argv: list[str] | None = None) -> Setup:
         # split once, a user's file read and checked
         checked = RunConfig.from_mapping({**trial_config, **fixed})
         space = held_out_of(space_for(trial_config, plugin_only=args.plugin_only), settings)
-        card = check_prepared(checked) if args.check or checked.dataset == FILE_DATASET else []
+        card = check_prepared(checked) if args.check or checked.data.dataset == FILE_DATASET else []
     except (ValueError, OSError) as error:
         cli.error(str(error))
     for line in card:

@@ -155,7 +155,7 @@ def test_a_client_off_the_protocol_is_dropped_and_the_others_aggregate(tmp_path,
         user = reports[0].user
         partition = strategy.nodes[reply.metadata.src_node_id].partition_id
         if which == 0:  # the cheater's user, its key the node's
-            key = secagg.private_key(strategy.config.seed, partition, "seeded")
+            key = secagg.private_key(strategy.config.training.seed, partition, "seeded")
             ctx = rep.context(1, 1, user, bounds)
             rng = np.random.default_rng(5)
             reports[0] = cheating_report(bounds, ctx, user, cheat, key, helper_public, rng)

@@ -11,7 +11,10 @@ import pytest
 from golden import FAMILIES
 
 from fedrec_flwr.config import ConfigError, RunConfig, key_groups
+from fedrec_flwr.learning_keys import LearningKeys
 from fedrec_flwr.methods import FedMF, MethodCard, methods, register_method, unregister_method
+from fedrec_flwr.methods.plgc import PlgcKeys
+from fedrec_flwr.node.optim import SamKeys
 from fedrec_flwr.schema import POSITIVE, Group, key
 from fedrec_lab import configref
 from fedrec_lab.presets import resolve
@@ -92,7 +95,7 @@ def test_bad_values_fail_early_with_a_hint(mapping, message):
 
 def test_integers_are_accepted_for_floats():
     config = RunConfig.from_mapping({"lr": 1, "item-lr": 2})
-    assert config.lr == 1.0 and isinstance(config.lr, float)
+    assert config.learning.lr == 1.0 and isinstance(config.learning.lr, float)
     assert config.learning.item_learning_rate(100) == 200.0
     assert RunConfig.from_mapping(
         {"item-lr-scaling": "none", "item-lr": 3}
@@ -100,13 +103,13 @@ def test_integers_are_accepted_for_floats():
 
 
 def test_a_number_is_accepted_for_plgc_alpha():
-    assert RunConfig.from_mapping({"plgc-alpha": 0.5}).plgc_alpha == "0.5"
+    assert RunConfig.from_mapping({"plgc-alpha": 0.5}).group(PlgcKeys).plgc_alpha == "0.5"
     with pytest.raises(ConfigError, match="'plgc-persist' must be of type bool"):
         RunConfig.from_mapping({"plgc-persist": 1})
 
 
 def test_the_synthetic_keys_are_checked_only_for_the_synthetic_dataset():
-    assert RunConfig.from_mapping({"synthetic-users": 0}).synthetic_users == 0
+    assert RunConfig.from_mapping({"synthetic-users": 0}).value("synthetic-users") == 0
     with pytest.raises(ConfigError, match="synthetic-users=0 must be > 0"):
         RunConfig.from_mapping({"dataset": "synthetic", "synthetic-users": 0})
 
@@ -116,7 +119,7 @@ def test_a_config_is_a_frozen_value():
     assert config == RunConfig.from_fields(method="fedmf", lr=0.5) != RunConfig()
     assert hash(config) == hash(RunConfig.from_fields(method="fedmf", lr=0.5))
     assert pickle.loads(pickle.dumps(config)) == config == copy.deepcopy(config)
-    assert config.replace(lr=0.25).lr == 0.25 and config.lr == 0.5
+    assert config.replace(lr=0.25).learning.lr == 0.25 and config.learning.lr == 0.5
     with pytest.raises(FrozenInstanceError):
         config.lr = 1.0
     with pytest.raises(TypeError, match="unknown fields \\['learning_rate'\\]"):
@@ -124,6 +127,25 @@ def test_a_config_is_a_frozen_value():
     with pytest.raises(ConfigError, match="server-lr only applies"):
         config.replace(server_lr=0.5)
     assert "method='fedmf'" in repr(config)
+
+
+def test_a_key_is_read_through_its_group_not_as_an_attribute():
+    config = RunConfig.from_mapping({"method": "fedmf", "lr": 0.5, "sam-rho-private": 0.1})
+    assert config.learning.lr == config.group(LearningKeys).lr == config.value("lr") == 0.5
+    assert config.group(SamKeys).sam_rho_private == config.value("sam-rho-private") == 0.1
+    with pytest.raises(
+        AttributeError,
+        match=r"key 'sam-rho-private' is read through its group, "
+        r"config\.group\(SamKeys\)\.sam_rho_private",
+    ):
+        config.sam_rho_private  # noqa: B018
+    with pytest.raises(AttributeError, match="config\\.group\\(LearningKeys\\)\\.lr"):
+        config.lr  # noqa: B018
+    with pytest.raises(AttributeError, match="'RunConfig' object has no attribute 'no_such_key'"):
+        config.no_such_key  # noqa: B018
+    assert not hasattr(config, "lr")
+    with pytest.raises(KeyError, match="unknown run-config key 'no-such-key'"):
+        config.value("no-such-key")
 
 
 class ScaledMF(FedMF):
@@ -161,7 +183,8 @@ def test_a_method_registered_later_brings_its_keys():
 # ------------------------------------------------------------ reference defaults
 def test_fedrecgel_named_alone_takes_the_papers_radii():
     config = RunConfig.from_mapping({"method": "fedrecgel"})
-    assert (config.sam_rho_private, config.sam_rho_shared) == (0.01, 0.01)
+    sam = config.group(SamKeys)
+    assert (sam.sam_rho_private, sam.sam_rho_shared) == (0.01, 0.01)
     assert RunConfig.from_mapping(config.to_mapping()) == config  # config.json reads back
 
 
@@ -175,7 +198,8 @@ def test_fedrecgel_named_alone_takes_the_papers_radii():
 )
 def test_radii_set_explicitly_win_over_the_reference_defaults(mapping, radii):
     config = RunConfig.from_mapping({"method": "fedrecgel", **mapping})
-    assert (config.sam_rho_private, config.sam_rho_shared) == radii
+    sam = config.group(SamKeys)
+    assert (sam.sam_rho_private, sam.sam_rho_shared) == radii
 
 
 def test_explicit_zero_radii_are_fedrecgel_without_sam():
@@ -186,7 +210,8 @@ def test_explicit_zero_radii_are_fedrecgel_without_sam():
     config = RunConfig.from_mapping(
         {"method": "fedrecgel", "sam-rho-private": 0.0, "sam-rho-shared": 0}
     )
-    assert (config.sam_rho_private, config.sam_rho_shared) == (0.0, 0.0)
+    sam = config.group(SamKeys)
+    assert (sam.sam_rho_private, sam.sam_rho_shared) == (0.0, 0.0)
     method = build_method(config, num_items=5)
     assert type(local_optimizer(method, config)) is SGD
 
@@ -214,7 +239,7 @@ def test_the_launcher_fills_them_before_pyprojects_defaults():
     config = merged_run_config(None, ["method='fedrecgel'"])
     assert config["sam-rho-private"] == 0.01 and config["sam-rho-shared"] == 0.01
     full = RunConfig.from_mapping({**project_defaults(PROJECT), **config})
-    assert full.sam_rho_private == 0.01
+    assert full.group(SamKeys).sam_rho_private == 0.01
     explicit = merged_run_config(None, ["method='fedrecgel'", "sam-rho-shared=0.05"])
     assert "sam-rho-private" not in explicit
 

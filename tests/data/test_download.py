@@ -276,7 +276,9 @@ def test_registry_readme_and_run_config_agree() -> None:
     assert dataset_key.choice_values() == tuple(names)
     # the configuration reference lists them in order (python -m fedrec_lab.configref)
     reference = (PROJECT / "docs" / "reference" / "configuration.md").read_text()
-    row = f'| `dataset` | str | `"{RunConfig().dataset}"` | ' + ", ".join(f"`{n}`" for n in names)
+    row = f'| `dataset` | str | `"{RunConfig().data.dataset}"` | ' + ", ".join(
+        f"`{n}`" for n in names
+    )
     assert row + " |" in reference
     for name, spec in registry.DATASETS.items():
         assert spec.name == name and spec.description

@@ -15,6 +15,8 @@ from fedrec_flwr.methods import (
     unregister_method,
 )
 from fedrec_flwr.methods.base import linear_head_init
+from fedrec_flwr.privacy.ldp import LdpKeys
+from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_lab.audit.command import config_keys
 from fedrec_lab.audit.report import markdown, user_epsilon
 from fedrec_lab.audit.run import (
@@ -50,9 +52,10 @@ def test_secure_aggregation_with_ldp_takes_both_and_ldps_settings(method):
     assert keys == {**config_keys("secagg", method, {}, {}), **config_keys("ldp", method, {}, {})}
     assert config_keys("secagg-ldp", method, {"ldp-epsilon": 2.0}, {})["ldp-epsilon"] == 2.0
     config = RunConfig.from_mapping({**preset(method, "strict"), **keys})  # accepted
-    assert config.secure_aggregation and config.secure_aggregation_keys == "seeded"
-    assert (config.ldp_mechanism, config.ldp_epsilon, config.ldp_delta) == ("gaussian", 4.0, 1e-5)
-    assert config.ldp_clip == imitation_of(method).ldp_clip
+    secagg, ldp = config.group(SecAggKeys), config.group(LdpKeys)
+    assert secagg.secure_aggregation and secagg.secure_aggregation_keys == "seeded"
+    assert (ldp.ldp_mechanism, ldp.ldp_epsilon, ldp.ldp_delta) == ("gaussian", 4.0, 1e-5)
+    assert ldp.ldp_clip == imitation_of(method).ldp_clip
 
 
 @pytest.mark.usefixtures("private_cache")

@@ -196,7 +196,7 @@ def test_local_only_never_moves_the_global_table(tmp_path):
         config = local_only_config(base, method, rounds=3).replace(
             results_dir=str(tmp_path / method), batch_size=32
         )
-        assert config.server_lr == 0.0 and config.server_optimizer == "sgd-momentum"
+        assert config.server.server_lr == 0.0 and config.server.server_optimizer == "sgd-momentum"
         grid = LocalGrid(client_app, config.to_mapping(), num_nodes=2, keep_messages=True)
         summary = run_federation(grid, config)
         row_dim = build_method(config, 300).row_dim

@@ -52,10 +52,11 @@ def test_local_only_rows_read_the_same_file(tmp_path):
         {"dataset": "file", "data-file": str(tmp_path / "x.csv"), "user-column": "u", "k-core": 2}
     )
     local = local_only_config(config, "pfedrec", rounds=3)
-    assert (local.dataset, local.data_file, local.user_column, local.k_core) == (
+    file = local.data.file
+    assert (local.data.dataset, file.data_file, file.user_column, file.k_core) == (
         "file",
         str(tmp_path / "x.csv"),
         "u",
         2,
     )
-    assert local.server_lr == 0.0 and local.num_server_rounds == 3
+    assert local.server.server_lr == 0.0 and local.training.num_server_rounds == 3

@@ -38,7 +38,7 @@ def fedrecgel(**changes):
 
 def steps_and_params(method, seed=0):
     rng = np.random.default_rng(seed)
-    samples = random_samples(rng, num_users=5, batch=method.config.batch_size)
+    samples = random_samples(rng, num_users=5, batch=method.config.training.batch_size)
     params = user_params(method, samples.users, rng)
     table = rng.normal(size=(samples.row_offsets[-1], method.row_dim)).astype(np.float32)
     steps = epoch_steps(samples, method.config, 1, 0, torch.device("cpu"))

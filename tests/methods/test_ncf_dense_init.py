@@ -10,6 +10,7 @@ from torch import nn
 
 from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.methods import build_method
+from fedrec_flwr.methods.fedncf import NcfKeys
 
 
 def dense(init: str, seed: int = 0) -> dict[str, np.ndarray]:
@@ -28,7 +29,7 @@ def dense(init: str, seed: int = 0) -> dict[str, np.ndarray]:
 
 def test_the_default_is_pytorch_and_the_reference_keeps_names_and_shapes():
     default = RunConfig.from_fields(method="fedrecgel")
-    assert default.ncf_dense_init == "pytorch"
+    assert default.group(NcfKeys).ncf_dense_init == "pytorch"
     pytorch, reference = dense("pytorch"), dense("reference")
     assert {k: v.shape for k, v in pytorch.items()} == {k: v.shape for k, v in reference.items()}
     assert pytorch["mlp-0-bias"].any() and not reference["mlp-0-bias"].any()

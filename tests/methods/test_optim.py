@@ -18,7 +18,7 @@ def a_step(method, seed=0):
     """Parameters of 4 users and the first step of their epoch."""
     rng = np.random.default_rng(seed)
     config = method.config
-    samples = random_samples(rng, num_users=4, batch=config.batch_size)
+    samples = random_samples(rng, num_users=4, batch=config.training.batch_size)
     params = user_params(method, samples.users, rng)
     params[ROWS] = torch.from_numpy(
         rng.normal(size=(samples.row_offsets[-1], method.row_dim)).astype(np.float32)

@@ -67,7 +67,9 @@ def test_every_method_member_is_overridden_delegated_or_derived(plugin):
     assert not inspect.isabstract(plugin)
 
 
-@pytest.mark.parametrize("config", configs(), ids=lambda c: f"{c.method}-{c.personalization}")
+@pytest.mark.parametrize(
+    "config", configs(), ids=lambda c: f"{c.method_name}-{c.value('personalization')}"
+)
 def test_a_plugin_that_overrides_nothing_answers_as_its_base_method(config):
     base = build_method(config, num_items=12)
     wrapped = DoesNothing(config, 12, base)
@@ -130,7 +132,7 @@ def test_a_plugin_registered_at_run_time_is_attached_where_its_config_enables_it
     plugin = Plugin(
         name="halved",
         paper="",
-        enabled=lambda config: config.seed == 7,
+        enabled=lambda config: config.training.seed == 7,
         method=Halved,
     )
     register_plugin(plugin)

@@ -142,7 +142,7 @@ def test_the_option_draws_counter_negatives_in_the_node(tmp_path):
     }
     numpy_config = RunConfig.from_mapping(base)
     config = RunConfig.from_mapping({**base, "negative-sampler": "counter"})
-    assert numpy_config.negative_sampler == NegativeSampler.KEYED_NUMPY  # the default
+    assert numpy_config.sampler.negative_sampler == NegativeSampler.KEYED_NUMPY  # the default
     prepared = prepare(config)
     users = np.arange(0, 40, 3)
     together = users_round_items(prepared, config, users, 2)

@@ -40,14 +40,14 @@ def nodes(mapping):
 def steps_of(node: NodeRuntime, user: int, config) -> int:
     """The user's local steps in round 1: epochs x batches of its samples."""
     positives = len(node.prepared.train_positives(user))
-    samples = positives * (1 + config.num_negatives)
-    return config.local_epochs * -(-samples // config.batch_size)
+    samples = positives * (1 + config.training.num_negatives)
+    return config.training.local_epochs * -(-samples // config.training.batch_size)
 
 
 def test_the_table_is_the_round_mean_of_full_tables_with_the_factor_on_rows_not_held():
     config, prepared, runtimes = nodes({**BASE, "method": "fedmf"})
     _, _, held_runtimes = nodes({**BASE, "method": "fedmf", "weight-decay-rows": "held"})
-    table = initial_item_table(config, prepared.num_items, config.embedding_dim)
+    table = initial_item_table(config, prepared.num_items, config.learning.embedding_dim)
     uploads, full_tables = [], []
     for node, plain in zip(runtimes, held_runtimes, strict=True):
         for user in node.users[:2].tolist():  # one user at a time: its own factor
@@ -75,7 +75,7 @@ def test_fedrap_local_rows_decay_where_not_held_and_start_from_the_shared_table(
     method = node.method
     state = node.initial_state()
     assert torch.equal(state.private[SCALE], torch.ones(len(node.users)))
-    table = initial_item_table(config, prepared.num_items, config.embedding_dim)
+    table = initial_item_table(config, prepared.num_items, config.learning.embedding_dim)
     user = node.users[:1]
     _, state = node.train(state, 1, user, None, table)
     factor = (1 - RATE * DECAY) ** steps_of(node, int(user[0]), config)
@@ -88,7 +88,7 @@ def test_fedrap_local_rows_decay_where_not_held_and_start_from_the_shared_table(
     values = method.private_rows_in(LOCAL, stored, never)
     np.testing.assert_array_equal(values, method.local.initial[never])
     params = {SCALE: state.private[SCALE][:1], LOCAL: torch.from_numpy(values)[None]}
-    reps = method.represent(params, torch.zeros(1, len(never), config.embedding_dim))
+    reps = method.represent(params, torch.zeros(1, len(never), config.learning.embedding_dim))
     torch.testing.assert_close(reps[0], torch.from_numpy(method.local.initial[never]) * factor)
 
 

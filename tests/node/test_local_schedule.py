@@ -150,7 +150,7 @@ class TestLocalSchedule:
         config = RunConfig.from_mapping({**FEDRAP, "sam-rho-private": 0.05})
         method = build_method(config, num_items=200)
         rng = np.random.default_rng(3)
-        samples = random_samples(rng, num_users=3, batch=config.batch_size)
+        samples = random_samples(rng, num_users=3, batch=config.training.batch_size)
         start = fedrap_start(method, samples)
         step = epoch_steps(samples, config, 1, 0, CPU)[0]
         scale = torch.tensor([0.5, 0.25, 0.125], dtype=torch.float64)[: len(step.users)]
@@ -263,7 +263,7 @@ class TestLocalSchedule:
         method.begin_local_update(params, context)
         rows = method.row_names()
         phase = method.phases()[0]
-        for epoch in range(config.local_epochs):
+        for epoch in range(config.training.local_epochs):
             for step in epoch_steps(samples, config, 3, epoch, CPU):
                 grads, _ = _gradient_fn(method, params, step, phase, rows)(None)
                 for name, grad in grads.items():
@@ -284,7 +284,7 @@ class TestLocalSchedule:
         config = RunConfig.from_mapping({**FEDRAP, **schedule, "fedrap-reg-rows": reg_rows})
         method = build_method(config, num_items=200)
         rng = np.random.default_rng(0)
-        samples = random_samples(rng, num_users=6, batch=config.batch_size)
+        samples = random_samples(rng, num_users=6, batch=config.training.batch_size)
         start = fedrap_start(method, samples)
         packed = cloned(start)
         local_update(method, samples, packed, config, server_round=4)

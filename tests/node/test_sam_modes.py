@@ -14,7 +14,7 @@ import torch
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import ROWS, Role, build_method
-from fedrec_flwr.node.optim import SAM, SGD, SamMode, local_optimizer
+from fedrec_flwr.node.optim import SAM, SGD, SamKeys, SamMode, local_optimizer
 from fedrec_flwr.node.training import _gradient_fn, epoch_steps
 from fedrec_lab.testing import random_samples, user_params
 
@@ -42,7 +42,7 @@ def small_method(name: str, **changes):
 def a_step(method, seed=0):
     """Parameters of 4 users (own rows each) and the first step of their epoch."""
     rng = np.random.default_rng(seed)
-    samples = random_samples(rng, num_users=4, batch=method.config.batch_size)
+    samples = random_samples(rng, num_users=4, batch=method.config.training.batch_size)
     params = user_params(method, samples.users, rng)
     params[ROWS] = torch.from_numpy(
         rng.normal(size=(samples.row_offsets[-1], method.row_dim)).astype(np.float32)
@@ -185,7 +185,7 @@ def test_joint_is_the_default_mode_and_unchanged():
     both groups are moved: the optimiser's own result equals the explicit joint one bit
     for bit."""
     method = small_method("fedncf")
-    assert method.config.sam_mode == SamMode.JOINT
+    assert method.config.group(SamKeys).sam_mode == SamMode.JOINT
     params, step = a_step(method)
     roles = method.roles()
     sgd = SGD({n: method.learning_rate(n) for n in roles}, method.row_names())

@@ -97,9 +97,9 @@ def test_one_user_nodes_without_a_sampled_user_get_no_rows(tmp_path, monkeypatch
 
     config = RunConfig.from_mapping({**SMALL, **overrides})
     for server_round in (1, 2, 3):
-        chosen = set(eval_sample(config.seed, server_round, 40, 8).tolist())
-        now = set(participants(config.seed, server_round, 40, 0.25).tolist())
-        following = set(participants(config.seed, server_round + 1, 40, 0.25).tolist())
+        chosen = set(eval_sample(config.training.seed, server_round, 40, 8).tolist())
+        now = set(participants(config.training.seed, server_round, 40, 0.25).tolist())
+        following = set(participants(config.training.seed, server_round + 1, 40, 0.25).tolist())
         owing = (following - now) - chosen
         got = {m.metadata.dst_node_id: m for m in evaluated(sent, server_round)}
         assert len(got) == len(chosen | owing) < 40

@@ -79,6 +79,6 @@ def test_server_optimizer_rows_is_configured_and_checked():
     )
     method = build_method(config, num_items=5)
     assert ServerModel.initial(config, method, 5).optimizer.rows is OptimizedRows.ALL
-    assert RunConfig().server_optimizer_rows == "touched"
+    assert RunConfig().server_rows.server_optimizer_rows == "touched"
     with pytest.raises(ConfigError, match="server-optimizer to 'adam'"):
         RunConfig.from_mapping({"server-optimizer-rows": "all"})

@@ -10,6 +10,7 @@ import pytest
 from fedrec_flwr.aggregation import RowUpload
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import build_method
+from fedrec_flwr.privacy.ldp import LdpKeys
 from fedrec_flwr.server.model import ServerModel, initial_item_table
 from fedrec_flwr.server.optimizer import ServerOptimizer
 from fedrec_flwr.stages import SecureSum
@@ -174,4 +175,4 @@ def test_the_initial_model_of_a_run(keys):
     assert server.optimizer.rule == "adam"
     assert server.zero_threshold == method.zero_threshold
     assert server.evaluate_round_start == (method.eval_table == "round-start")
-    assert ("ldp-denoise" in server.stages.names()) == config.ldp_denoise
+    assert ("ldp-denoise" in server.stages.names()) == config.group(LdpKeys).ldp_denoise

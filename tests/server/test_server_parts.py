@@ -65,7 +65,7 @@ def test_train_orders_give_the_selected_users_and_a_fresh_request_only():
     planner.nodes[100].request_round, planner.nodes[100].request_items = 2, np.array([3, 4])
     planner.nodes[101].request_round, planner.nodes[101].request_items = 1, np.array([7])
     orders = planner.train_orders(2)
-    selected = participants(planner.config.seed, 2, 12, 0.5)
+    selected = participants(planner.config.training.seed, 2, 12, 0.5)
     for node_id, info in planner.nodes.items():
         mine = np.intersect1d(info.users, selected)
         if len(mine) == 0:
