@@ -22,8 +22,11 @@ LAB = ROOT / "fedrec_lab"
 
 @pytest.fixture
 def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The current folder outside any project, and no ``$FEDREC_PROJECT``."""
-    monkeypatch.delenv(ENVIRONMENT, raising=False)
+    """The current folder outside any project, and no ``$FEDREC_PROJECT``, restored after the
+    test even when the test's ``fedrec --project`` sets it (setenv records the variable's
+    state before the test; a delenv of an unset variable records nothing)."""
+    monkeypatch.setenv(ENVIRONMENT, "")
+    monkeypatch.delenv(ENVIRONMENT)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

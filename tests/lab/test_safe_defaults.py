@@ -15,6 +15,7 @@ from fedrec_lab.audit import command as audit
 from fedrec_lab.audit.command import shown_argv
 from fedrec_lab.baselines import command as baselines
 from fedrec_lab.experiments import command as experiments
+from fedrec_lab.project import ENVIRONMENT
 from fedrec_lab.scratch import SCRATCH, scratch_out
 
 COMMANDS = {"tune": tuning, "audit": audit, "experiments": experiments, "baselines": baselines}
@@ -115,8 +116,10 @@ def test_tune_without_data_dir_leaves_it_to_the_environment(monkeypatch, tmp_pat
     monkeypatch.setattr(
         tuning, "run_trial", lambda config, watch=None: ran.append(config) or {"error": "x"}
     )
-    monkeypatch.chdir(tmp_path)
-    preset = Path(__file__).resolve().parents[2] / "conf" / "pfedrec-ml100k-strict.toml"
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(tmp_path)  # outside the checkout: the project is named
+    monkeypatch.setenv(ENVIRONMENT, str(root))
+    preset = root / "conf" / "pfedrec-ml100k-strict.toml"
     tuning.main([str(preset), "--trials", "1", "--rounds", "1"])
     assert ran and "data-dir" not in ran[0]
     assert (tmp_path / "fedrec-out" / "tune" / "pfedrec-ml100k-strict.md").is_file()
