@@ -26,6 +26,16 @@ from fedrec_flwr.node.context_state import RESIDENT
 CLIENT_APP_EXCEPTION = 3  # flwr.common.constant.ErrorCode.CLIENT_APP_RAISED_EXCEPTION
 
 
+def stamp_message_id(message: Message) -> str:
+    """Give ``message`` a fresh id, as a Flower grid does when it pushes one (the server
+    matches each reply's ``reply_to_message_id`` to it). ``Metadata.message_id`` is a
+    read-only property over ``_message_id`` with no setter; Flower's own grids
+    (``InMemoryGrid.push_messages``) write that entry, and so does this one place."""
+    message_id = str(uuid4())
+    message.metadata.__dict__["_message_id"] = message_id
+    return message_id
+
+
 class LocalGrid(Grid):
     """``num_nodes`` nodes whose ClientApp runs in this process, one message at a time."""
 
@@ -95,7 +105,7 @@ class LocalGrid(Grid):
         call that takes longer than ``timeout`` seconds gives no reply."""
         replies = []
         for message in messages:
-            message.metadata.__dict__["_message_id"] = str(uuid4())
+            stamp_message_id(message)
             if self.keep_messages:
                 self.sent.append(message)
             context = self.contexts[message.metadata.dst_node_id]

@@ -5,7 +5,6 @@ is windowed."""
 from __future__ import annotations
 
 import random
-from uuid import uuid4
 
 import pytest
 from flwr.app import ConfigRecord, Message, RecordDict
@@ -15,6 +14,7 @@ from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.server import in_flight
 from fedrec_flwr.server.in_flight import WindowedGrid, message_window, send_and_receive, windowed
+from fedrec_lab.local_grid import stamp_message_id
 
 
 class FakeGrid:
@@ -31,10 +31,10 @@ class FakeGrid:
     def push_messages(self, messages):
         ids = []
         for message in messages:
-            message.metadata.__dict__["_message_id"] = str(uuid4())
+            message_id = stamp_message_id(message)
             pulls = None if message.metadata.dst_node_id in self.silent else self.rng.randint(0, 3)
-            self.waiting[message.metadata.message_id] = (message, pulls)
-            ids.append(message.metadata.message_id)
+            self.waiting[message_id] = (message, pulls)
+            ids.append(message_id)
         self.most_held = max(self.most_held, len(self.waiting))
         return ids
 
