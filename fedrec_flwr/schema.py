@@ -204,38 +204,6 @@ class Dim:
         return f"[{self.low:g}, {self.high:g}]" + (" log" if self.log else "")
 
 
-@dataclass(frozen=True, eq=False)
-class KeyGroup:
-    """The keys one module declares, and what it knows about them.
-
-    ``check(config)``: checks across keys (raise :class:`ConfigError`). ``applies(config)``:
-    when the keys' own checks and ``check`` run (default: always; the synthetic dataset's
-    keys only when it is the dataset). ``plugin``: the registered plug-in these keys belong to
-    (its ``search_space`` is tuned when the plug-in is enabled). ``tuned(config, method)``:
-    when the search space of a group that is no plug-in's is tuned (default: always).
-    """
-
-    title: str
-    owner: str
-    keys: tuple[Key, ...]
-    check: GroupCheck | None = None
-    applies: GroupApplies | None = None
-    search_space: Mapping[str, Dim] = field(default_factory=dict)
-    plugin: str | None = None
-    tuned: GroupTuned | None = None
-
-    def __post_init__(self) -> None:
-        names = [key.name for key in self.keys]
-        if len(set(names)) != len(names) or not set(self.search_space) <= set(names):
-            raise ValueError(
-                f"{self.owner}: declare each key once, and give a search space over the "
-                f"group's own keys (keys {names}, search space {list(self.search_space)})."
-            )
-
-    def active(self, config: RunValues) -> bool:
-        return self.applies is None or self.applies(config)
-
-
 #: The metadata entry of a :class:`Group` field that holds its :class:`KeyInfo`.
 KEY_INFO = "fedrec-key"
 
@@ -277,10 +245,11 @@ class Group:
     A subclass is made a frozen, keyword-only dataclass; it states its ``title``, and may
     state ``plugin`` (the registered plug-in its keys belong to: its ``search_space`` is
     tuned when the plug-in is enabled), ``search_space`` (over its own keys), ``owner``
-    (default: its module), and, as :class:`KeyGroup` does, ``check(config)`` (checks across
-    keys, raising :class:`ConfigError`), ``applies(config)`` (when the keys' checks run) and
-    ``tuned(config, method)`` (when the search space of a group that is no plug-in's is
-    tuned). ``keys``, its :class:`Key` declarations in field order, is made from the fields.
+    (default: its module), ``check(config)`` (checks across keys, raising
+    :class:`ConfigError`; default: none), ``applies(config)`` (when the keys' own checks and
+    ``check`` run; default: always) and ``tuned(config, method)`` (when the search space of a
+    group that is no plug-in's is tuned; default: always). ``keys``, its :class:`Key`
+    declarations in field order, is made from the fields.
     """
 
     title: ClassVar[str] = ""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from fedrec_flwr.schema import Dim, KeyGroup
+from fedrec_flwr.schema import Dim, Group
 
 
 def suggest(dim: Dim, trial: Any, key: str) -> Any:
@@ -32,7 +32,7 @@ def space_for(preset: dict[str, Any], plugin_only: bool = False) -> dict[str, Di
     method = build_method(config, num_items=1)
     enabled = {plugin.name for plugin in enabled_plugins(config)}
 
-    def tuned(group: KeyGroup) -> bool:
+    def tuned(group: type[Group]) -> bool:
         if group.plugin is not None:
             return group.plugin in enabled
         return group.tuned is None or group.tuned(config, method)
@@ -57,7 +57,7 @@ def space_for(preset: dict[str, Any], plugin_only: bool = False) -> dict[str, Di
     return space
 
 
-def by_key_name(groups: Iterable[KeyGroup]) -> dict[str, Dim]:
+def by_key_name(groups: Iterable[type[Group]]) -> dict[str, Dim]:
     """The search spaces of ``groups`` in one, ordered by key name (the order Optuna draws
     them in, whatever the order the groups were registered in)."""
     dims = [item for group in groups for item in group.search_space.items()]

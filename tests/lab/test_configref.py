@@ -7,19 +7,23 @@ from pathlib import Path
 
 import pytest
 
-from fedrec_flwr.schema import POSITIVE, Key, KeyGroup, Range
+from fedrec_flwr.schema import POSITIVE, Group, Range, key
 from fedrec_lab import configref
 
-GROUP = KeyGroup(
-    title="Toy",
-    owner="tests.toy",
-    keys=(
-        Key("toy-rate", 1e-5, "a rate | with a pipe", range=Range(0, 1, low_included=False)),
-        Key("toy-name", 'a "b"', "a name"),
-        Key("toy-on", True, "a switch"),
-        Key("toy-size", 3, "a size", range=POSITIVE),
-    ),
-)
+
+class ToyKeys(Group):
+    title = "Toy"
+    owner = "tests.toy"
+
+    toy_rate: float = key(
+        default=1e-5, help="a rate | with a pipe", range=Range(0, 1, low_included=False)
+    )
+    toy_name: str = key(default='a "b"', help="a name")
+    toy_on: bool = key(default=True, help="a switch")
+    toy_size: int = key(default=3, help="a size", range=POSITIVE)
+
+
+GROUP = ToyKeys
 PYPROJECT = '[project]\nname = "x"\n\n[tool.flwr.app.config]\nold = 1\n\n[tool.ruff]\nx = 1\n'
 
 
