@@ -78,11 +78,12 @@ def deploy_local(
         for device in devices:
             deployment.add_supernode(device)
         deployment.wait_online(num_nodes)
-        run_id = None
+        run_id, link = None, deployment.link
+        if link is None:  # started with the deployment: its SuperNodes are online
+            raise RuntimeError("the local deployment has no SuperLink")
         try:
             run_id = deployment.submit(config, project)
             say(f"run {run_id} submitted to federation '{FEDERATION}'")
-            link = deployment.link
             status, _ = follow(link, run_id, True, timeout)
             announced = status is None
             if announced:
@@ -90,7 +91,7 @@ def deploy_local(
             outcome = conclude(link, status, "", _run_folder(named), say, folder, announced)
         except KeyboardInterrupt as interrupt:
             signum = getattr(interrupt, "signum", signal.SIGINT)
-            stopped = stop_run(deployment.link, run_id) if run_id else "not-started"
+            stopped = stop_run(link, run_id) if run_id else "not-started"
             raise RunInterrupted(signum, run_id, stopped) from None
     return outcome.status, _run_folder(named)
 

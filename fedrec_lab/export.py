@@ -31,6 +31,7 @@ from fedrec_flwr.data import user_dataset
 from fedrec_flwr.data.device import FORMAT, MANIFEST, split_fingerprint
 from fedrec_flwr.data.prepared import PreparedData, data_dir_read, prepare
 from fedrec_flwr.partition import users_of_partition
+from fedrec_flwr.schema import Scalar
 
 
 def device_arrays(prepared: PreparedData, users: np.ndarray, seed: int) -> dict[str, np.ndarray]:
@@ -78,7 +79,7 @@ def export_devices(config: RunConfig, num_partitions: int, out: str | Path) -> l
         folder = out / f"device-{partition}"
         _write_folder(folder, device_arrays(prepared, users, config.training.seed), manifest)
         folders.append(folder)
-    source = {"data-dir": data_dir_read(config)}
+    source: dict[str, Scalar] = {"data-dir": data_dir_read(config)}
     if config.data.dataset == user_dataset.FILE_DATASET:
         file = config.data.file
         source = {**user_dataset.settings(file), **user_dataset.source_record(config)}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from uuid import uuid4
 
 from flwr.app import Context, Error, Message, RecordDict
@@ -41,7 +41,7 @@ class LocalGrid(Grid):
 
     def __init__(
         self,
-        client_app: ClientApp,
+        client_app: ClientApp | Callable[[Message, Context], Message],
         run_config: dict,
         num_nodes: int,
         keep_messages: bool = False,

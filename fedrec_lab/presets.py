@@ -24,6 +24,7 @@ import difflib
 import json
 import sys
 import tomllib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -212,19 +213,19 @@ def problems(conf: Path | None = None) -> list[str]:
 
 
 def set_keys(
-    path: Path, values: dict[str, Any], drop: set[str] = frozenset(), note: str | None = None
+    path: Path, values: dict[str, Any], drop: Collection[str] = frozenset(), note: str | None = None
 ) -> None:
     """Set ``values`` in a preset file (in place, else appended) and remove the ``drop``
     keys, keeping its other lines and comments; ``note`` becomes its first comment line.
 
     In an extending preset, a value equal to its base's is removed, not written (the preset
     keeps what differs). The folder's flat copies are rebuilt if it has some."""
-    remaining, drop = dict(values), set(drop)
+    remaining, dropped = dict(values), set(drop)
     files = chain(path)
     if len(files) > 1:
         inherited = resolve(files[1])
         for key in [k for k, v in remaining.items() if same_value(inherited.get(k, ...), v)]:
-            drop.add(key)
+            dropped.add(key)
             del remaining[key]
     lines = []
     for line in path.read_text().splitlines():
@@ -232,7 +233,7 @@ def set_keys(
         if "=" in line and not line.lstrip().startswith("#"):
             if key in remaining:
                 line = f"{key} = {json.dumps(remaining.pop(key))}"
-            elif key in drop:
+            elif key in dropped:
                 continue
         lines.append(line)
     lines += [f"{key} = {json.dumps(value)}" for key, value in remaining.items()]
@@ -254,7 +255,7 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_arguments(argv: list[str]) -> argparse.Namespace:
+def check_arguments(argv: list[str] | None) -> argparse.Namespace:
     """The arguments of ``main``, checked (SystemExit, as argparse exits, if not); nothing
     is read or written."""
     cli = parser()

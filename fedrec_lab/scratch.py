@@ -38,7 +38,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         if "(default: " in help_text:  # states its own default
             return help_text
         if "%(default)" in help_text or action.default is SUPPRESS or not action.option_strings:
-            return super()._get_help_string(action)
+            return super()._get_help_string(action) or ""
         shown = "%(default)r" if action.default == "" else "%(default)s"
         return f"{help_text} (default: {shown})".strip()
 

@@ -208,10 +208,10 @@ def plot(traffic_rows: list[dict], divergence_rows: list[dict], path: Path) -> N
             lw=1,
             ls="-" if r["protocol"] == "paper" else "--",
         )
-        label = f"{r['distance']}, {r['protocol']}" if r["seed"] == 0 else None
+        seed_label = f"{r['distance']}, {r['protocol']}" if r["seed"] == 0 else None
         loss = [v if v is not None else np.nan for v in r["loss"]][:30]
         val = [100 * v if v is not None else np.nan for v in r["val"]][:30]
-        axes[1].plot(range(1, len(loss) + 1), loss, label=label, **style)
+        axes[1].plot(range(1, len(loss) + 1), loss, label=seed_label, **style)
         axes[2].plot(range(1, len(val) + 1), val, **style)
     axes[1].set_yscale("log")
     axes[1].set_title("ML-100K: train loss (first 30 rounds)", fontsize=9)

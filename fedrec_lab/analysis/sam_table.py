@@ -106,11 +106,12 @@ def row(
     sides: dict[bool, list[dict]] = {False: [], True: []}
     seeds_done = []
     for seed in seeds:
-        pair = [
+        found = [
             run_figures(SamCell(method, sam, dataset, protocol, seed), runs, records)
             for sam in (False, True)
         ]
-        if all(p is not None for p in pair):
+        pair = [figures for figures in found if figures is not None]
+        if len(pair) == len(found):
             seeds_done.append(seed)
             for sam, figures in zip((False, True), pair, strict=True):
                 sides[sam].append(figures)

@@ -30,7 +30,7 @@ dataset and protocol, so that runs are compared on the same users (paired).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,7 +131,7 @@ def local_loss(best: BestState, user: int) -> LocalLoss:
     return LocalLoss(names, groups, theta, fn)
 
 
-def _dot(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+def _dot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
     return float(sum((x * y).sum() for x, y in zip(a, b, strict=True)))
 
 

@@ -154,8 +154,7 @@ def imia_scores(
         guess = (confirmed == 1).astype(np.float64)
         picks = rng.choice(unknown, size=min(expected - found, len(unknown)), replace=False)
         guess[picks] = 1.0
-    unknown = confirmed < 0
-    return np.where(unknown, guess, confirmed).astype(np.float64)
+    return np.where(confirmed < 0, guess, confirmed).astype(np.float64)
 
 
 def request_scores(items: np.ndarray, next_request: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ import argparse
 import json
 from pathlib import Path
 
+from fedrec_flwr.schema import Scalar
 from fedrec_lab import progress
 from fedrec_lab.audit import sums
 from fedrec_lab.audit.report import markdown, parse_sets
@@ -35,23 +36,28 @@ from fedrec_lab.scratch import HelpFormatter, add_data_dir, add_out, wrote
 #: and ``--decoys`` override the keys of the protected ones. LDP: Gaussian, epsilon 4 per
 #: row, the clip the method declares (``AuditImitation.ldp_clip``: about the median norm of
 #: a user's row change without protection; PFedRec 15, FedMF 3: its item rows move less).
-LDP = {"ldp-mechanism": "gaussian", "ldp-epsilon": 4.0, "ldp-delta": 1e-5}
-DECOYS = {"decoy-ratio": 16.0}
+LDP: dict[str, Scalar] = {"ldp-mechanism": "gaussian", "ldp-epsilon": 4.0, "ldp-delta": 1e-5}
+DECOYS: dict[str, Scalar] = {"decoy-ratio": 16.0}
 #: Decoys built against an attacker who knows them: popularity-matched, trained with the
 #: user's samples (as negatives, or as positives so that they move like its real rows), and
 #: a fixed request size (``fedrec_flwr.privacy.decoys``).
-MATCHED = {"decoy-selection": "popularity"}
-TRAINED = {"decoy-ratio": 4.0, "decoy-updates": "negatives", **MATCHED}
-AS_POSITIVES = {"decoy-ratio": 4.0, "decoy-updates": "positives", **MATCHED}
-FIXED = {"decoy-ratio": 1.0, "decoy-updates": "negatives", "decoy-request-size": 800, **MATCHED}
+MATCHED: dict[str, Scalar] = {"decoy-selection": "popularity"}
+TRAINED: dict[str, Scalar] = {"decoy-ratio": 4.0, "decoy-updates": "negatives", **MATCHED}
+AS_POSITIVES: dict[str, Scalar] = {"decoy-ratio": 4.0, "decoy-updates": "positives", **MATCHED}
+FIXED: dict[str, Scalar] = {
+    "decoy-ratio": 1.0,
+    "decoy-updates": "negatives",
+    "decoy-request-size": 800,
+    **MATCHED,
+}
 #: Secure aggregation (``fedrec_flwr.privacy.secagg``): the attacks see each user's masked
 #: vector and its full-table request; seeded keys make the audited uploads reproducible.
 #: ``secagg-ldp`` adds ``ldp``'s noise on the device, under the mask: the user-level epsilon
 #: holds even against a server that unmasks (secure aggregation refuses decoys).
 #: ``secagg-bounded``: every user's change proven within 25 per row
 #: (``secure-aggregation-bound``); the server sees the leader's share of each report.
-SECAGG = {"secure-aggregation": True, "secure-aggregation-keys": "seeded"}
-CONFIGS = {
+SECAGG: dict[str, Scalar] = {"secure-aggregation": True, "secure-aggregation-keys": "seeded"}
+CONFIGS: dict[str, dict[str, Scalar]] = {
     "none": {},
     "ldp": LDP,
     "decoys": DECOYS,

@@ -23,7 +23,7 @@ from fedrec_flwr.privacy.bounded.encoding import clipped_sum
 from fedrec_flwr.privacy.bounded.keys import BoundedKeys
 from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.server.model import ServerModel
-from fedrec_flwr.stages import NodeUpload, SecureSum, UserChanges
+from fedrec_flwr.stages import NodeUpload, SecureSum, Upload, UserChanges
 
 
 def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
@@ -44,7 +44,7 @@ def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
         runtime.train_request(server_round)
         model.start_round()
         result, state = runtime.train(state, server_round, users, None, model.table, model.dense)
-        upload = RowUpload(
+        upload: Upload = RowUpload(
             result.item_ids,
             result.row_sums,
             result.row_counts,

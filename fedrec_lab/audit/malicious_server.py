@@ -57,7 +57,8 @@ def refusals(
     chosen = participants(
         config.training.seed, server_round, num_users, config.training.fraction_train
     )
-    seed, out = config.training.seed, {}
+    seed = config.training.seed
+    out: dict[str, str | None] = {}
     k = secagg_dropout.degree(len(chosen), config.group(SecAggKeys).secure_aggregation_neighbours)
     graph = secagg_dropout.neighbours(seed, server_round, chosen, k)
     near = np.sort(np.append(graph[user], user))

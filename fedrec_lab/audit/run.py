@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ class Capture:
 
     def __init__(self, users: np.ndarray, rounds: set[int]) -> None:
         self.users, self.rounds = set(map(int, users)), rounds
-        self.uploads: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
+        self.uploads: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def __call__(self, user, server_round, items, rows, sent) -> None:
         if user in self.users and server_round in self.rounds:
@@ -155,7 +156,7 @@ def adaptive_scores(
     rng = keyed_rng(config.training.seed, "audit", 2, user, server_round)
     positives = len(np.unique(prepared.train_positives(user)))
     decoys = len(user_decoys(prepared, config, user))
-    label = {DecoyUpdates.NEGATIVES: 0.0, DecoyUpdates.POSITIVES: 1.0}
+    label: dict[str, float] = {DecoyUpdates.NEGATIVES: 0.0, DecoyUpdates.POSITIVES: 1.0}
     roles = (positives, max(len(items) - positives - decoys, 0), decoys)
     last = config.training.num_server_rounds
     near = [r for r in range(server_round - WINDOW + 1, server_round + WINDOW) if 1 <= r <= last]
@@ -188,7 +189,7 @@ def attack_all(
     """Mean AUC and F1 of every attack over the captured uploads of ``audit_rounds`` (None:
     all), the random-guess F1, and the norms of the real rows' changes (median, 90th
     percentile)."""
-    results = {name: {"auc": [], "f1": []} for name in ATTACKS}
+    results: dict[str, dict[str, list[float]]] = {name: {"auc": [], "f1": []} for name in ATTACKS}
     random_f1, norms = [], []
     counts_of: dict[int, np.ndarray] = {}
 
@@ -229,7 +230,7 @@ def attack_all(
             results[name]["auc"].append(attacks.auc(score, positive))
             results[name]["f1"].append(attacks.top_f1(score, positive, count, rng))
         random_f1.append(attacks.random_f1(len(items), count, count))
-    out = {  # the malicious server attacks under secure aggregation only
+    out: dict[str, Any] = {  # the malicious server attacks under secure aggregation only
         name: {k: float(np.nanmean(v)) for k, v in values.items()}
         for name, values in results.items()
         if values["auc"] or name != MALICIOUS_SERVER

@@ -26,7 +26,7 @@ import numpy as np
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.methods import build_method
-from fedrec_flwr.methods.itemitem import ItemItemKeys
+from fedrec_flwr.methods.itemitem import ItemItem, ItemItemKeys
 from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.privacy.sum_noise import SumNoise
 from fedrec_lab.presets import resolve
@@ -40,6 +40,8 @@ def revealed(preset: str, data_dir: str) -> dict:
     )
     prepared = prepare(config)
     method = build_method(config, prepared.num_items)
+    if not isinstance(method, ItemItem):
+        raise ValueError(f"{preset}: the sums' audit reads an item-item preset's uploads")
     baskets = [method.uploaded_items(prepared, u) for u in range(prepared.num_users)]
     counts = np.zeros(prepared.num_items, dtype=np.int64)
     for basket in baskets:

@@ -97,6 +97,8 @@ def tune(
         logging.getLogger(__name__).info(
             "%s %s: val HR@10 %.4f", name, params, cells[-1]["val-hr@10"]
         )
+    if best is None:
+        raise ValueError(f"{name}: an empty grid has no cell to evaluate")
     params, metrics, per_user = best
     return Row(
         name,
@@ -157,7 +159,8 @@ def local_only_config(config: RunConfig, method: str, rounds: int | None = None)
     server's step set to zero: no federation."""
     preset = method_preset(method, config)
     mapping = resolve(preset) if preset.exists() else {"method": method}
-    keep = ("dataset", "protocol", "data_dir", "seed", "synthetic_users", "synthetic_items")
+    keep: tuple[str, ...] = ("dataset", "protocol", "data_dir", "seed", "synthetic_users")
+    keep += ("synthetic_items",)
     keep += ("synthetic_mean_degree", "torch_threads", "device")
     keep += tuple(key.replace("-", "_") for key in user_dataset.KEYS)  # a user's file
     base, fields = RunConfig.from_mapping(mapping), config.fields()

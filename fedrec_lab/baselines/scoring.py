@@ -64,7 +64,8 @@ def evaluate_scores_per_user(
     """:func:`evaluate_scores`'s means and each user's values."""
     num_nodes = max(1, math.ceil(prepared.num_users / USERS_PER_NODE))
     totals: dict[str, float] = {}
-    users_seen, values_seen, names = [], [], ()
+    users_seen, values_seen = [], []
+    names: tuple[str, ...] = ()
     for node in range(num_nodes):
         users = users_of_partition(node, num_nodes, prepared.num_users)
         node_config = config.replace(

@@ -30,8 +30,9 @@ def plot(results: list[RowResult], path: Path, title: str) -> None:
         for j, r in enumerate(rows):
             ci = r.ci()
             values = r.values("hr@10")
-            if ci:
-                errors[:, j] = [means[j] - ci[0], ci[1] - means[j]]
+            mean = means[j]
+            if ci and mean is not None:
+                errors[:, j] = [mean - ci[0], ci[1] - mean]
             elif len(values) > 1:
                 errors[:, j] = statistics.stdev(values)
         x = np.arange(len(rows))

@@ -197,11 +197,13 @@ def pivot(results: list[RowResult]) -> list[str]:
     for (dataset, label), pair in by_key.items():
         cells = []
         for protocol in ("paper", "strict"):
-            r = pair.get(protocol)
-            m = r.mean("hr@10") if r else None
-            cells.append(f"{m:.2f} / {r.mean('ndcg@10'):.2f}" if m is not None else "-")
-        hr = [pair[p].mean("hr@10") if p in pair else None for p in ("paper", "strict")]
-        ratio = f"{hr[0] / hr[1]:.1f}x" if None not in hr and hr[1] else "-"
+            result = pair.get(protocol)
+            m = result.mean("hr@10") if result else None
+            cells.append(
+                f"{m:.2f} / {result.mean('ndcg@10'):.2f}" if result and m is not None else "-"
+            )
+        paper, strict = (pair[p].mean("hr@10") if p in pair else None for p in ("paper", "strict"))
+        ratio = f"{paper / strict:.1f}x" if paper is not None and strict else "-"
         name = NAMES.get(dataset, dataset)
         lines.append(f"| {name} | {label} | {cells[0]} | {cells[1]} | {ratio} |")
     return lines

@@ -78,7 +78,7 @@ def sampled_vs_full(
 SAMPLED = ("s100-hr@10", "s100-ndcg@10")
 
 
-def federated_rows(results) -> dict[str, list[tuple[str, dict | None, dict | None, int]]]:
+def federated_rows(results) -> dict[str, list[tuple[str, dict, dict | None, int]]]:
     """Per dataset, each federated strict row of ``results`` (report.RowResult) with a
     finished seed: (label, full, sampled, seeds) with test HR@10 / NDCG@10 means over the
     seeds whose summary has the ``s100-*`` metrics (``sampled`` None and ``full`` over every

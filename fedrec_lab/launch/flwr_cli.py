@@ -37,6 +37,11 @@ class SuperLinkGoneError(RuntimeError):
     """The SuperLink of this launch has ended: no ``flwr`` call is made on it any more."""
 
 
+def _text(said: str | bytes | None) -> str:
+    """What a timed-out command printed, as text (its output may come back undecoded)."""
+    return said.decode(errors="replace") if isinstance(said, bytes) else said or ""
+
+
 def flwr_command(
     link: LocalSuperLink, args: Sequence[str], timeout: float
 ) -> subprocess.CompletedProcess:
@@ -71,8 +76,7 @@ def submit(
     except SuperLinkGoneError as gone:
         return None, str(gone)
     except subprocess.TimeoutExpired as expired:
-        said = (expired.stdout or "") + (expired.stderr or "")
-        said = said.decode(errors="replace") if isinstance(said, bytes) else said
+        said = _text(expired.stdout) + _text(expired.stderr)
         return None, f"flwr run did not answer within {SUBMIT_TIMEOUT:.0f} s\n{said}"
     try:
         return str(json.loads(started.stdout)["run-id"]), ""

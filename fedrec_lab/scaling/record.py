@@ -9,7 +9,7 @@ import statistics
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 MODES = ("inprocess", "flwr", "faithful")
 #: case keys the harness reads itself; every other key is a run-config key
@@ -94,12 +94,15 @@ def round_rows(run_dir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+T = TypeVar("T")
+
+
 def durations(elapsed: Sequence[float]) -> list[float]:
     """Seconds of each round from the cumulative seconds at the end of each."""
     return [b - a for a, b in zip([0.0, *elapsed[:-1]], elapsed, strict=True)]
 
 
-def after_first(values: Sequence[float]) -> list[float]:
+def after_first(values: Sequence[T]) -> list[T]:
     """The rounds after the first (warm-up), or all when there is only one."""
     return list(values[1:]) if len(values) > 1 else list(values)
 
@@ -115,7 +118,7 @@ def run_figures(rows: Sequence[Mapping[str, str]]) -> dict[str, Any]:
     kept = after_first(list(rows))
     users = median([float(r["train-users"] or 0) for r in kept])
     middle = median(seconds)
-    cpu = [r.get("cpu-seconds") for r in rows]
+    cpu = [r.get("cpu-seconds") or "" for r in rows]
     cpu_seconds = after_first(durations([float(c) for c in cpu])) if all(cpu) else []
     figures = {
         # CPU time of the server's process per round (in-process: the nodes' too): on a
@@ -126,7 +129,7 @@ def run_figures(rows: Sequence[Mapping[str, str]]) -> dict[str, Any]:
         "seconds_per_round_min": min(seconds) if seconds else None,
         "seconds_per_round_max": max(seconds) if seconds else None,
         "train_users_per_round": users,
-        "clients_per_second": users / middle if middle else None,
+        "clients_per_second": users / middle if middle and users is not None else None,
         "bytes_down": median([int(r["bytes-down"]) for r in kept]),
         "bytes_up": median([int(r["bytes-up"]) for r in kept]),
     }

@@ -12,11 +12,14 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedrec_lab.project import lazy_paths, project_root
 
 from .rss import rusage_peak_bytes
+
+if TYPE_CHECKING:
+    from fedrec_lab.local_grid import LocalGrid
 
 __getattr__ = lazy_paths(__name__, "PROJECT")  # the project folder, found when read
 
@@ -54,13 +57,14 @@ def num_users(config: dict[str, Any]) -> int:
     return prepare(RunConfig.from_mapping(config)).num_users
 
 
-def sized_grid(client_app, config: dict[str, Any], nodes: int, server_round: int):
+def sized_grid(
+    client_app, config: dict[str, Any], nodes: int, server_round: int
+) -> tuple[LocalGrid, dict[str, list[tuple[int, int]]]]:
     """A LocalGrid that notes (bytes down, bytes up) of each message of ``server_round``, by
-    kind, in its ``sizes`` (arrays only, as the strategy counts them)."""
+    kind, in the ``sizes`` returned with it (arrays only, as the strategy counts them)."""
     from fedrec_lab.local_grid import LocalGrid
 
-    grid = LocalGrid(client_app, config, nodes)
-    grid.sizes = {}
+    sizes: dict[str, list[tuple[int, int]]] = {}
 
     def noted(message, context):
         reply = client_app(message, context)
@@ -70,11 +74,10 @@ def sized_grid(client_app, config: dict[str, Any], nodes: int, server_round: int
             up = 0
             if not reply.has_error() and "arrays" in reply.content:
                 up = reply.content["arrays"].count_bytes()
-            grid.sizes.setdefault(message.metadata.message_type, []).append((down, up))
+            sizes.setdefault(message.metadata.message_type, []).append((down, up))
         return reply
 
-    grid.client_app = noted
-    return grid
+    return LocalGrid(noted, config, nodes), sizes
 
 
 def run_ours(spec: dict[str, Any]) -> dict[str, Any]:
@@ -94,9 +97,8 @@ def run_ours(spec: dict[str, Any]) -> dict[str, Any]:
         from fedrec_flwr.server_app import run_federation
 
         rounds = int(config["num-server-rounds"])
-        grid = sized_grid(client_app, config, nodes, 2 if rounds > 1 else 1)
+        grid, sizes = sized_grid(client_app, config, nodes, 2 if rounds > 1 else 1)
         run_federation(grid, RunConfig.from_mapping(config))
-        sizes = grid.sizes
     else:
         from fedrec_lab.launch import run
 

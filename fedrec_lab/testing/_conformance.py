@@ -249,16 +249,16 @@ class StateConformance(ConformanceBase):
             assert torch.equal(loaded.private[name], value), name
         before, after = state.personal.to_arrays(), loaded.personal.to_arrays()
         assert set(before) == set(after)
-        for name, value in before.items():
-            assert after[name].dtype == value.dtype, name
-            assert after[name].shape == value.shape, name
-            assert np.array_equal(after[name], value), name
+        for name, array in before.items():
+            assert after[name].dtype == array.dtype, name
+            assert after[name].shape == array.shape, name
+            assert np.array_equal(after[name], array), name
         # Every array of the state, whatever its part, comes back with its dtype and shape.
         saved, restored = state.to_arrays(), loaded.to_arrays()
         assert set(saved) == set(restored) == set(record_arrays(context.state[STATE_KEY]))
-        for name, value in saved.items():
-            assert restored[name].dtype == value.dtype and restored[name].shape == value.shape
-            assert np.array_equal(restored[name], value), name
+        for name, array in saved.items():
+            assert restored[name].dtype == array.dtype and restored[name].shape == array.shape
+            assert np.array_equal(restored[name], array), name
         assert set(NodeState.from_arrays(saved).private) == set(state.private)
 
         # Training on from the reloaded state is training on from the original one.
@@ -307,14 +307,16 @@ class FederationConformance(ConformanceBase):
         for context in run.grid.contexts.values():
             # the node's state as its next message reads it (kept beside the context by the
             # in-process grid), every personal row in one CSR store
-            record = context_state.load(context).compacted().to_arrays()
-            assert {k for k in record if k.startswith(NodeState.PREFIX)} == set(kept)
+            held = context_state.load(context)
+            assert held is not None, "the in-process grid keeps each node's state"
+            state = held.compacted().to_arrays()
+            assert {k for k in state if k.startswith(NodeState.PREFIX)} == set(kept)
             for name in kept:
-                for user_value in record[name]:  # one slice per user of the node
+                for user_value in state[name]:  # one slice per user of the node
                     assert not sent.contains(user_value.ravel()), f"{name} found in an upload"
                     checked += 1
             if method.personal_rows:  # positive control: personal rows are uploaded rows
-                personal = record["personal-rows"]
+                personal = state["personal-rows"]
                 assert len(personal) and all(sent.contains(row) for row in personal)
         assert checked == users * len(kept)
 
@@ -337,13 +339,15 @@ class FederationConformance(ConformanceBase):
 
     def test_train_loss_falls(self, tmp_path_factory):
         rounds = self.loss_rounds
-        extra = {} if rounds == TINY["num-server-rounds"] else {"num_server_rounds": rounds}
+        extra: dict[str, Any] = {}
+        if rounds != TINY["num-server-rounds"]:
+            extra["num_server_rounds"] = rounds
         loss = self.federation(tmp_path_factory, 1, **extra).metrics()["train-loss"]
         assert len(loss) == rounds
         assert loss[-1] < loss[0], loss
         # Fresh negatives make the loss of an untrained model wander by several percent from
         # round to round; the same run without learning sees the same samples every round.
-        frozen = {"lr": 0.0, "item_lr": 0.0, "dense_lr": 0.0}
+        frozen: dict[str, Any] = {"lr": 0.0, "item_lr": 0.0, "dense_lr": 0.0}
         untrained = self.federation(tmp_path_factory, 1, **extra, **frozen)
         assert loss[-1] < 0.98 * untrained.metrics()["train-loss"][-1], loss
 

@@ -94,13 +94,13 @@ def user_params(
     between users shows); shared-dense copies stay identical per user when it is off.
     """
     params = dict(method.init_private(users))
-    for name, value in method.init_dense().items():
-        tensor = torch.from_numpy(value)
+    for name, initial in method.init_dense().items():
+        tensor = torch.from_numpy(initial)
         params[name] = tensor.unsqueeze(0).repeat(len(users), *[1] * tensor.dim())
     per_user = {n for n, r in method.roles().items() if r in (Role.PRIVATE, Role.SHARED_DENSE)}
     assert set(params) == per_user
     shared = set(method.shared_dense_names())
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for name, value in params.items():
         if spread or name not in shared:
             noise = rng.normal(scale=0.1, size=value.shape).astype(np.float32)

@@ -209,15 +209,18 @@ def itemknn_cell(target: str, args, cache: Path) -> dict[str, Any]:
         }
     )
     row = central_row("itemknn", config, prepare(config))
-    column = row.per_user.names.index("test-hr@10")
+    per_user = row.per_user
+    if per_user is None:
+        raise RuntimeError("the ItemKNN row kept no per-user values")
+    column = per_user.names.index("test-hr@10")
     record = {
         "method": "itemknn",
         "candidate": f"k={row.chosen.get('k')}",
         "target": target,
         "test_hr10": row.test["hr@10"],
         "test_ndcg10": row.test["ndcg@10"],
-        "users": row.per_user.users.tolist(),
-        "hits": row.per_user.values[:, column].tolist(),
+        "users": per_user.users.tolist(),
+        "hits": per_user.values[:, column].tolist(),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))

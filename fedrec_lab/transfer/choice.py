@@ -54,7 +54,7 @@ def summarise(cells: list[dict], knn: dict[str, dict], seed: int = 0) -> dict[st
     ItemKNN rows; the default chosen per method and how it compares with ItemKNN."""
     from fedrec_lab.stats import bootstrap_ci, paired_difference
 
-    def arrays(cell):
+    def arrays(cell: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(cell["users"]), np.asarray(cell["hits"], dtype=np.float64)
 
     rows = []
@@ -115,7 +115,8 @@ def early_stopping(methods: list[str], seed: int) -> list[dict[str, Any]]:
                 rows = list(csv.DictReader(f))
             val = [float(r["val-hr@10"]) for r in rows]
             test = [float(r["test-hr@10"]) for r in rows]
-            row = {"method": method, "dataset": source, "run": run.name, "patience": {}}
+            row: dict[str, Any] = {"method": method, "dataset": source, "run": run.name}
+            row["patience"] = {}
             for patience in (0, *PATIENCES):
                 stop, best = early_stopped(val, patience)
                 row["patience"][str(patience)] = {

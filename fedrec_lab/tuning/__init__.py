@@ -57,7 +57,8 @@ class Watcher:
 
     def __init__(self, trial, deadline: float | None, prune: bool, tick=None) -> None:
         self.trial, self.deadline, self.prune, self.tick = trial, deadline, prune, tick
-        self.reported, self.best = 0, None
+        self.reported = 0
+        self.best: float | None = None
         self.pruned_at: int | None = None  # the round the pruner stopped the trial at
 
     def report(self, rows: list[dict[str, str]]) -> bool:
