@@ -75,7 +75,9 @@ def backfill_reference(cell: runner.Cell, runs: Path, args, extra: dict) -> str:
     difference = metrics_difference(committed, {"val": row.val, "test": row.test})
     if difference:
         return f"failed: the recomputed row does not reproduce the cell ({difference})"
-    row.per_user.write(folder)  # a computed row always has them
+    if row.per_user is None:  # a computed row has them
+        return "failed: the recomputed row kept no per-user values"
+    row.per_user.write(folder)
     return "per-user.csv added (the recomputed row reproduced its means)"
 
 

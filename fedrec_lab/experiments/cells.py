@@ -20,12 +20,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedrec_flwr.data.registry import DATASETS
 from fedrec_flwr.results import INCOMPLETE
 from fedrec_lab.presets import resolve
 from fedrec_lab.project import conf_dir, lazy_paths, project_root
+
+if TYPE_CHECKING:  # the run config and the baselines are imported where they run
+    from fedrec_flwr.config import RunConfig
+    from fedrec_lab.baselines import Row
 
 __getattr__ = lazy_paths(__name__, "PROJECT", "CONF")  # found when read
 SHORT = {
@@ -317,7 +321,7 @@ def reference_config(cell: Cell, data_dir: str | Path, extra: dict):
     )
 
 
-def compute_reference(cell: Cell, config, rounds: int | None):
+def compute_reference(cell: Cell, config: RunConfig, rounds: int | None) -> Row:
     """A reference row computed now (:class:`fedrec_lab.baselines.Row`, per-user values
     included)."""
     from fedrec_lab import baselines
