@@ -88,7 +88,7 @@ def clipped(bounds: Bounds, items: np.ndarray, changes: np.ndarray, draw) -> tup
 
 def clipped_sum(
     bounds: Bounds,
-    users: Sequence[int],
+    users: Sequence[int] | np.ndarray,
     blocks: Sequence[tuple[np.ndarray, np.ndarray]],
     seed: int,
     server_round: int,
