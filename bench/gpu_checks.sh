@@ -11,9 +11,9 @@
 # 2. The scale harness, 4 rounds a case (the last evaluates every user over the full
 #    catalogue), CPU and CUDA processes at the same time: 100,000 users x 20,000 items
 #    (degree 50, 10 % a round, 1,000 evaluated), the ML-1M shape (6,040 x 3,706, degree 165,
-#    every user a round), the ML-20M shape (138,493 x 26,744, degree 144, 10 % a round, CUDA
-#    only: its CPU case does not fit the call), all with the counter sampler; JSON per case
-#    under bench/results/scale-gpu/.
+#    every user a round), the ML-20M shape (138,493 x 26,744, degree 144, 10 % a round; its
+#    CPU rounds on the 2-core machine: bench/results/profile/round-cpu-ml20m.md), all with
+#    the counter sampler; JSON per case under bench/results/scale-gpu/.
 # 3. The phase profile of one CUDA round of the 100k-user case with torch.profiler
 #    (operators, CUDA kernels): bench/results/scale-gpu/profile-cuda.json.
 # quick: the tests and the ML-1M shape on CUDA only, 3 rounds.
@@ -45,12 +45,15 @@ else
     timeout 340 python3 bench/scale.py --rounds 4 --no-floor --out "$RESULTS" \
         --case "$ML1M,name=ml1m-cpu" > "$OUT/scale-cpu-ml1m.log" 2>&1 &
     ml1m=$!
+    timeout 340 python3 bench/scale.py --rounds 4 --no-floor --out "$RESULTS" \
+        --case "$ML20M,name=ml20m-cpu" > "$OUT/scale-cpu-ml20m.log" 2>&1 &
+    ml20m=$!
     timeout 270 python3 bench/scale.py --rounds 4 --no-floor --out "$RESULTS" \
         --case "$BIG,device=cuda,name=big-cuda" --case "$ML1M,device=cuda,name=ml1m-cuda" \
         --case "$ML20M,device=cuda,name=ml20m-cuda" > "$OUT/scale-cuda.log" 2>&1
     timeout 70 python3 bench/profile_round.py --case big --rounds 3 --sampler counter \
         --set device=cuda --ops --out "$RESULTS/profile-cuda.json" > "$OUT/profile-cuda.log" 2>&1
-    wait $big $ml1m
+    wait $big $ml1m $ml20m
     tail -3 "$OUT"/scale-*.log "$OUT/profile-cuda.log"
 fi
 cat "$RESULTS/table.md" 2>/dev/null
