@@ -183,13 +183,37 @@ def runs_of(fractions: list[float], scale: float, bound: float, max_rows: int) -
     return [*out, (f"clean, {label}", {}, bound)]
 
 
-def summary(runs: list[dict], clean: list[dict]) -> list[str]:
-    """The best-round figures of a run over its seeds (ER@10 and HR@10 against clean's)."""
-    best = [max(r["history"], key=lambda h: (h["val-hr@10"], -h["round"])) for r in runs]
-    base = [max(r["history"], key=lambda h: (h["val-hr@10"], -h["round"])) for r in clean]
+def best_rounds(runs: list[dict]) -> list[dict]:
+    """Each run's round of best validation HR@10 (the earliest on ties)."""
+    return [max(r["history"], key=lambda h: (h["val-hr@10"], -h["round"])) for r in runs]
+
+
+def hr_cost(best: list[dict], base: list[dict]) -> float:
+    """The drop (%) of the mean test HR@10 at the best rounds against the clean runs'."""
     hr = statistics.mean(b["test-hr@10"] for b in best)
     hr_clean = statistics.mean(b["test-hr@10"] for b in base)
-    cost = 100 * (hr_clean - hr) / hr_clean if hr_clean else float("nan")
+    return 100 * (hr_clean - hr) / hr_clean if hr_clean else float("nan")
+
+
+def verdict(method: str, name: str, runs: list[dict], clean: list[dict]) -> str:
+    """Whether a malicious run holds ER@10 <= 2x clean at <= 2 % HR@10 cost, over its seeds."""
+    best, base = best_rounds(runs), best_rounds(clean)
+    er = statistics.mean(b["er@10"] for b in best)
+    er_clean = statistics.mean(b["er@10"] for b in base)
+    cost = hr_cost(best, base)
+    met = er <= 2 * er_clean and cost <= 2.0
+    seeds = ",".join(str(r["seed"]) for r in runs)
+    return (
+        f"- {method}, {name}, seeds {seeds}: ER@10 {100 * er:.2f} against 2x clean "
+        f"{200 * er_clean:.2f}, HR@10 cost {cost:+.1f} %: "
+        f"{'met' if met else 'not met'} (ER@10 <= 2x clean at <= 2 % HR@10 cost)"
+    )
+
+
+def summary(runs: list[dict], clean: list[dict]) -> list[str]:
+    """The best-round figures of a run over its seeds (ER@10 and HR@10 against clean's)."""
+    best, base = best_rounds(runs), best_rounds(clean)
+    cost = hr_cost(best, base)
     peak = [max(h["er@10"] for h in r["history"]) for r in runs]
     return [
         ",".join(str(r["seed"]) for r in runs),
@@ -226,6 +250,7 @@ def table(record: dict, names: list[str]) -> str:
         "| max ER@10 | verified | s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    verdicts = []
     for method in PRESETS:
         mine = [r for r in runs if r["method"] == method]
         clean = sorted((r for r in mine if r["name"] == names[0]), key=lambda r: r["seed"])
@@ -235,6 +260,9 @@ def table(record: dict, names: list[str]) -> str:
             base = [r for r in clean if r["seed"] in seeds]
             if these and base:
                 lines.append("| " + " | ".join([method, name, *summary(these, base)]) + " |")
+                if name in names[2:]:  # a malicious share
+                    verdicts.append(verdict(method, name, these, base))
+    lines += ["", *verdicts]
     lines += [
         "",
         "Commands: "
@@ -262,6 +290,9 @@ def main() -> int:
         help="also run the clean run under the bound (the bound's cost without an attack)",
     )
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--table", action="store_true", help="only write --out from its JSON's runs (no run)"
+    )
     args = parser.parse_args()
     settings = {key: getattr(args, key) for key in SETTINGS}
     results = args.out.with_suffix(".json")
@@ -270,11 +301,15 @@ def main() -> int:
         record = json.loads(results.read_text())
         if record["settings"] != settings:
             raise SystemExit(f"{results} holds runs of {record['settings']}, not {settings}")
+    runs = runs_of(args.fractions, args.scale, args.bound, args.max_rows)
+    names = [runs[0][0], runs[-1][0], *sorted(n for n, _, _ in runs[1:-1])]
+    if args.table:
+        write(args.out, table(record, names))
+        print(f"wrote {args.out}")
+        return 0
     command = " ".join(["python bench/poisoning_secagg.py", *sys.argv[1:]])
     if command not in record["commands"]:
         record["commands"].append(command)
-    runs = runs_of(args.fractions, args.scale, args.bound, args.max_rows)
-    names = [runs[0][0], runs[-1][0], *sorted(n for n, _, _ in runs[1:-1])]
     done = {(r["method"], r["name"], r["seed"]) for r in record["runs"]}
     for seed in args.seeds:
         for method in args.methods:
