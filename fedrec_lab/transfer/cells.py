@@ -33,6 +33,46 @@ DATASETS: dict[str, dict[str, Any]] = {
     },
 }
 
+#: The generated shapes the defaults are checked on (``bench/defaults.py``): small and dense
+#: with a strong popularity head (the size of a public 1,336 x 2,071 ratings file, density
+#: 1.3 %), sparse with a long tail of items, and large. Generated items have Zipf popularity
+#: (exponent 1) and users power-law degrees (:mod:`fedrec_flwr.data.synthetic`).
+SHAPES: dict[str, dict[str, Any]] = {
+    "small-dense": {
+        "label": "generated small-dense 1336 x 2071, 26 per user",
+        "keys": {
+            "dataset": "synthetic",
+            "synthetic-users": 1336,
+            "synthetic-items": 2071,
+            "synthetic-mean-degree": 26,
+        },
+    },
+    "long-tail": {
+        "label": "generated sparse long-tail 4000 x 10000, 8 per user",
+        "keys": {
+            "dataset": "synthetic",
+            "synthetic-users": 4000,
+            "synthetic-items": 10000,
+            "synthetic-mean-degree": 8,
+        },
+    },
+    "large": {
+        "label": "generated large 20000 x 5000, 30 per user",
+        "keys": {
+            "dataset": "synthetic",
+            "synthetic-users": 20000,
+            "synthetic-items": 5000,
+            "synthetic-mean-degree": 30,
+        },
+    },
+}
+
+#: Every target a cell may run on.
+TARGETS: dict[str, dict[str, Any]] = {**DATASETS, **SHAPES}
+
+#: The candidate that stands for each method's ``conf/<method>-default.toml``.
+DEFAULT = "default"
+
 #: Keys that describe the data, not the method: taken from the target, never from a source.
 DATA_KEYS = ("dataset", "synthetic-users", "synthetic-items", "synthetic-mean-degree")
 
@@ -50,10 +90,12 @@ def tuned_methods() -> list[str]:
 
 
 def candidate_keys(method: str, candidate: str) -> dict[str, Any]:
-    """The method keys of a candidate: the source preset's keys less the dataset's."""
+    """The method keys of a candidate: the source preset's keys (``conf/<method>-default
+    .toml`` for :data:`DEFAULT`) less the dataset's."""
     from fedrec_lab.presets import resolve
 
-    keys = resolve(conf_dir() / f"{method}-{candidate}-strict.toml")
+    name = f"{method}-default" if candidate == DEFAULT else f"{method}-{candidate}-strict"
+    keys = resolve(conf_dir() / f"{name}.toml")
     return {k: v for k, v in keys.items() if k not in DATA_KEYS}
 
 
@@ -75,7 +117,7 @@ def cell_config(
 
     config = {
         **(candidate_keys(method, candidate) if keys is None else keys),
-        **DATASETS[target]["keys"],
+        **TARGETS[target]["keys"],
         "protocol": "strict",
         "seed": args.seed,
         "num-server-rounds": args.rounds,
@@ -193,7 +235,13 @@ def finish(path, name, method, candidate, target, summary, users, hits, source) 
 
 def itemknn_cell(target: str, args, cache: Path) -> dict[str, Any]:
     """ItemKNN (cosine, k tuned on validation HR@10) on the target's split, cached."""
-    path = cache / "cells" / f"itemknn--on-{target}.json"
+    return central_cell("itemknn", target, args, cache)
+
+
+def central_cell(name: str, target: str, args, cache: Path) -> dict[str, Any]:
+    """A centralized row of :mod:`fedrec_lab.baselines` (``popularity``, ``itemknn``,
+    ``ease``: its grid tuned on validation HR@10) on the target's split, cached."""
+    path = cache / "cells" / f"{name}--on-{target}.json"
     if path.exists():
         return json.loads(path.read_text())
     from fedrec_flwr.config import RunConfig
@@ -202,20 +250,20 @@ def itemknn_cell(target: str, args, cache: Path) -> dict[str, Any]:
 
     config = RunConfig.from_mapping(
         {
-            **DATASETS[target]["keys"],
+            **TARGETS[target]["keys"],
             "protocol": "strict",
             "seed": args.seed,
             "data-dir": str(Path(args.data_dir).resolve()),
         }
     )
-    row = central_row("itemknn", config, prepare(config))
+    row = central_row(name, config, prepare(config))
     per_user = row.per_user
     if per_user is None:
-        raise RuntimeError("the ItemKNN row kept no per-user values")
+        raise RuntimeError(f"the {name} row kept no per-user values")
     column = per_user.names.index("test-hr@10")
     record = {
-        "method": "itemknn",
-        "candidate": f"k={row.chosen.get('k')}",
+        "method": name,
+        "candidate": ", ".join(f"{k}={v}" for k, v in row.chosen.items()),
         "target": target,
         "test_hr10": row.test["hr@10"],
         "test_ndcg10": row.test["ndcg@10"],
@@ -224,5 +272,5 @@ def itemknn_cell(target: str, args, cache: Path) -> dict[str, Any]:
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))
-    print(f"itemknn on {target}: test HR@10 {100 * record['test_hr10']:.2f}", flush=True)
+    print(f"{name} on {target}: test HR@10 {100 * record['test_hr10']:.2f}", flush=True)
     return record

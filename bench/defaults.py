@@ -1,0 +1,54 @@
+"""The defaults on generated data no preset was tuned on: each method's
+``conf/<method>-default.toml`` on a generated shape, against the centralized popularity,
+ItemKNN and EASE rows of the same split (:mod:`fedrec_lab.transfer.defaults`).
+
+A cell is (method, target): one run, the strict protocol, seed ``--seed``, at most
+``--rounds`` rounds (no more than the preset sets), early stopping after ``--patience``
+evaluated rounds without a better validation HR@10 (0: none), the test HR@10 of the best
+validation round. Each finished cell is cached as ``<cache>/cells/<cell>.json``, so a stopped
+run resumes where it stopped::
+
+    python bench/defaults.py --data-dir DIR --targets small-dense \
+        --write bench/results/defaults-small-dense
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from fedrec_lab.transfer.cells import SHAPES
+from fedrec_lab.transfer.defaults import default_methods, markdown, measure
+from fedrec_lab.transfer.report import command_line
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--cache", default="fedrec-out/defaults", help="finished cells, runs")
+    parser.add_argument("--methods", nargs="+", default=default_methods())
+    parser.add_argument("--targets", nargs="+", default=["small-dense"], choices=list(SHAPES))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--patience", type=int, default=0, help="0: no early stopping")
+    parser.add_argument("--write", default=None, help="write <stem>.md and <stem>.json")
+    args = parser.parse_args(argv)
+    summary = measure(args, Path(args.cache))
+    command = command_line(argv, script="defaults.py")
+    settings = {k: getattr(args, k) for k in ("seed", "rounds", "patience", "targets")}
+    text = markdown(summary, command, settings)
+    print(text)
+    if args.write:
+        stem = Path(args.write)
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        stem.with_suffix(".md").write_text(text)
+        record = {"command": command, "settings": settings, **summary}
+        stem.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

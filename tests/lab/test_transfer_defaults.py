@@ -1,0 +1,76 @@
+"""The defaults on generated shapes (``bench/defaults.py``, :mod:`fedrec_lab.transfer.defaults`):
+their paired differences to the centralized rows, the two checks and the report, on fake
+cells (no run here)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedrec_lab.transfer import cells as transfer_cells
+from fedrec_lab.transfer import defaults
+
+USERS = 200
+
+
+def cell(method: str, target: str, rate: float, candidate: str = "default") -> dict:
+    """A fake finished cell whose users hit at ``rate`` (exactly: the first users hit)."""
+    hits = (np.arange(USERS) < round(rate * USERS)).astype(float)
+    return {
+        "method": method,
+        "candidate": candidate,
+        "target": target,
+        "best_round": 30,
+        "rounds": 40,
+        "test_hr10": float(hits.mean()),
+        "test_ndcg10": float(hits.mean()) / 2,
+        "users": list(range(USERS)),
+        "hits": hits.tolist(),
+    }
+
+
+CENTRAL = {
+    "small-dense": {
+        "popularity": cell("popularity", "small-dense", 0.20, ""),
+        "itemknn": cell("itemknn", "small-dense", 0.25, "k=20"),
+        "ease": cell("ease", "small-dense", 0.30, "lambda=500.0"),
+    }
+}
+CELLS = [
+    cell("pfedrec", "small-dense", 0.18),
+    cell("fedmf", "small-dense", 0.22),
+    cell("itemitem", "small-dense", 0.30),
+]
+
+
+def test_differences_are_paired_and_the_checks_name_what_fails():
+    summary = defaults.summarise(CELLS, CENTRAL, seed=0)
+    rows = {r["method"]: r for r in summary["rows"]}
+    # the same users, the first 36 hit against the first 40: exactly -2 points
+    assert rows["pfedrec"]["minus"]["popularity"]["mean"] == pytest.approx(-0.02)
+    assert rows["fedmf"]["minus"]["itemknn"]["mean"] == pytest.approx(-0.03)
+    assert rows["itemitem"]["minus"]["ease"]["mean"] == pytest.approx(0.0)
+    (verdict,) = summary["verdicts"]
+    assert verdict["below_popularity"] == ["pfedrec"]
+    assert verdict["best"] == "itemitem"
+    assert verdict["best_minus_itemknn"] == pytest.approx(0.05)
+
+
+def test_the_report_shows_each_row_and_the_checks():
+    summary = defaults.summarise(CELLS, CENTRAL, seed=0)
+    settings = {"seed": 0, "rounds": 40, "patience": 0, "targets": ["small-dense"]}
+    text = defaults.markdown(summary, "python bench/defaults.py --data-dir DIR", settings)
+    assert "## generated small-dense 1336 x 2071, 26 per user" in text
+    assert "`synthetic-users = 1336`" in text
+    assert "| pfedrec-default | 18.00 |" in text
+    assert "| -2.00 [" in text.split("| pfedrec-default |")[1].splitlines()[0]
+    assert "| ItemKNN, cosine (centralized, k=20) | 25.00 |" in text
+    assert "| popularity (centralized) | 20.00 |" in text
+    assert "| pfedrec | itemitem-default | +5.00 |" in text
+
+
+def test_the_default_candidate_reads_the_default_preset():
+    keys = transfer_cells.candidate_keys("pfedrec", transfer_cells.DEFAULT)
+    assert keys["method"] == "pfedrec" and "dataset" not in keys
+    assert set(defaults.default_methods()) >= {"pfedrec", "fedmf", "itemitem"}
+    assert set(transfer_cells.SHAPES) == {"small-dense", "long-tail", "large"}
