@@ -140,7 +140,7 @@ def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) ->
         keys = ", ".join(f"`{k} = {v}`" for k, v in TARGETS[target]["keys"].items())
         out += [
             "",
-            f"## {TARGETS[target]['label']}",
+            f"### {TARGETS[target]['label']}",
             "",
             keys,
             "",

@@ -60,7 +60,7 @@ def test_the_report_shows_each_row_and_the_checks():
     summary = defaults.summarise(CELLS, CENTRAL, seed=0)
     settings = {"seed": 0, "rounds": 40, "patience": 0, "targets": ["small-dense"]}
     text = defaults.markdown(summary, "python bench/defaults.py --data-dir DIR", settings)
-    assert "## generated small-dense 1336 x 2071, 26 per user" in text
+    assert "### generated small-dense 1336 x 2071, 26 per user" in text
     assert "`synthetic-users = 1336`" in text
     assert "| pfedrec-default | 18.00 |" in text
     assert "| -2.00 [" in text.split("| pfedrec-default |")[1].splitlines()[0]
