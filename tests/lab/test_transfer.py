@@ -3,31 +3,11 @@ dataset, its leave-one-dataset-out choice and its report, on fake cells (no run 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
+from transfer_cells import finished_cell as cell
 
 from fedrec_lab.transfer import choice as study
 from fedrec_lab.transfer import report
-
-USERS = 200
-
-
-def cell(method: str, candidate: str, target: str, rate: float) -> dict:
-    """A fake finished cell whose users hit at ``rate`` (exactly: the first users hit)."""
-    hits = (np.arange(USERS) < round(rate * USERS)).astype(float)
-    return {
-        "method": method,
-        "candidate": candidate,
-        "target": target,
-        "best_round": 40,
-        "rounds": 50,
-        "val_hr10": rate,
-        "test_hr10": float(hits.mean()),
-        "test_ndcg10": float(hits.mean()) / 2,
-        "seconds": 1.0,
-        "users": list(range(USERS)),
-        "hits": hits.tolist(),
-    }
 
 
 def knn(target: str, rate: float) -> dict:

@@ -4,29 +4,16 @@ cells (no run here)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
+from transfer_cells import finished_cell
 
 from fedrec_lab.transfer import cells as transfer_cells
 from fedrec_lab.transfer import defaults
 
-USERS = 200
-
 
 def cell(method: str, target: str, rate: float, candidate: str = "default") -> dict:
-    """A fake finished cell whose users hit at ``rate`` (exactly: the first users hit)."""
-    hits = (np.arange(USERS) < round(rate * USERS)).astype(float)
-    return {
-        "method": method,
-        "candidate": candidate,
-        "target": target,
-        "best_round": 30,
-        "rounds": 40,
-        "test_hr10": float(hits.mean()),
-        "test_ndcg10": float(hits.mean()) / 2,
-        "users": list(range(USERS)),
-        "hits": hits.tolist(),
-    }
+    """A fake finished cell of ``method``'s default (or ``candidate``) on ``target``."""
+    return finished_cell(method, candidate, target, rate)
 
 
 CENTRAL = {
