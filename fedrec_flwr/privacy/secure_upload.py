@@ -60,7 +60,11 @@ class SecureEncoding(UploadStage):
         self.num_users, self.fraction_train = num_users, fraction_train
         #: (secure-aggregation-bound, -max-rows); a bound > 0: each user's changes, proven
         self.bound = bound
-        self.bounded = bound[0] > 0
+
+    @property
+    def bounded(self) -> bool:
+        """Whether each user's changes are bounded and proven (a bound > 0)."""
+        return self.bound[0] > 0
 
     @classmethod
     def of(cls, config: RunGroups, data: Any) -> SecureEncoding:
