@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from fedrec_flwr.privacy.bounded import field as gf
 from fedrec_flwr.privacy.bounded import report as rep
 from fedrec_flwr.privacy.bounded.circuit import Bounds
-from fedrec_flwr.privacy.bounded.encoding import measure
+from fedrec_flwr.privacy.bounded.encoding import measure, rounding_draw
 from fedrec_flwr.seeding import keyed_rng
 
 #: The arrays of a train reply under bounded secure aggregation.
@@ -60,7 +60,7 @@ def user_reports(
     out = []
     for j, (user, (items, changes)) in enumerate(zip(users, blocks, strict=True)):
         user = int(user)
-        draw = keyed_rng(seed, "secagg-rounding", user, server_round)
+        draw = rounding_draw(seed, user, server_round)
         first = j == 0
         measurement = measure(
             bounds, items, changes, num_samples if first else 0, loss_sum if first else 0.0, draw

@@ -86,6 +86,12 @@ def clipped(bounds: Bounds, items: np.ndarray, changes: np.ndarray, draw) -> tup
     return items, fixed
 
 
+def rounding_draw(seed: int, user: int, server_round: int) -> np.random.Generator:
+    """The generator user ``user`` rounds its fixed-point changes with in ``server_round``
+    (its report and :func:`clipped_sum` draw alike)."""
+    return keyed_rng(seed, "secagg-rounding", int(user), server_round)
+
+
 def clipped_sum(
     bounds: Bounds,
     users: Sequence[int] | np.ndarray,
@@ -100,8 +106,7 @@ def clipped_sum(
     total = np.zeros((bounds.num_items, bounds.row_dim), dtype=np.int64)
     counts = np.zeros(bounds.num_items, dtype=np.int64)
     for user, (items, changes) in zip(users, blocks, strict=True):
-        draw = keyed_rng(seed, "secagg-rounding", int(user), server_round)
-        kept, fixed = clipped(bounds, items, changes, draw)
+        kept, fixed = clipped(bounds, items, changes, rounding_draw(seed, user, server_round))
         total[kept] += fixed
         counts[kept] += 1
     return total, counts
