@@ -30,6 +30,16 @@ MEASURES = (
     ("mean_lambda_max", "lambda_max", "top Hessian eigenvalue", 1.0),
     ("mean_rho_sharpness", "rho_sharpness", "rho-sharpness", 1.0),
 )
+#: A run's best validation round is early when it falls in this first share of its rounds:
+#: the model the row measures is then barely trained, and the table flags it.
+EARLY_SHARE = 0.1
+#: The mark of an early best round in the table.
+EARLY_MARK = "†"
+
+
+def is_early(best_round: int, rounds: int) -> bool:
+    """Whether a run's best round lies in the first :data:`EARLY_SHARE` of its rounds."""
+    return best_round <= EARLY_SHARE * rounds
 
 
 def record_path(records: Path, cell: SamCell) -> Path:
@@ -127,6 +137,12 @@ def row(
             "with": [f["best_round"] for f in sides[True]],
         },
         "replays": [f["replay"] for side in sides.values() for f in side],
+        "early_best": [
+            {"side": "with" if sam else "without", "seed": seed, "round": f["best_round"]}
+            for sam in (False, True)
+            for seed, f in zip(seeds_done, sides[sam], strict=True)
+            if is_early(f["best_round"], f["rounds"])
+        ],
     }
     seeds_sides = sides[False] + sides[True]
     for key, per_user, _, scale in MEASURES:
@@ -203,6 +219,12 @@ def verdict(rows: list[dict[str, Any]]) -> list[str]:
             f"; in those {len(flatter)}, test HR@10 with SAM is higher beyond the interval in "
             f"{hr_above}, lower in {hr_below} and within it in {hr_across}"
         )
+    early = [r for r in measured if r["early_best"]]
+    if early:
+        sentence += (
+            f". Rows counted with a run whose best round is early ({EARLY_MARK}): "
+            f"{len(early)} of {len(measured)}"
+        )
     return [*lines, "", sentence + "."]
 
 
@@ -212,10 +234,45 @@ def _seeds(r: dict[str, Any]) -> str:
 
 def _rounds(r: dict[str, Any]) -> str:
     best = r["best_rounds"]
-    return (
-        f"{'/'.join(map(str, r['rounds']))}; best "
-        f"{', '.join(map(str, best['without']))} / {', '.join(map(str, best['with']))}"
+    early = {(e["side"], e["seed"]) for e in r["early_best"]}
+
+    def side(name: str) -> str:
+        return ", ".join(
+            f"{b}{EARLY_MARK if (name, seed) in early else ''}"
+            for seed, b in zip(r["seeds"], best[name], strict=True)
+        )
+
+    return f"{'/'.join(map(str, r['rounds']))}; best {side('without')} / {side('with')}"
+
+
+def early_note(r: dict[str, Any]) -> str:
+    """The row's runs whose best round is early, e.g. ``with SAM, seeds 1, 2: round 2, 2``
+    ("" when none)."""
+    parts = []
+    for name, label in (("without", "without SAM"), ("with", "with SAM")):
+        early = [e for e in r["early_best"] if e["side"] == name]
+        if early:
+            seeds = ", ".join(str(e["seed"]) for e in early)
+            at = ", ".join(str(e["round"]) for e in early)
+            plural = "s" if len(early) > 1 else ""
+            parts.append(f"{label}, seed{plural} {seeds}: round{plural} {at}")
+    return "; ".join(parts)
+
+
+def early_lines(rows: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
+    """The footnote on the rows whose runs peak early (empty when none do)."""
+    flagged = [r for r in rows if r["early_best"]]
+    if not flagged:
+        return []
+    which = "; ".join(
+        f"{r['method']} {names[r['dataset']]} {r['protocol']} ({early_note(r)})" for r in flagged
     )
+    return [
+        "",
+        f"{EARLY_MARK} A best validation round in the first {EARLY_SHARE * 100:g} % of the run's "
+        f"rounds: that run's model is barely trained, and its row compares it with the other "
+        f"arm's as it is ({len(flagged)} of {len(rows)} rows: {which}).",
+    ]
 
 
 def row_command(r: dict[str, Any]) -> str:
@@ -259,6 +316,7 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
                 _difference(r[key].get("difference"), scale),
             ]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += early_lines(done, names)
     missing = [
         f"{r['method']} {names[r['dataset']]} {r['protocol']}" for r in rows if not r["seeds"]
     ]

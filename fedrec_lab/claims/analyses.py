@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from fedrec_lab.analysis.sam_table import EARLY_SHARE
 from fedrec_lab.claims.verdicts import (
     CONTRADICTED,
     NOT_MEASURABLE,
@@ -40,6 +41,16 @@ def _majority(wanted: int, opposite: int, rows: int) -> str:
     return NOT_REPRODUCED
 
 
+def _early(row: dict) -> str:
+    """A SAM-table row's runs whose best round is early (its ``early_best``), e.g.
+    `` (early best round: with SAM seed 1 at round 2)``; "" when none."""
+    early = row.get("early_best") or []
+    if not early:
+        return ""
+    runs = ", ".join(f"{e['side']} SAM seed {e['seed']} at round {e['round']}" for e in early)
+    return f" (early best round: {runs})"
+
+
 def sam_effect(key: str, lower_is_claimed: bool, method: str | None = None) -> Judge:
     """SAM minus without on the SAM table's measure ``key``, over the measured rows of
     ``method`` (None: every method): reproduced when most rows lie beyond the interval in the
@@ -55,7 +66,7 @@ def sam_effect(key: str, lower_is_claimed: bool, method: str | None = None) -> J
             d = r[key]["difference"]
             who = "" if method else f"{r['method']} "
             where = f"{who}{r['dataset']} {r['protocol']} ({_seeds(r['seeds'])})"
-            parts.append(f"{where}: {_interval(d, fmt)}")
+            parts.append(f"{where}: {_interval(d, fmt)}{_early(r)}")
             below += d["high"] < 0
             above += d["low"] > 0
         wanted, opposite = (below, above) if lower_is_claimed else (above, below)
@@ -63,6 +74,12 @@ def sam_effect(key: str, lower_is_claimed: bool, method: str | None = None) -> J
             f"SAM minus without, paired over users: the claimed direction beyond the interval "
             f"in {wanted} of {len(rows)} rows, the opposite in {opposite}"
         )
+        early = sum(bool(r.get("early_best")) for r in rows)
+        if early:
+            why += (
+                f"; {early} of the {len(rows)} rows compare a run whose best round is in the "
+                f"first {EARLY_SHARE * 100:g} % of its rounds (a barely trained model)"
+            )
         return "; ".join(parts), _majority(wanted, opposite, len(rows)), why
 
     return judge

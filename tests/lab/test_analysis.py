@@ -310,6 +310,21 @@ def test_sam_table_pairs_seeds_lists_them_and_says_what_is_missing(tmp_path):
     assert "2 kept by their run" in text and "2 of 2 replays" in text
     assert "Not measured (19 of 20 rows)" in text and "FedRAP Last.fm-2K paper" in text
     assert "--methods PFedRec --datasets ml-100k --protocols strict --seeds 0 1" in text
+    assert done["early_best"] == [] and "†" not in text
+    # a SAM run whose best round is its first of 10 (the first tenth): flagged in the row,
+    # under the table and in the verdict, from its summary alone
+    summary_file = runs / SamCell("PFedRec", True, "ml-100k", "strict", 1).name / "summary.json"
+    summary = json.loads(summary_file.read_text())
+    summary_file.write_text(json.dumps({**summary, "best_round": 1}))
+    (early,) = [r for r in sam_table.table_rows(runs, records) if r["seeds"]]
+    assert early["early_best"] == [{"side": "with", "seed": 1, "round": 1}]
+    text = sam_table.markdown([early], "cmd")
+    assert "| 10; best 7, 9 / 8, 1† |" in text
+    assert "(1 of 1 rows: PFedRec ML-100K strict (with SAM, seed 1: round 1))" in text
+    assert "whose best round is early (†): 1 of 1." in text
+    summary_file.write_text(json.dumps({**summary, "best_round": 2}))
+    (late,) = [r for r in sam_table.table_rows(runs, records) if r["seeds"]]
+    assert late["early_best"] == [] and late["best_rounds"]["with"] == [8, 2]
     sam_plot.plot(rows_, runs, tmp_path / "sam-table.png")
     assert (tmp_path / "sam-table.png").stat().st_size > 0
     # a run with neither a per-user file nor its users' HR@10 in its record: no HR@10 interval
