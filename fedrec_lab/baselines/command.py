@@ -15,6 +15,8 @@ from pathlib import Path
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data import user_dataset
 from fedrec_flwr.data.prepared import check_prepared, prepare
+from fedrec_flwr.data.registry import DATASETS
+from fedrec_flwr.schema import Key
 from fedrec_lab import progress
 from fedrec_lab.baselines.report import markdown, write
 from fedrec_lab.baselines.rows import NEEDS_IMPLICIT, ROWS, implicit_available, reference_rows
@@ -38,18 +40,26 @@ def parser() -> argparse.ArgumentParser:
         "--local-rounds", type=int, default=None, help="rounds of the local-only rows (preset's)"
     )
     add_out(parser, "baselines", "baselines-<dataset>-<protocol>.md/json")
-    for key, (_, default) in user_dataset.KEYS.items():  # --dataset file (docs/own-data.md)
-        parser.add_argument(f"--{key}", type=type(default), help=f"(default: {default!r})")
+    for key in dataset_keys():  # --dataset file (docs/own-data.md), --dataset synthetic
+        parser.add_argument(f"--{key.name}", type=key.type, help=f"(default: {key.default!r})")
     progress.add_switch(parser)
     return parser
 
 
+def dataset_keys() -> tuple[Key, ...]:
+    """The run-config keys of the datasets that have their own (``file``: the file and how
+    to read it; ``synthetic``: its shape), in the registry's order."""
+    return tuple(
+        key for spec in DATASETS.values() if spec.config_keys for key in spec.config_keys.keys
+    )
+
+
 def own_file_keys(args: argparse.Namespace) -> dict[str, object]:
-    """The ``--<key>`` options of the dataset ``file`` given on the command line."""
+    """The ``--<key>`` options of a dataset's own keys given on the command line."""
     return {
-        key: getattr(args, key.replace("-", "_"))
-        for key in user_dataset.KEYS
-        if getattr(args, key.replace("-", "_")) is not None
+        key.name: getattr(args, key.field)
+        for key in dataset_keys()
+        if getattr(args, key.field) is not None
     }
 
 

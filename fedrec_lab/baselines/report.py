@@ -10,6 +10,7 @@ import numpy as np
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data import user_dataset
 from fedrec_flwr.data.prepared import PreparedData
+from fedrec_flwr.data.registry import SyntheticKeys
 from fedrec_flwr.evaluation import metric_names
 from fedrec_lab.baselines.models import ALS_ITERATIONS
 from fedrec_lab.baselines.rows import GRIDS, Row
@@ -43,6 +44,25 @@ def dataset_label(config: RunConfig) -> str:
         return config.data.dataset
     sha256 = user_dataset.source_record(config).get("data-file-sha256", "")
     return f"file {Path(config.data.file.data_file).name} (sha256 {sha256[:16]})"
+
+
+def shape_record(config: RunConfig) -> dict[str, int]:
+    """A generated dataset's shape keys (``synthetic-users``, ...); empty for any other."""
+    if config.data.dataset != "synthetic":
+        return {}
+    shape = config.group(SyntheticKeys)
+    return {key.name: getattr(shape, key.field) for key in SyntheticKeys.keys}
+
+
+def file_name(config: RunConfig) -> str:
+    """The dataset part of the written files' names: a user's file is named after it, a
+    generated dataset after its shape (two shapes in one folder never overwrite each other)."""
+    if config.data.dataset == user_dataset.FILE_DATASET:
+        return f"file-{Path(config.data.file.data_file).stem}"
+    if config.data.dataset == "synthetic":
+        users, items, degree = shape_record(config).values()
+        return f"synthetic-{users}x{items}-d{degree}"
+    return config.data.dataset
 
 
 def markdown(config: RunConfig, prepared: PreparedData, rows: list[Row], command: str) -> str:
@@ -113,13 +133,11 @@ def markdown(config: RunConfig, prepared: PreparedData, rows: list[Row], command
 def write(folder: Path, config: RunConfig, prepared: PreparedData, rows: list[Row], command: str):
     """``baselines-<dataset>-<protocol>.md`` and ``.json`` in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
-    name = config.data.dataset
-    if config.data.dataset == user_dataset.FILE_DATASET:  # a user's file: named after it
-        name = f"file-{Path(config.data.file.data_file).stem}"
-    stem = folder / f"baselines-{name}-{config.training.protocol}"
+    stem = folder / f"baselines-{file_name(config)}-{config.training.protocol}"
     record = {
         "dataset": config.data.dataset,
         **user_dataset.source_record(config),
+        **shape_record(config),
         "protocol": config.training.protocol,
         "seed": config.training.seed,
         "command": command,

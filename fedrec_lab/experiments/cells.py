@@ -257,15 +257,17 @@ def run_reference(
     stored_only: bool = False,
 ) -> bool:
     """A reference row of :mod:`fedrec_lab.baselines` as a cell: ``summary.json`` written
-    last. Taken from ``<out>/baselines-<dataset>-<protocol>.json`` when that file holds the
-    row at this seed, else computed (tuned on validation, as ``python -m
-    fedrec_lab.baselines`` does; not with ``stored_only``). Whether the cell was written."""
+    last. Taken from ``<out>/baselines-<dataset>-<protocol>.json`` (its dataset's name, a
+    generated one's shape with it) when that file holds the row at this seed, else computed
+    (tuned on validation, as ``python -m fedrec_lab.baselines`` does; not with
+    ``stored_only``). Whether the cell was written."""
     from fedrec_flwr.data.prepared import prepare
     from fedrec_lab import baselines
+    from fedrec_lab.baselines.report import file_name
 
     row = cell.row
     config = reference_config(cell, data_dir, extra)
-    stored = runs.parent / f"baselines-{row.dataset}-{row.protocol}.json"
+    stored = runs.parent / f"baselines-{file_name(config)}-{row.protocol}.json"
     found, source = None, "computed"
     # A local-only row depends on its method's preset, which may have been retuned since the
     # baselines file was written: always computed (seconds to a minute, early stopping).

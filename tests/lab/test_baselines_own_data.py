@@ -60,3 +60,13 @@ def test_local_only_rows_read_the_same_file(tmp_path):
         2,
     )
     assert local.server.server_lr == 0.0 and local.training.num_server_rounds == 3
+
+
+def test_a_generated_shape_is_set_on_the_command_line(tmp_path):
+    shape = ["--synthetic-users", "60", "--synthetic-items", "80", "--synthetic-mean-degree", "8"]
+    main(["--dataset", "synthetic", *shape, "--rows", "popularity", "--out", str(tmp_path)])
+    written = json.loads((tmp_path / "baselines-synthetic-60x80-d8-strict.json").read_text())
+    assert " ".join(shape) in written["command"]
+    assert (written["num_users"], written["synthetic-items"]) == (60, 80)
+    with pytest.raises(SystemExit, match="synthetic-items must be at least twice"):
+        main(["--dataset", "synthetic", "--synthetic-items", "10", "--out", str(tmp_path)])

@@ -100,8 +100,8 @@ def test_results_are_byte_identical_with_and_without_the_bar(
     assert "1/1" in outputs["bar"][2] and "baselines" in outputs["bar"][2]
     assert "1/1" not in outputs["switch"][2] and "1/1" not in outputs["plain"][2]
     assert sorted(outputs["bar"][1]) == [
-        "baselines-synthetic-strict.json",
-        "baselines-synthetic-strict.md",
+        "baselines-synthetic-1000x2000-d50-strict.json",
+        "baselines-synthetic-1000x2000-d50-strict.md",
     ]
     assert outputs["bar"][:2] == outputs["switch"][:2] == outputs["plain"][:2]
 
