@@ -200,12 +200,16 @@ def verdict(method: str, name: str, runs: list[dict], clean: list[dict]) -> str:
     best, base = best_rounds(runs), best_rounds(clean)
     er = statistics.mean(b["er@10"] for b in best)
     er_clean = statistics.mean(b["er@10"] for b in base)
+    hr = statistics.mean(b["test-hr@10"] for b in best)
+    hr_clean = statistics.mean(b["test-hr@10"] for b in base)
     cost = hr_cost(best, base)
     met = er <= 2 * er_clean and cost <= 2.0
     seeds = ",".join(str(r["seed"]) for r in runs)
     return (
-        f"- {method}, {name}, seeds {seeds}: ER@10 {100 * er:.2f} against 2x clean "
-        f"{200 * er_clean:.2f}, HR@10 cost {cost:+.1f} %: "
+        f"- {method}, {name}, seeds {seeds}: ER@10 {100 * er:.2f} against 2x the clean "
+        f"run's (no attack, no bound) {200 * er_clean:.2f}; test HR@10 {100 * hr:.2f} against "
+        f"the clean run's (no attack, no bound) {100 * hr_clean:.2f}, a cost of {cost:+.1f} % "
+        f"(mean over the seeds, at each run's best validation round): "
         f"{'met' if met else 'not met'} (ER@10 <= 2x clean at <= 2 % HR@10 cost)"
     )
 
@@ -272,6 +276,32 @@ def table(record: dict, names: list[str]) -> str:
     return "\n".join(lines)
 
 
+#: The clean run of ``bench/poisoning.py`` (PFedRec, the same computation as ours).
+POISONING_CLEAN = ("pfedrec", "clean (no malicious user)")
+
+
+def clean_runs(path: Path, settings: dict) -> dict[int, dict]:
+    """Each seed's clean PFedRec run of a ``bench/poisoning.py`` JSON, as a run of ours: the
+    same computation (no attack, no bound), so it need not run again. Its settings must hold
+    ours (rounds, evaluation rounds) and ER@10 of one target item."""
+    record = json.loads(path.read_text())
+    theirs = record["settings"]
+    same = (theirs["rounds"], theirs["eval_every"], theirs["targets"])
+    if same != (settings["rounds"], settings["eval_every"], 1):
+        raise SystemExit(f"{path} holds runs of {theirs}, not of {settings} and 1 target")
+    name = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
+    return {
+        r["seed"]: {
+            "history": r["history"],
+            "verified-users": 0,
+            "seconds": r["seconds"],
+            "from": name,
+        }
+        for r in record["runs"]
+        if r["name"] == POISONING_CLEAN[1]
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--methods", nargs="+", default=list(PRESETS), choices=list(PRESETS))
@@ -288,6 +318,12 @@ def main() -> int:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="also run the clean run under the bound (the bound's cost without an attack)",
+    )
+    parser.add_argument(
+        "--clean-from",
+        type=Path,
+        help="a bench/poisoning.py JSON whose clean runs stand for PFedRec's clean runs "
+        "without a bound (the same computation), of the seeds it holds",
     )
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument(
@@ -311,6 +347,7 @@ def main() -> int:
     if command not in record["commands"]:
         record["commands"].append(command)
     done = {(r["method"], r["name"], r["seed"]) for r in record["runs"]}
+    reused = clean_runs(args.clean_from.resolve(), settings) if args.clean_from else {}
     for seed in args.seeds:
         for method in args.methods:
             base = {**resolve(PRESETS[method]), "num-server-rounds": args.rounds, "seed": seed}
@@ -318,6 +355,13 @@ def main() -> int:
                 if (method, name, seed) in done or (
                     bound and not overrides and not args.bounded_clean
                 ):
+                    continue
+                clean = not overrides and not bound
+                if method == POISONING_CLEAN[0] and clean and seed in reused:
+                    run_ = {**reused[seed], "method": method, "name": name, "seed": seed}
+                    record["runs"].append(run_)
+                    write(results, json.dumps(record, indent=1) + "\n")
+                    print(method, name, seed, "from", reused[seed]["from"], flush=True)
                     continue
                 start = time.time()
                 config = RunConfig.from_mapping({**base, **overrides})
