@@ -23,6 +23,7 @@ import torch
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.runtime import NodeRuntime
 from fedrec_flwr.server_app import initial_item_table
 from fedrec_lab.presets import resolve
@@ -60,7 +61,7 @@ def main() -> None:
         dense[name] = {
             k: v
             for k, v in runtime.method.init_dense().items()
-            if k in runtime.method.shared_dense_names()
+            if k in layout(runtime.method).shared_dense
         }
     seconds: dict[str, list[float]] = {name: [] for name in args.presets}
     for server_round in range(1, args.repeats + 1):

@@ -29,6 +29,7 @@ import numpy as np
 from fedrec_flwr.aggregation import RowUpload
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node import malicious
 from fedrec_flwr.node.runtime import NodeRuntime
 from fedrec_flwr.partition import participants
@@ -67,7 +68,7 @@ def run(config: RunConfig, eval_every: int, targets: int) -> list[dict]:
     prepared = prepare(config)
     runtime = NodeRuntime(config, prepared, 0, 1)
     runtime.protocol.target_items = malicious.target_items(prepared, config.training.seed, targets)
-    if runtime.method.shared_dense_names():
+    if layout(runtime.method).shared_dense:
         raise SystemExit("this bench aggregates item rows only: pick a method without dense")
     state = runtime.initial_state()
     model = ServerModel.initial(config, runtime.method, prepared.num_items)

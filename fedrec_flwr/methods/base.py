@@ -18,7 +18,6 @@ phase's update: proximal steps, regularisers over rows outside the batch).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -30,6 +29,7 @@ from fedrec_flwr.methods.heads import (
     linear_logits_all,
     user_normal,
 )
+from fedrec_flwr.methods.layout import layout as method_layout
 from fedrec_flwr.methods.parts import (
     ROW_ROLES,
     ROWS,
@@ -142,45 +142,15 @@ class Method(PrivateData, ABC):
         """
         return {}
 
-    def dense_names(self) -> tuple[str, ...]:
-        return self._names("dense", lambda: tuple(self.init_dense()))
-
     def roles(self) -> dict[str, Role]:
-        """Role of every parameter: private ones, ``rows``, shared-dense ones."""
-        roles = {name: Role.PRIVATE for name in self.private_names()}
+        """Role of every parameter: private ones, ``rows``, shared-dense ones. The name lists
+        the node, the messages and the server read are computed from it once per method
+        object (:func:`fedrec_flwr.methods.layout.layout`)."""
+        roles = {name: Role.PRIVATE for name in self.init_private(np.empty(0, np.int64))}
         roles[ROWS] = Role.SHARED_ROWS
-        for name in self.dense_names():
+        for name in self.init_dense():
             roles[name] = Role.PRIVATE if self.dual else Role.SHARED_DENSE
         return roles
-
-    def private_names(self) -> tuple[str, ...]:
-        return self._names("private", lambda: tuple(self.init_private(np.empty(0, np.int64))))
-
-    def _names(self, kind: str, names: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
-        """``names()`` once per method object: the names do not change, computing them
-        initialises parameters (keyed draws), and the roles ask for them on every message."""
-        cache = self.__dict__.setdefault("_names_cache", {})
-        if kind not in cache:
-            cache[kind] = names()
-        return cache[kind]
-
-    def shared_dense_names(self) -> tuple[str, ...]:
-        return self._names("shared-dense", lambda: self._with_role(Role.SHARED_DENSE))
-
-    def _with_role(self, *roles: Role) -> tuple[str, ...]:
-        return tuple(n for n, r in self.roles().items() if r in roles)
-
-    def row_names(self) -> tuple[str, ...]:
-        """Parameters that are flat row tables aligned with the item rows (``ROWS`` first)."""
-        return (ROWS, *(n for n, r in self.roles().items() if r in ROW_ROLES and n != ROWS))
-
-    def private_row_names(self) -> tuple[str, ...]:
-        """Per-user rows kept on the device across rounds (role ``private-rows``)."""
-        return self._names("private-rows", lambda: self._with_role(Role.PRIVATE_ROWS))
-
-    def global_row_names(self) -> tuple[str, ...]:
-        """Frozen copies of the received global rows (role ``global-rows``)."""
-        return self._names("global-rows", lambda: self._with_role(Role.GLOBAL_ROWS))
 
     @property
     def train_from_personal(self) -> bool:
@@ -194,21 +164,17 @@ class Method(PrivateData, ABC):
         their ids) and the server snaps them to exact zeros. ``None``: rows are dense."""
         return None
 
-    def kept_private_names(self) -> tuple[str, ...]:
-        """Per-user parameters kept in the node state: private ones, and under dual
-        personalisation the dense ones."""
-        return self._names("kept-private", lambda: self._with_role(Role.PRIVATE))
-
     def learning_rate(self, name: str) -> float:
         """Learning rate of a parameter: ``item-lr`` for rows, ``dense-lr`` for the method's
         dense weights (shared, or private under dual personalisation: the plug-in changes
         where they live, not how fast they learn), ``lr`` for the other private ones."""
-        role = self.roles()[name]
+        layout = method_layout(self)
+        role = layout.roles[name]
         if role in (Role.SHARED_ROWS, Role.PRIVATE_ROWS):
             return self.config.learning.item_learning_rate(self.num_items)
         if role is Role.GLOBAL_ROWS:
             return 0.0
-        if role is Role.SHARED_DENSE or name in self.dense_names():
+        if role is Role.SHARED_DENSE or name in layout.dense:
             return self.config.learning.dense_lr
         return self.config.learning.lr
 
@@ -221,7 +187,7 @@ class Method(PrivateData, ABC):
         """The per-batch phases. As published: one joint step on everything the method
         trains; under dual personalisation (PFedRec Table 3): the private parameters first,
         then the item rows with the updated ones (post-tuning)."""
-        private = tuple(n for n, r in self.roles().items() if r not in ROW_ROLES)
+        private = tuple(n for n, r in method_layout(self).roles.items() if r not in ROW_ROLES)
         if self.dual:
             return (Phase("private", private), Phase("items", (ROWS,)))
         return (Phase("joint", (*private, ROWS)),)
@@ -319,7 +285,3 @@ class Method(PrivateData, ABC):
     #: then score a user's held rows as a flat list of (user, item) pairs instead of a padded
     #: [users, most held, r] block, with bit-identical scores.
     rowwise_logits: ClassVar[bool] = False
-
-    def describe(self) -> dict[str, str]:
-        """Name and roles, for logs."""
-        return {"method": self.name, **{k: v.value for k, v in self.roles().items()}}

@@ -1,20 +1,35 @@
 """Where a method's parameters live: the name lists the node, the messages and the server
-read, computed once per method object from its roles (:meth:`Method.roles`), its private
-parameters (:meth:`Method.init_private`) and its dense ones (:meth:`Method.init_dense`).
+read, computed once per method object from its roles (``Method.roles``), its private
+parameters (``Method.init_private``) and its dense ones (``Method.init_dense``).
 
-They are functions of the (possibly composed) method, not members of it: a plug-in that
-wraps a method and adds parameters (PLGC) is counted by the same code.
+They are a value computed from the (possibly composed) method, not members of it: a plug-in
+that wraps a method and adds parameters (PLGC) is counted by the same code.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from fedrec_flwr.methods.base import Method
 from fedrec_flwr.methods.parts import ROW_ROLES, ROWS, Role
+
+
+class Declared(Protocol):
+    """What a layout is computed from: the members of ``Method`` that declare its
+    parameters."""
+
+    @property
+    def name(self) -> str: ...
+
+    def roles(self) -> dict[str, Role]: ...
+
+    def init_private(self, users: np.ndarray) -> Mapping[str, object]: ...
+
+    def init_dense(self) -> Mapping[str, object]: ...
 
 
 @dataclass(frozen=True)
@@ -46,10 +61,10 @@ class Layout:
         return tuple(name for name, role in self.roles.items() if role in roles)
 
 
-_LAYOUTS: weakref.WeakKeyDictionary[Method, Layout] = weakref.WeakKeyDictionary()
+_LAYOUTS: weakref.WeakKeyDictionary[Declared, Layout] = weakref.WeakKeyDictionary()
 
 
-def layout(method: Method) -> Layout:
+def layout(method: Declared) -> Layout:
     """The layout of ``method``, computed on first use (the names do not change, computing
     them initialises parameters, and the node reads them on every message)."""
     found = _LAYOUTS.get(method)
@@ -58,7 +73,12 @@ def layout(method: Method) -> Layout:
     return found
 
 
-def _computed(method: Method) -> Layout:
+def describe(method: Declared) -> dict[str, str]:
+    """The method's name and its parameters' roles, for logs."""
+    return {"method": method.name, **{k: v.value for k, v in layout(method).roles.items()}}
+
+
+def _computed(method: Declared) -> Layout:
     roles = method.roles()
 
     def with_role(*wanted: Role) -> tuple[str, ...]:

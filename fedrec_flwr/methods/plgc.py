@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods.base import ROWS, Method, Role, RoundContext, Step
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.methods.plugin import MethodPlugin, Plugin
 from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Dim, Group, key
@@ -173,7 +174,7 @@ class PLGC(MethodPlugin):
         self.base.end_local_update(params, context)
         if self.alpha is not None or GLOBAL not in params:
             return
-        rows = {n: params[n] for n in self.base.row_names() if n in params}
+        rows = {n: params[n] for n in layout(self.base).rows if n in params}
         local = self.base.represent(rows, params[ROWS])
         offsets = context.row_offsets.tolist()
         alphas = [
@@ -210,13 +211,10 @@ class PLGC(MethodPlugin):
     def closed_form_grads(self, step, params, rows, wrt):
         return None  # autograd through the mix and the decorrelation loss
 
-    def describe(self) -> dict[str, str]:
-        return {**self.base.describe(), "plgc": f"alpha {self.config.group(PlgcKeys).plgc_alpha}"}
-
 
 def check_applies(config: RunGroups, method: Method) -> None:
     """PLGC needs personal item rows (kept rows, or private rows such as FedRAP's ``D_u``)."""
-    if not (method.personal_rows or method.private_row_names()):
+    if not (method.personal_rows or layout(method).private_rows):
         raise ConfigError(
             f"plgc = true needs a method with personal item rows; method '{method.name}'"
             f" with personalization='{config.value('personalization')}' has none. Use pfedrec or "

@@ -17,9 +17,9 @@ registry order, each place from the same list:
   the defences against poisoning).
 
 A :class:`MethodPlugin` holds the base method and delegates every member of :class:`Method`
-it does not override, automatically and completely; the members that :class:`Method`
-computes from the others (:data:`DERIVED`: the parameter-name lists, ``describe``) run on the
-composition, so parameters a plug-in adds are counted.
+it does not override, automatically and completely; the parameter-name lists are computed
+from the composition (:func:`fedrec_flwr.methods.layout.layout`), so parameters a plug-in
+adds are counted.
 """
 
 from __future__ import annotations
@@ -94,24 +94,6 @@ class Plugin:
         return self.method(config, num_items, method)
 
 
-#: Members of :class:`Method` computed from its other members: a :class:`MethodPlugin` runs
-#: Method's own code for them on the composition instead of asking the base method.
-DERIVED = frozenset(
-    {
-        "_names",
-        "_with_role",
-        "dense_names",
-        "describe",
-        "global_row_names",
-        "kept_private_names",
-        "private_names",
-        "private_row_names",
-        "row_names",
-        "shared_dense_names",
-    }
-)
-
-
 def method_members() -> frozenset[str]:
     """Every member :class:`Method` declares (functions, properties, class attributes and
     annotated class variables), dunders aside."""
@@ -141,9 +123,9 @@ class Delegated:
 
 
 def _delegating(cls: type[MethodPlugin]) -> type[MethodPlugin]:
-    """Give ``cls`` a :class:`Delegated` member for every member of :class:`Method` that is
-    not derived, so that nothing silently falls back to Method's default."""
-    for name in sorted(method_members() - DERIVED):
+    """Give ``cls`` a :class:`Delegated` member for every member of :class:`Method`, so that
+    nothing silently falls back to Method's default."""
+    for name in sorted(method_members()):
         setattr(cls, name, Delegated(name))
     abc.update_abstractmethods(cls)
     return cls

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.evaluation import metric_terms, sampled_metric_terms, stacked
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.losses import user_losses
 from fedrec_flwr.node.scoring import held_items, user_rows
 from fedrec_flwr.node.state import NodeState
@@ -158,7 +159,7 @@ class NodeEvaluation:
     def erank_positions(self) -> np.ndarray:
         """Positions of this node's users in the seeded sample whose personal rows are
         measured (none if the method keeps no personal or private rows)."""
-        if not (self.method.personal_rows or self.method.private_row_names()):
+        if not (self.method.personal_rows or layout(self.method).private_rows):
             return np.empty(0, dtype=np.int64)
         sample = erank_users(self.config.training.seed, self.prepared.num_users)
         return self.positions_of(sample[sample % self.num_partitions == self.partition_id])
@@ -191,7 +192,7 @@ class NodeEvaluation:
     ) -> dict[str, torch.Tensor]:
         index = torch.from_numpy(positions)
         params = {k: v[index].to(self.device) for k, v in state.private.items()}
-        for name in self.method.shared_dense_names():
+        for name in layout(self.method).shared_dense:
             value = torch.from_numpy(np.asarray(dense[name], np.float32)).to(self.device)
             params[name] = value.unsqueeze(0).expand(len(positions), *value.shape)
         return params

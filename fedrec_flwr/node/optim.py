@@ -25,6 +25,7 @@ import torch
 from fedrec_flwr.methods import Method, Plugin, enabled_plugins
 from fedrec_flwr.methods.adam_state import ADAM_STEPS, adam_moment_names
 from fedrec_flwr.methods.base import ROWS, Role, RoundContext, Step
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.row_updates import RowAdder
 from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.schema import NON_NEGATIVE, Dim, Group, key
@@ -326,10 +327,10 @@ def plain_optimizer(
 ) -> SGD:
     """SGD with the method's learning rates (Adam for the private parameters that have Adam
     state beside them) and ``weight_decay`` (item rows: over ``context``'s blocks)."""
-    roles = method.roles()
+    roles = layout(method).roles
     learning_rates = {name: method.learning_rate(name) for name in roles}
     adam = tuple(name for name in roles if adam_moment_names(name)[0] in roles)
-    rows = method.row_names()
+    rows = layout(method).rows
     if adam:
         return PrivateAdam(learning_rates, rows, adam, weight_decay, context)
     return SGD(learning_rates, rows, weight_decay, context)
@@ -356,7 +357,7 @@ def sam_enabled(config: RunGroups) -> bool:
 def with_sam(config: RunGroups, method: Method, inner: SGD) -> SAM:
     """``inner`` wrapped in SAM with the run's radii and ``sam-mode``."""
     sam = config.group(SamKeys)
-    return SAM(inner, method.roles(), sam.sam_rho_private, sam.sam_rho_shared, sam.sam_mode)
+    return SAM(inner, layout(method).roles, sam.sam_rho_private, sam.sam_rho_shared, sam.sam_mode)
 
 
 #: Sharpness-aware local steps, one radius for private and one for shared parameters.

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods import ROWS, Method
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.personal import KEY_STRIDE
 from fedrec_flwr.node.samples import RoundSamples
 from fedrec_flwr.node.state import NodeState
@@ -25,7 +26,7 @@ def user_params(
     parameters."""
     index = torch.from_numpy(positions)
     params = {k: v[index].to(device) for k, v in state.private.items()}
-    for name in method.shared_dense_names():
+    for name in layout(method).shared_dense:
         if name not in dense:
             raise RuntimeError(
                 f"the server sent no '{name}' (shared-dense parameter of "
@@ -50,7 +51,7 @@ def round_params(
     personal rows where they persist; on the host they share ``received``'s memory), the
     frozen global view and the private rows (zero for the items a user never trained)."""
     params = user_params(method, state, positions, dense, device)
-    for name in method.global_row_names():  # the frozen global view
+    for name in layout(method).global_rows:  # the frozen global view
         params[name] = torch.from_numpy(received.copy()).to(device)
     if method.train_from_personal:  # the local rows persist
         local = state.personal.gathered(samples.row_positions(), samples.row_items)
@@ -60,7 +61,7 @@ def round_params(
         )
         received = np.where(held[:, None], local, received)
     params[ROWS] = torch.from_numpy(received).to(device)
-    for name in method.private_row_names():
+    for name in layout(method).private_rows:
         rows = state.private_rows[name].gathered(samples.row_positions(), samples.row_items)
         rows = method.private_rows_in(name, rows, samples.row_items)
         params[name] = torch.from_numpy(rows).to(device)

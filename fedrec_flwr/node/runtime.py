@@ -22,6 +22,7 @@ import torch
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.methods import ROWS, Method, build_method
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node import malicious
 from fedrec_flwr.node.accelerator import torch_device
 from fedrec_flwr.node.dense_decay import DenseDecay
@@ -85,12 +86,12 @@ class NodeRuntime(NodeEvaluation):
         """
         private = self.method.init_private_from(self.users, self.prepared)
         dense = self.method.init_dense()
-        for name in self.method.kept_private_names():
+        for name in layout(self.method).kept_private:
             if name in dense:
                 value = torch.from_numpy(dense[name])
                 private[name] = value.unsqueeze(0).repeat(len(self.users), *[1] * value.dim())
         empty = PersonalRows.empty(len(self.users), self.method.row_dim)
-        return NodeState(private, empty, {name: empty for name in self.method.private_row_names()})
+        return NodeState(private, empty, {name: empty for name in layout(self.method).private_rows})
 
     def positions_of(self, users: np.ndarray) -> np.ndarray:
         """Positions in this node's user list of global user ids (which must belong here)."""
@@ -192,7 +193,7 @@ class NodeRuntime(NodeEvaluation):
             self.method, samples, params, self.config, server_round, row_decay=logs
         )
         tuned = zero_small_rows(params[ROWS], self.method.zero_threshold)
-        shared = {name: params[name] for name in self.method.shared_dense_names()}
+        shared = {name: params[name] for name in layout(self.method).shared_dense}
         uploads = Uploads(
             samples.users, samples.row_offsets, samples.row_items, tuned, sent, shared, count, loss
         )

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods import Method
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.layered import RowStore
 from fedrec_flwr.node.personal import PersonalRows, whole_rows
 
@@ -40,8 +41,8 @@ def user_rows(
     flat = items.reshape(-1)
     owners = np.repeat(np.asarray(positions, np.int64), items.shape[1] if items.ndim > 1 else 1)
     global_rows = lookup_rows(flat, item_ids, item_rows)
-    extras = {name: global_rows.copy() for name in method.global_row_names()}
-    for name in method.private_row_names():
+    extras = {name: global_rows.copy() for name in layout(method).global_rows}
+    for name in layout(method).private_rows:
         if private_rows and name in private_rows:
             extras[name] = private_rows[name].gathered(owners, flat)
         else:
@@ -156,7 +157,7 @@ def pair_scores(
     for row-wise logits the same bits as any batch shape. ``storage``: the pairs' storage
     indices in the personal store when every pair is a personal row of its user."""
     device = next(iter(params.values())).device
-    names = (*method.global_row_names(), *method.private_row_names())
+    names = (*layout(method).global_rows, *layout(method).private_rows)
     per_user = sum(v[0].numel() for v in params.values() if v.dim() and len(v))
     per_pair = 4 * (table.shape[1] * (3 + len(names)) + per_user)
     step = max(1, PAIR_CHUNK_BYTES // per_pair)
@@ -167,8 +168,8 @@ def pair_scores(
         extras = {}
         if storage is None or names:
             global_rows = np.asarray(table[what], dtype=np.float32)
-            extras = {name: global_rows.copy() for name in method.global_row_names()}
-            for name in method.private_row_names():
+            extras = {name: global_rows.copy() for name in layout(method).global_rows}
+            for name in layout(method).private_rows:
                 extras[name] = method.private_rows_in(
                     name,
                     private_rows[name].gathered(where, what)

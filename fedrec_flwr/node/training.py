@@ -15,6 +15,7 @@ import torch
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods.base import ROWS, Method, RoundContext, Step, bce_losses
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.lockstep import (
     BatchPlan,
     padded_width,
@@ -127,7 +128,7 @@ def local_update(
     optimizer = local_optimizer(method, config, context)
     schedule = LocalSchedule.of(config, context)  # None: no learning-rate decay
     method.begin_local_update(params, context)
-    row_names = method.row_names()
+    row_names = layout(method).rows
     custom_after_step = type(method).after_step is not Method.after_step
     # The logged loss stays on the device, read once: no host sync per step.
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)

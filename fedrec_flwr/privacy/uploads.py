@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods import Method, Plugin
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.privacy.decoys import DecoyKeys, UserItems, user_decoys
 from fedrec_flwr.privacy.denoise import Denoise
 from fedrec_flwr.privacy.ldp import LdpKeys, Mechanism, privatize
@@ -197,7 +198,7 @@ class ObservedUploads(UploadStage):
 def ldp_applies(config: RunGroups, method: Method) -> None:
     """LDP clips and noises item rows only: a method that uploads shared-dense parameters
     (FedNCF's MLP, outside DualPer) would send them in the clear, so it is refused."""
-    dense = method.shared_dense_names()
+    dense = layout(method).shared_dense
     if dense:
         raise ConfigError(
             f"LDP noises the uploaded item rows, but method '{method.name}' also uploads the "

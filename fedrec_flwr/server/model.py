@@ -49,6 +49,7 @@ from fedrec_flwr.aggregation import (
 )
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import Method, enabled_plugins
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.privacy.denoise import Denoise, Denoiser
 from fedrec_flwr.seeding import keyed_rng
 from fedrec_flwr.server.defences import RowDefences
@@ -138,7 +139,7 @@ class ServerModel:
         """Round 1's model of a run: the seeded table, the method's shared-dense parameters,
         the configured aggregation rule, server optimiser and denoising."""
         table = initial_item_table(config, num_items, method.row_dim)
-        shared = method.shared_dense_names()
+        shared = layout(method).shared_dense
         dense = {name: v for name, v in method.init_dense().items() if name in shared}
         return cls(
             table,

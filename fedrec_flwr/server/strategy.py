@@ -57,6 +57,7 @@ from fedrec_flwr.messages import (
     sparse_rows,
 )
 from fedrec_flwr.methods import Method
+from fedrec_flwr.methods.layout import describe
 from fedrec_flwr.server.checkpoint import Checkpoints
 from fedrec_flwr.server.evaluation_rounds import EvaluationRounds
 from fedrec_flwr.server.global_model import GlobalModel
@@ -210,7 +211,7 @@ class FedRecStrategy(Strategy):
             "\t├── FedRecStrategy: %s (%s), aggregation %s, server optimizer %s, %d users x "
             "%d items, fraction-train %.2f",
             self.config.method_name,
-            ", ".join(f"{k}: {v}" for k, v in self.method.describe().items() if k != "method"),
+            ", ".join(f"{k}: {v}" for k, v in describe(self.method).items() if k != "method"),
             self.config.learning.aggregation,
             self.config.server.server_optimizer,
             self.num_users,

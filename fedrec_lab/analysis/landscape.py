@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.losses import user_losses
 from fedrec_flwr.node.optim import SamKeys
 from fedrec_lab.analysis.sharpness import PROFILE_STEPS, measure_user, sample_users
@@ -36,7 +37,7 @@ def all_user_losses(best: BestState) -> dict[str, np.ndarray]:
                 positions = np.arange(lo, min(lo + chunk, len(runtime.users)))
                 index = torch.from_numpy(positions)
                 params = {k: v[index] for k, v in state.private.items()}
-                for name in runtime.method.shared_dense_names():
+                for name in layout(runtime.method).shared_dense:
                     value = torch.from_numpy(np.asarray(best.dense[name], np.float32))
                     params[name] = value.unsqueeze(0).expand(len(positions), *value.shape)
                 fit, val = user_losses(

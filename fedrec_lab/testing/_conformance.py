@@ -33,6 +33,7 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.messages import DENSE_PREFIX, allowed_upload_keys, record_arrays
 from fedrec_flwr.methods import ROWS, Method, build_method
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node import context_state
 from fedrec_flwr.node.runtime import NodeRuntime, NodeState
 from fedrec_flwr.node.training import autograd_grads, epoch_steps, local_update
@@ -135,11 +136,11 @@ class StepConformance(ConformanceBase):
             rng.normal(size=(samples.row_offsets[-1], method.row_dim)).astype(np.float32)
         )
         start.update(row_tables(method, samples, rng))
-        rows = method.row_names()
+        rows = layout(method).rows
 
         packed = cloned(start)
         loss_all, n_all = local_update(method, samples, packed, config, server_round=4)
-        frozen = set(method.global_row_names())
+        frozen = set(layout(method).global_rows)
         for name in packed:  # every trained parameter moved, so the comparison means something
             assert torch.equal(packed[name], start[name]) == (name in frozen), name
 
@@ -226,9 +227,9 @@ class StateConformance(ConformanceBase):
         runtime = NodeRuntime(config, prepared, partition_id=1, num_partitions=3)
         method = runtime.method
         state = runtime.initial_state()
-        assert set(state.private) == set(method.kept_private_names())
+        assert set(state.private) == set(layout(method).kept_private)
         table = initial_item_table(config, prepared.num_items, method.row_dim)
-        dense = {n: v for n, v in method.init_dense().items() if n in method.shared_dense_names()}
+        dense = {n: v for n, v in method.init_dense().items() if n in layout(method).shared_dense}
         _, state = runtime.train(state, 1, runtime.users, None, table, dense)
         if method.personal_rows:
             assert len(state.personal.items) > 0
@@ -278,7 +279,7 @@ class FederationConformance(ConformanceBase):
         users = TINY["synthetic-users"]
         run = self.federation(tmp_path_factory, users, tag="privacy")
         method = self.build(self.run_config())
-        allowed = allowed_upload_keys(method.shared_dense_names())
+        allowed = allowed_upload_keys(layout(method).shared_dense)
         uploaded = []
         for reply in run.grid.replies:
             assert not reply.has_error()
@@ -302,7 +303,7 @@ class FederationConformance(ConformanceBase):
         assert sum(len(u) for u in uploaded) > 100
         sent = Uploads(uploaded)
 
-        kept = [f"{NodeState.PREFIX}{name}" for name in method.kept_private_names()]
+        kept = [f"{NodeState.PREFIX}{name}" for name in layout(method).kept_private]
         checked = 0
         for context in run.grid.contexts.values():
             # the node's state as its next message reads it (kept beside the context by the

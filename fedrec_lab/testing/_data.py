@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods import ROWS, Method, Role
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.training import RoundSamples
 from fedrec_lab.local_grid import LocalGrid
 
@@ -99,7 +100,7 @@ def user_params(
         params[name] = tensor.unsqueeze(0).repeat(len(users), *[1] * tensor.dim())
     per_user = {n for n, r in method.roles().items() if r in (Role.PRIVATE, Role.SHARED_DENSE)}
     assert set(params) == per_user
-    shared = set(method.shared_dense_names())
+    shared = set(layout(method).shared_dense)
     out: dict[str, torch.Tensor] = {}
     for name, value in params.items():
         if spread or name not in shared:
@@ -117,7 +118,7 @@ def row_tables(
     size = (int(samples.row_offsets[-1]), method.row_dim)
     return {
         name: torch.from_numpy(rng.normal(size=size).astype(np.float32))
-        for name in method.row_names()
+        for name in layout(method).rows
         if name != ROWS
     }
 

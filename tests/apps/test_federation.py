@@ -11,6 +11,7 @@ from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.device import DataIdentity
 from fedrec_flwr.messages import DENSE_PREFIX, allowed_upload_keys, record_arrays
 from fedrec_flwr.methods import build_method
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node import context_state
 from fedrec_flwr.server.strategy import FederationError
 from fedrec_flwr.server_app import run_federation
@@ -73,7 +74,7 @@ def test_partial_participation_is_also_invariant(tmp_path):
 def test_replies_never_carry_private_parameters(tmp_path):
     _, grid = run(tmp_path, 5, keep_messages=True, method="pfedrec", protocol="strict")
     method = build_method(RunConfig.from_mapping({**SMALL, "method": "pfedrec"}), 400)
-    allowed_arrays = allowed_upload_keys(method.shared_dense_names())
+    allowed_arrays = allowed_upload_keys(layout(method).shared_dense)
     for reply in grid.replies:
         for record in reply.content.values():
             if isinstance(record, ArrayRecord):

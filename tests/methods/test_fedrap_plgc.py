@@ -15,6 +15,7 @@ from fedrec_flwr.messages import array_record, read_rows, record_arrays, sparse_
 from fedrec_flwr.methods import ROWS, Role, build_method
 from fedrec_flwr.methods.base import Phase
 from fedrec_flwr.methods.fedrap import LOCAL, FedRapKeys, fedrap_weights
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.methods.plgc import ALPHA, GLOBAL, decorrelation_loss, ntk_alpha
 from fedrec_flwr.node.training import epoch_steps, round_context
 from fedrec_flwr.spectrum import effective_rank
@@ -150,7 +151,7 @@ def test_the_curriculum_ramps_with_tanh_of_the_round_and_constant_is_constant():
 def test_d_is_private_rows_and_never_leaves_the_device():
     _, method = fedrap()
     assert method.roles()[LOCAL] is Role.PRIVATE_ROWS
-    assert LOCAL not in method.kept_private_names() and method.private_row_names() == (LOCAL,)
+    assert LOCAL not in layout(method).kept_private and layout(method).private_rows == (LOCAL,)
 
 
 # ------------------------------------------------------------ zero rows, wire

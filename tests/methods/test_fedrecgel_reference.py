@@ -12,6 +12,7 @@ from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.methods import ROWS, Role, Step, build_method
 from fedrec_flwr.methods.adam_state import ADAM_STEPS, adam_moment_names, adam_state, is_adam_state
 from fedrec_flwr.methods.fedncf import USER_GMF, USER_MLP, chunk_weights
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.optim import SGD, PrivateAdam, local_optimizer
 from fedrec_flwr.node.training import _gradient_fn, epoch_steps
 from fedrec_lab.testing import (
@@ -147,7 +148,7 @@ def test_fedrecgel_with_private_adam_keeps_state_and_steps_the_embeddings_with_i
     before = {n: p.clone() for n, p in params.items()}
     (phase,) = method.phases()
     step = steps[0]
-    optimizer.step(params, step, _gradient_fn(method, params, step, phase, method.row_names()))
+    optimizer.step(params, step, _gradient_fn(method, params, step, phase, layout(method).rows))
     users = step.users
     assert params[ADAM_STEPS][users].tolist() == [1.0] * len(users)
     # Adam's first step moves each coordinate by lr (sign of the gradient) at most.

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import build_method
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.personal import PersonalRows
 from fedrec_flwr.node.scoring import held_items, lookup_rows, score_held_padded, score_held_pairs
 from fedrec_lab.testing import TINY, user_params
@@ -54,7 +55,7 @@ def test_flat_pairs_score_the_held_rows_exactly_as_the_padded_block(name, seed, 
     table = rng.normal(size=(ITEMS, method.row_dim)).astype(np.float32)
     personal = random_store(rng, users, method.row_dim, 20)
     private = {
-        n: random_store(rng, users, method.row_dim, ITEMS) for n in method.private_row_names()
+        n: random_store(rng, users, method.row_dim, ITEMS) for n in layout(method).private_rows
     }
     positions = np.arange(users)
     held = [held_items(personal, private, int(p)) for p in positions]
@@ -87,7 +88,7 @@ def test_rowwise_logits_do_not_depend_on_the_batch_shape(name):
     rows = torch.from_numpy(rng.normal(size=(users, k, method.row_dim)).astype(np.float32))
     extras = {
         n: torch.from_numpy(rng.normal(size=(users, k, method.row_dim)).astype(np.float32))
-        for n in (*method.private_row_names(), *method.global_row_names())
+        for n in (*layout(method).private_rows, *layout(method).global_rows)
     }
     together = method.logits({**params, **extras}, rows)
     for j in range(users):
@@ -124,7 +125,7 @@ def test_strict_ranks_are_the_same_on_either_path(name):
     personal = random_store(rng, len(users), method.row_dim, 30, prepared.num_items)
     private = {
         n: random_store(rng, len(users), method.row_dim, 120, prepared.num_items)
-        for n in method.private_row_names()
+        for n in layout(method).private_rows
     }
     protocol = StrictProtocol(prepared, 0)
     args = (params, personal, users, users, None, table, private)

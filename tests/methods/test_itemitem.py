@@ -24,6 +24,7 @@ from fedrec_flwr.methods.cooccurrence import (
     itemknn_weights,
     symmetric_from_upper,
 )
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node import runtime as node_runtime
 from fedrec_flwr.node.runtime import NodeRuntime
 from fedrec_flwr.node.statistics import first_selected, statistics_upload
@@ -383,7 +384,7 @@ class TestItemItemEase(StepConformance, StateConformance, FederationConformance)
         users = TINY["synthetic-users"]
         run = self.federation(tmp_path_factory, users, tag="privacy")
         method = self.build(self.run_config())
-        allowed = allowed_upload_keys(method.shared_dense_names())
+        allowed = allowed_upload_keys(layout(method).shared_dense)
         prepared = prepare(self.run_config())
         uploaded = {}
         for reply in run.grid.replies:

@@ -1,8 +1,8 @@
 """Plug-ins compose with a base method through one mechanism, and the registry.
 
 A :class:`MethodPlugin` delegates every member of :class:`Method` that it does not override
-(or that Method computes from the others); these tests fail when a member of Method is left
-to its default instead."""
+(the parameter-name lists are computed from the composition); these tests fail when a
+member of Method is left to its default instead."""
 
 import inspect
 from importlib.metadata import EntryPoint
@@ -34,7 +34,8 @@ from fedrec_flwr.methods import (
     unregister_method,
     unregister_plugin,
 )
-from fedrec_flwr.methods.plugin import DERIVED, Delegated, method_members
+from fedrec_flwr.methods.layout import describe, layout
+from fedrec_flwr.methods.plugin import Delegated, method_members
 from fedrec_flwr.schema import POSITIVE, Group, key
 from fedrec_flwr.stages import UploadStage
 from fedrec_lab.testing import user_params
@@ -63,7 +64,7 @@ def test_every_method_member_is_overridden_delegated_or_derived(plugin):
     for name in sorted(members):
         overridden = any(name in vars(klass) for klass in own)
         delegated = isinstance(inspect.getattr_static(plugin, name), Delegated)
-        assert overridden or delegated or name in DERIVED, name
+        assert overridden or delegated, name
     assert not inspect.isabstract(plugin)
 
 
@@ -73,14 +74,13 @@ def test_every_method_member_is_overridden_delegated_or_derived(plugin):
 def test_a_plugin_that_overrides_nothing_answers_as_its_base_method(config):
     base = build_method(config, num_items=12)
     wrapped = DoesNothing(config, 12, base)
-    for name in sorted(method_members() - DERIVED):
+    for name in sorted(method_members()):
         ours, theirs = getattr(wrapped, name), getattr(base, name)
         if inspect.ismethod(theirs):
             assert ours.__func__ is theirs.__func__ and ours.__self__ is base, name
         else:
             assert ours == theirs, name
-    for name in sorted(DERIVED - {"_names", "_with_role"}):
-        assert getattr(wrapped, name)() == getattr(base, name)(), name
+    assert layout(wrapped) == layout(base) and describe(wrapped) == describe(base)
     for name, value in vars(base).items():  # what the base method set on itself
         if not name.startswith("_"):
             assert getattr(wrapped, name) is value, name
@@ -95,9 +95,9 @@ def test_plgc_adds_its_parameters_to_the_base_methods_and_delegates_the_rest():
     method = build_method(config, num_items=12)
     assert isinstance(method, PLGC) and method.name == "pfedrec"
     base = method.base
-    assert method.kept_private_names() == (*base.kept_private_names(), "plgc-alpha")
-    assert method.global_row_names() == ("plgc-global",)
-    assert method.row_names() == (*base.row_names(), "plgc-global")
+    assert layout(method).kept_private == (*layout(base).kept_private, "plgc-alpha")
+    assert layout(method).global_rows == ("plgc-global",)
+    assert layout(method).rows == (*layout(base).rows, "plgc-global")
     assert (method.personal_rows, method.eval_table, method.row_dim) == (
         base.personal_rows,
         base.eval_table,

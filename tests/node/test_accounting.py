@@ -17,6 +17,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import build_method
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.privacy import uploads
 from fedrec_flwr.privacy.accounting import (
     RowCounter,
@@ -184,4 +185,4 @@ def test_ldp_is_refused_for_a_method_that_uploads_shared_dense_parameters(keys):
 def test_ldp_is_accepted_where_every_shared_parameter_is_a_row():
     for keys in ({"method": "fedncf", "personalization": "dual"}, {"method": "fedmf"}):
         config = RunConfig.from_mapping({**keys, "ldp-mechanism": "gaussian"})
-        assert build_method(config, 30).shared_dense_names() == ()
+        assert layout(build_method(config, 30)).shared_dense == ()

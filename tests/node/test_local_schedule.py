@@ -14,6 +14,7 @@ from fedrec_flwr.methods import ROWS, build_method
 from fedrec_flwr.methods.adam_state import ADAM_STEPS, adam_moment_names
 from fedrec_flwr.methods.base import Phase, Step
 from fedrec_flwr.methods.fedrap import LOCAL
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.optim import SAM, SGD, PrivateAdam
 from fedrec_flwr.node.schedule import LocalSchedule
 from fedrec_flwr.node.training import (
@@ -155,7 +156,7 @@ class TestLocalSchedule:
         step = epoch_steps(samples, config, 1, 0, CPU)[0]
         scale = torch.tensor([0.5, 0.25, 0.125], dtype=torch.float64)[: len(step.users)]
         phase = method.phases()[0]
-        roles, rows = method.roles(), method.row_names()
+        roles, rows = method.roles(), layout(method).rows
         base = {n: method.learning_rate(n) for n in roles}
 
         def run(optimizer, step):
@@ -261,7 +262,7 @@ class TestLocalSchedule:
         params = fedrap_start(method, samples)  # by hand: no schedule, no weight decay
         context = round_context(samples, config, 3, CPU)
         method.begin_local_update(params, context)
-        rows = method.row_names()
+        rows = layout(method).rows
         phase = method.phases()[0]
         for epoch in range(config.training.local_epochs):
             for step in epoch_steps(samples, config, 3, epoch, CPU):
@@ -290,7 +291,7 @@ class TestLocalSchedule:
         local_update(method, samples, packed, config, server_round=4)
         plain = cloned(start)
         local_update(method, samples, plain, RunConfig.from_mapping(FEDRAP), server_round=4)
-        rows = method.row_names()
+        rows = layout(method).rows
         for j in range(len(samples.users)):
             lo, hi = samples.row_offsets[j], samples.row_offsets[j + 1]
             alone = {n: v[j : j + 1].clone() for n, v in start.items() if n not in rows}

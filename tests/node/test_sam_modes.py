@@ -14,6 +14,7 @@ import torch
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import ROWS, Role, build_method
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.optim import SAM, SGD, SamKeys, SamMode, local_optimizer
 from fedrec_flwr.node.training import _gradient_fn, epoch_steps
 from fedrec_lab.testing import random_samples, user_params
@@ -111,7 +112,7 @@ def optimiser_update(method, params, step, mode: SamMode):
     number of gradient evaluations it took."""
     params = {n: p.clone() for n, p in params.items()}
     (phase,) = method.stages()[0].phases
-    gradients = _gradient_fn(method, params, step, phase, method.row_names())
+    gradients = _gradient_fn(method, params, step, phase, layout(method).rows)
     calls = []
 
     def counted(offsets):
@@ -156,11 +157,11 @@ def test_hierarchical_with_a_zero_radius_keeps_that_groups_base_gradient():
     method = small_method("fedncf")
     params, step = a_step(method)
     roles = method.roles()
-    sgd = SGD({n: method.learning_rate(n) for n in roles}, method.row_names())
+    sgd = SGD({n: method.learning_rate(n) for n in roles}, layout(method).rows)
     (phase,) = method.stages()[0].phases
     for rho_private, rho_shared in ((RHO_PRIVATE, 0.0), (0.0, RHO_SHARED)):
         work = {n: p.clone() for n, p in params.items()}
-        gradients = _gradient_fn(method, work, step, phase, method.row_names())
+        gradients = _gradient_fn(method, work, step, phase, layout(method).rows)
         calls = []
 
         def counted(offsets, gradients=gradients, calls=calls):
@@ -174,7 +175,7 @@ def test_hierarchical_with_a_zero_radius_keeps_that_groups_base_gradient():
         assert {sam.group(n) for n in calls[1]} == {perturbed}
         # The unperturbed group stepped with its base gradient: as plain SGD would.
         plain = {n: p.clone() for n, p in params.items()}
-        sgd.step(plain, step, _gradient_fn(method, plain, step, phase, method.row_names()))
+        sgd.step(plain, step, _gradient_fn(method, plain, step, phase, layout(method).rows))
         for n in params:
             same = torch.equal(work[n], plain[n])
             assert same == (sam.group(n) != perturbed), n
@@ -188,7 +189,7 @@ def test_joint_is_the_default_mode_and_unchanged():
     assert method.config.group(SamKeys).sam_mode == SamMode.JOINT
     params, step = a_step(method)
     roles = method.roles()
-    sgd = SGD({n: method.learning_rate(n) for n in roles}, method.row_names())
+    sgd = SGD({n: method.learning_rate(n) for n in roles}, layout(method).rows)
     default = local_optimizer(method, method.config)
     assert default.mode is SamMode.JOINT
     (phase,) = method.stages()[0].phases

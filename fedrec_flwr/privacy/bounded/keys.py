@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.privacy.bounded.circuit import Bounds, BoundsError
 from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.run_keys import RunGroups
@@ -54,7 +55,7 @@ def bounds_of(config: RunGroups, method: Any, num_items: int, row_dim: int) -> B
     group = config.group(BoundedKeys)
     if group.secure_aggregation_bound <= 0:
         return None
-    dense = method.shared_dense_names()
+    dense = layout(method).shared_dense
     if dense or method.uploads_statistics:
         what = f"shared-dense parameters {list(dense)}" if dense else "co-occurrence sums"
         raise ConfigError(
