@@ -30,6 +30,7 @@ from fedrec_flwr.data.registry import DataKeys, dataset_key_groups
 from fedrec_flwr.data.settings import DATA_DIR_ENV, DataSettings
 from fedrec_flwr.learning_keys import LearningKeys, ScheduleKeys, ServerKeys, ServerOptimizerKeys
 from fedrec_flwr.methods import Method, build_method, methods, plugin_key_groups
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.run_keys import (
     EvaluationKeys,
     ExecutionKeys,
@@ -353,13 +354,13 @@ class RunConfig(Settings, RunGroups):
         keep = self.evaluation.keep_personal_rows
         if keep == KeepPersonalRows.TUNED:
             return
-        if not method.personal_rows:
+        if not layout(method).personal_rows:
             raise ConfigError(
                 f"keep-personal-rows='{keep}' applies to a method that "
                 f"keeps personal item rows (pfedrec, personalization='dual', plgc); method "
                 f"'{self.method_name}' keeps none: leave keep-personal-rows = 'tuned'."
             )
-        if method.train_from_personal:
+        if layout(method).train_from_personal:
             raise ConfigError(
                 "keep-personal-rows='positives' and plgc-persist = true do not combine: "
                 "persistent local rows are trained from in later rounds, not only evaluated "

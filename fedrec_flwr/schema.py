@@ -46,8 +46,8 @@ class RunValues(Protocol):
 
 
 class MethodTraits(Protocol):
-    """What a group's ``tuned`` reads of the run's method
-    (:class:`~fedrec_flwr.methods.Method`, built above this module)."""
+    """What a group's ``tuned`` reads of the run's method: its layout
+    (:class:`~fedrec_flwr.methods.layout.Layout`, built above this module)."""
 
     @property
     def personal_rows(self) -> bool: ...

@@ -104,21 +104,6 @@ class Method(PrivateData, ABC):
         self.dual = False
 
     # ----------------------------------------------------------------- roles
-    #: Does the method as published keep personal rows (PFedRec)?
-    native_personal_rows: ClassVar[bool] = False
-
-    @property
-    def personal_rows(self) -> bool:
-        """Does the user keep its tuned item rows and evaluate with them?"""
-        return self.native_personal_rows or self.dual
-
-    @property
-    def eval_table(self) -> str:
-        """Global table evaluation reads for rows a user has no personal copy of:
-        ``round-start`` (the table sent at the start of the latest training round, as the
-        PFedRec reference code does) or ``latest`` (after that round's aggregation)."""
-        return "round-start" if self.personal_rows else "latest"
-
     @property
     def row_dim(self) -> int:
         """Width of an item row."""
@@ -143,20 +128,15 @@ class Method(PrivateData, ABC):
         return {}
 
     def roles(self) -> dict[str, Role]:
-        """Role of every parameter: private ones, ``rows``, shared-dense ones. The name lists
+        """Role of every parameter: private ones, ``rows`` (``personal-rows`` under dual
+        personalisation), shared-dense ones. The name lists
         the node, the messages and the server read are computed from it once per method
         object (:func:`fedrec_flwr.methods.layout.layout`)."""
         roles = {name: Role.PRIVATE for name in self.init_private(np.empty(0, np.int64))}
-        roles[ROWS] = Role.SHARED_ROWS
+        roles[ROWS] = Role.PERSONAL_ROWS if self.dual else Role.SHARED_ROWS
         for name in self.init_dense():
             roles[name] = Role.PRIVATE if self.dual else Role.SHARED_DENSE
         return roles
-
-    @property
-    def train_from_personal(self) -> bool:
-        """Does a user start a round's item rows from its personal copies (where it has
-        them) instead of the global rows? (PLGC: the local rows persist.)"""
-        return False
 
     @property
     def zero_threshold(self) -> float | None:
@@ -170,7 +150,7 @@ class Method(PrivateData, ABC):
         where they live, not how fast they learn), ``lr`` for the other private ones."""
         layout = method_layout(self)
         role = layout.roles[name]
-        if role in (Role.SHARED_ROWS, Role.PRIVATE_ROWS):
+        if role in (Role.SHARED_ROWS, Role.PERSONAL_ROWS, Role.PRIVATE_ROWS):
             return self.config.learning.item_learning_rate(self.num_items)
         if role is Role.GLOBAL_ROWS:
             return 0.0

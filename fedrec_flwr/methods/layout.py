@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -32,6 +32,15 @@ class Declared(Protocol):
     def init_dense(self) -> Mapping[str, object]: ...
 
 
+@runtime_checkable
+class RowsPersist(Protocol):
+    """A plug-in whose users start a round's item rows from their personal copies
+    (PLGC under ``plgc-persist``)."""
+
+    @property
+    def train_from_personal(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class Layout:
     """A method's parameters by where they live.
@@ -44,7 +53,11 @@ class Layout:
     - ``rows``: the flat row tables aligned with the item rows, ``ROWS`` first;
     - ``private_rows``: per-user rows kept on the device (role ``private-rows``);
     - ``global_rows``: frozen copies of the received global rows (role ``global-rows``);
-    - ``kept_private``: the per-user parameters kept in the node state (role ``private``).
+    - ``kept_private``: the per-user parameters kept in the node state (role ``private``);
+    - ``personal_rows``: does the user keep its tuned item rows and evaluate with them (the
+      rows' role is ``personal-rows``)?
+    - ``train_from_personal``: does a user start a round's item rows from its personal
+      copies (where it has them) instead of the global rows (:class:`RowsPersist`)?
     """
 
     roles: dict[str, Role]
@@ -55,6 +68,15 @@ class Layout:
     private_rows: tuple[str, ...]
     global_rows: tuple[str, ...]
     kept_private: tuple[str, ...]
+    personal_rows: bool
+    train_from_personal: bool
+
+    @property
+    def eval_table(self) -> str:
+        """Global table evaluation reads for rows a user has no personal copy of:
+        ``round-start`` (the table sent at the start of the latest training round, as the
+        PFedRec reference code does) or ``latest`` (after that round's aggregation)."""
+        return "round-start" if self.personal_rows else "latest"
 
     def with_role(self, *roles: Role) -> tuple[str, ...]:
         """The parameters whose role is one of ``roles``, in role order."""
@@ -94,4 +116,6 @@ def _computed(method: Declared) -> Layout:
         private_rows=with_role(Role.PRIVATE_ROWS),
         global_rows=with_role(Role.GLOBAL_ROWS),
         kept_private=with_role(Role.PRIVATE),
+        personal_rows=roles[ROWS] is Role.PERSONAL_ROWS,
+        train_from_personal=isinstance(method, RowsPersist) and method.train_from_personal,
     )

@@ -4,8 +4,8 @@ Roles (``Role``) say where each parameter lives:
 
 - ``private``: never leaves the device (a score function, a user vector);
 - ``shared-rows``: the global item table, sent and aggregated row by row (name ``"rows"``);
-- ``personal-rows``: the device keeps its tuned copies of the rows and evaluates with them
-  (a flag of the method, ``personal_rows``);
+- ``personal-rows``: the global item table as ``shared-rows``, of which the device also
+  keeps its tuned copies and evaluates with them (PFedRec; any method under DualPer);
 - ``shared-dense``: dense parameters every user trains a copy of (NCF's MLP), averaged over
   the round's users;
 - ``private-rows``: per-user item rows the device keeps across rounds and never uploads
@@ -29,6 +29,7 @@ ROWS = "rows"  # the name of the item-row parameter in every phase
 class Role(StrEnum):
     PRIVATE = "private"
     SHARED_ROWS = "shared-rows"
+    PERSONAL_ROWS = "personal-rows"
     SHARED_DENSE = "shared-dense"
     PRIVATE_ROWS = "private-rows"
     GLOBAL_ROWS = "global-rows"
@@ -36,7 +37,7 @@ class Role(StrEnum):
 
 #: Roles of parameters that are flat row tables aligned with the item rows (gathered by
 #: ``step.rows``; their gradients arrive per batch entry).
-ROW_ROLES = frozenset({Role.SHARED_ROWS, Role.PRIVATE_ROWS, Role.GLOBAL_ROWS})
+ROW_ROLES = frozenset({Role.SHARED_ROWS, Role.PERSONAL_ROWS, Role.PRIVATE_ROWS, Role.GLOBAL_ROWS})
 
 
 @dataclass(frozen=True)

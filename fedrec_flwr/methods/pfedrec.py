@@ -17,6 +17,7 @@ from fedrec_flwr.methods.base import (
     ROWS,
     Method,
     Phase,
+    Role,
     Step,
     bce_grad,
     linear_head_init,
@@ -31,11 +32,14 @@ SCORE = ("score-weight", "score-bias")
 class PFedRec(Method):
     name = "pfedrec"
     rowwise_logits = True  # linear_logits: a product and a sum over each row
-    native_personal_rows = True
 
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
         """One shared initialisation for every user: PyTorch's nn.Linear(d, 1) default."""
         return linear_head_init(self.config, users, self.dim)
+
+    def roles(self) -> dict[str, Role]:
+        """The item rows are personal: the user keeps its tuned copies."""
+        return {**super().roles(), ROWS: Role.PERSONAL_ROWS}
 
     def phases(self) -> tuple[Phase, ...]:
         return (Phase("score", SCORE), Phase("items", (ROWS,)))

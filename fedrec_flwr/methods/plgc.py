@@ -143,7 +143,7 @@ class PLGC(MethodPlugin):
     def train_from_personal(self) -> bool:
         """``plgc-persist``: the local rows persist across rounds (else, as the base method,
         a round starts them from the global rows)."""
-        return self.base.personal_rows and self.config.group(PlgcKeys).plgc_persist
+        return layout(self.base).personal_rows and self.config.group(PlgcKeys).plgc_persist
 
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
         start = 0.5 if self.alpha is None else self.alpha
@@ -214,7 +214,7 @@ class PLGC(MethodPlugin):
 
 def check_applies(config: RunGroups, method: Method) -> None:
     """PLGC needs personal item rows (kept rows, or private rows such as FedRAP's ``D_u``)."""
-    if not (method.personal_rows or layout(method).private_rows):
+    if not (layout(method).personal_rows or layout(method).private_rows):
         raise ConfigError(
             f"plgc = true needs a method with personal item rows; method '{method.name}'"
             f" with personalization='{config.value('personalization')}' has none. Use pfedrec or "

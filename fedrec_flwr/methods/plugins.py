@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from fedrec_flwr.methods.base import Method
+from fedrec_flwr.methods.base import ROWS, Method, Role
 from fedrec_flwr.methods.plugin import Plugin
 from fedrec_flwr.methods.registry import method_card
 from fedrec_flwr.run_keys import RunGroups
@@ -41,9 +41,10 @@ def dual_enabled(config: RunGroups) -> bool:
 def dual_applies(config: RunGroups, method: Method) -> None:
     """DualPer applies to a method whose card ``supports_dual``."""
     if not method_card(method.name).supports_dual:
+        keeps_personal_rows = method.roles()[ROWS] is Role.PERSONAL_ROWS
         raise ConfigError(
             f"personalization='dual' does not apply to method '{method.name}'"
-            + (" (it keeps personal item rows already)" if method.native_personal_rows else "")
+            + (" (it keeps personal item rows already)" if keeps_personal_rows else "")
             + "; use personalization='none'."
         )
 

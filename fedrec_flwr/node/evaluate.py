@@ -159,7 +159,7 @@ class NodeEvaluation:
     def erank_positions(self) -> np.ndarray:
         """Positions of this node's users in the seeded sample whose personal rows are
         measured (none if the method keeps no personal or private rows)."""
-        if not (self.method.personal_rows or layout(self.method).private_rows):
+        if not (layout(self.method).personal_rows or layout(self.method).private_rows):
             return np.empty(0, dtype=np.int64)
         sample = erank_users(self.config.training.seed, self.prepared.num_users)
         return self.positions_of(sample[sample % self.num_partitions == self.partition_id])

@@ -53,7 +53,7 @@ def round_params(
     params = user_params(method, state, positions, dense, device)
     for name in layout(method).global_rows:  # the frozen global view
         params[name] = torch.from_numpy(received.copy()).to(device)
-    if method.train_from_personal:  # the local rows persist
+    if layout(method).train_from_personal:  # the local rows persist
         local = state.personal.gathered(samples.row_positions(), samples.row_items)
         held = np.isin(
             samples.row_positions() * KEY_STRIDE + samples.row_items,

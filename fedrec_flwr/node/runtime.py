@@ -232,7 +232,7 @@ class NodeRuntime(NodeEvaluation):
         for name in private:
             private[name][index] = params[name].cpu()
         personal = state.personal
-        if self.method.personal_rows:
+        if layout(self.method).personal_rows:
             personal = self._kept_rows(personal, samples, tuned.cpu().numpy())
         private_rows = {
             name: store.merged(
@@ -251,7 +251,7 @@ class NodeRuntime(NodeEvaluation):
         """The trained users' personal rows become this round's tuned rows (filtered by the
         protocol: under ``paper`` only rows among the user's candidates are kept), added as
         one segment of a layered store: the other users' rows are not copied."""
-        if self.method.train_from_personal:  # local rows persist: keep every trained row
+        if layout(self.method).train_from_personal:  # local rows persist: keep every trained row
             return personal.merged(samples.row_positions(), samples.row_items, tuned)
         keep = self.protocol.keep_personal_rows(
             samples.users, samples.row_offsets, samples.row_items

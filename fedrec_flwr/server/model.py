@@ -152,7 +152,7 @@ class ServerModel:
             ),
             aggregation=config.learning.aggregation,
             zero_threshold=method.zero_threshold,
-            evaluate_round_start=method.eval_table == "round-start",
+            evaluate_round_start=layout(method).eval_table == "round-start",
             update_limit=config.defences.update_limit,
             stages=server_stages(config, method, num_items),
         )

@@ -231,7 +231,7 @@ class StateConformance(ConformanceBase):
         table = initial_item_table(config, prepared.num_items, method.row_dim)
         dense = {n: v for n, v in method.init_dense().items() if n in layout(method).shared_dense}
         _, state = runtime.train(state, 1, runtime.users, None, table, dense)
-        if method.personal_rows:
+        if layout(method).personal_rows:
             assert len(state.personal.items) > 0
 
         context = Context(
@@ -316,7 +316,7 @@ class FederationConformance(ConformanceBase):
                 for user_value in state[name]:  # one slice per user of the node
                     assert not sent.contains(user_value.ravel()), f"{name} found in an upload"
                     checked += 1
-            if method.personal_rows:  # positive control: personal rows are uploaded rows
+            if layout(method).personal_rows:  # positive control: personal rows are uploaded rows
                 personal = state["personal-rows"]
                 assert len(personal) and all(sent.contains(row) for row in personal)
         assert checked == users * len(kept)

@@ -27,6 +27,7 @@ def space_for(preset: dict[str, Any], plugin_only: bool = False) -> dict[str, Di
     alone, the method's keys held at the preset's (a plug-in preset's base, tuned)."""
     from fedrec_flwr.config import RunConfig, key_groups
     from fedrec_flwr.methods import build_method, enabled_plugins, method_card
+    from fedrec_flwr.methods.layout import layout
 
     config = RunConfig.from_mapping(preset)
     method = build_method(config, num_items=1)
@@ -35,7 +36,7 @@ def space_for(preset: dict[str, Any], plugin_only: bool = False) -> dict[str, Di
     def tuned(group: type[Group]) -> bool:
         if group.plugin is not None:
             return group.plugin in enabled
-        return group.tuned is None or group.tuned(config, method)
+        return group.tuned is None or group.tuned(config, layout(method))
 
     groups = [group for group in key_groups() if group.search_space and tuned(group)]
     plugins = by_key_name(group for group in groups if group.plugin is not None)

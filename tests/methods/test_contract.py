@@ -36,10 +36,6 @@ CONTRACT = {
     "rowwise_logits",
     "eval_chunk",
     # flags
-    "native_personal_rows",
-    "personal_rows",
-    "eval_table",
-    "train_from_personal",
     "zero_threshold",
     "uploads_statistics",
 }

@@ -59,7 +59,7 @@ def configs() -> list[RunConfig]:
 @pytest.mark.parametrize("plugin", [MethodPlugin, PLGC])
 def test_every_method_member_is_overridden_delegated_or_derived(plugin):
     members = method_members()
-    assert {"logits", "roles", "loss", "personal_rows", "name", "eval_chunk"} <= members
+    assert {"logits", "roles", "loss", "name", "init_private_from"} <= members
     own = plugin.__mro__[: plugin.__mro__.index(MethodPlugin)]  # the plug-in's classes
     for name in sorted(members):
         overridden = any(name in vars(klass) for klass in own)
@@ -98,9 +98,9 @@ def test_plgc_adds_its_parameters_to_the_base_methods_and_delegates_the_rest():
     assert layout(method).kept_private == (*layout(base).kept_private, "plgc-alpha")
     assert layout(method).global_rows == ("plgc-global",)
     assert layout(method).rows == (*layout(base).rows, "plgc-global")
-    assert (method.personal_rows, method.eval_table, method.row_dim) == (
-        base.personal_rows,
-        base.eval_table,
+    assert (layout(method).personal_rows, layout(method).eval_table, method.row_dim) == (
+        layout(base).personal_rows,
+        layout(base).eval_table,
         base.row_dim,
     )
     assert method.stages() == base.stages() and method.dim == base.dim == 4

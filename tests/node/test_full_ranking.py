@@ -12,6 +12,7 @@ import fedrec_flwr.node.rank_entries as rank_entries
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.methods.heads import fixed_order_dots
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.personal import PersonalRows
 from fedrec_flwr.node.runtime import NodeRuntime
 
@@ -46,7 +47,7 @@ def node_with_state(variant: str, seed: int, nodes: int = 1, partition: int = 0)
     table = rng.normal(size=(11, dim)).astype(np.float32)[np.arange(prepared.num_items) % 11]
     for value in state.private.values():
         value.copy_(torch.from_numpy(rng.normal(size=value.shape).astype(np.float32)))
-    if runtime.method.personal_rows:
+    if layout(runtime.method).personal_rows:
         positions, items = [], []
         for p, user in enumerate(runtime.users):
             chosen = rng.choice(prepared.num_items, 4, replace=False).tolist()

@@ -175,5 +175,5 @@ def test_the_initial_model_of_a_run(keys):
     assert set(server.dense) == set(layout(method).shared_dense)
     assert server.optimizer.rule == "adam"
     assert server.zero_threshold == method.zero_threshold
-    assert server.evaluate_round_start == (method.eval_table == "round-start")
+    assert server.evaluate_round_start == (layout(method).eval_table == "round-start")
     assert ("ldp-denoise" in server.stages.names()) == config.group(LdpKeys).ldp_denoise
