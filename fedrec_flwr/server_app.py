@@ -14,10 +14,9 @@ from flwr.serverapp import Grid, ServerApp
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import data_dir_read
 from fedrec_flwr.methods import Method, build_method
-from fedrec_flwr.methods.itemitem import ItemItem
+from fedrec_flwr.methods.itemitem import uploads_statistics
 from fedrec_flwr.privacy.accounting import summary_fields
 from fedrec_flwr.results import RunRecorder
-from fedrec_flwr.schema import ConfigError
 from fedrec_flwr.server.checkpoint import Checkpoints, open_run
 from fedrec_flwr.server.global_model import GlobalModel
 from fedrec_flwr.server.handshake import Federation, connect
@@ -100,14 +99,9 @@ def describe(
 
 def server_model(config: RunConfig, method: Method, num_items: int) -> GlobalModel:
     """Round 1's model of the server: the item-item sums of a method that uploads
-    co-occurrences (``uploads_statistics``), else the trained item table."""
-    if not method.uploads_statistics:
+    co-occurrences (:func:`uploads_statistics`), else the trained item table."""
+    if not uploads_statistics(method):
         return ServerModel.initial(config, method, num_items)
-    if not isinstance(method, ItemItem):
-        raise ConfigError(
-            f"method '{method.name}' uploads co-occurrence sums, which the server sums for "
-            "an item-item method only: derive it from fedrec_flwr.methods.itemitem.ItemItem"
-        )
     return StatisticsModel(config, method, num_items)
 
 

@@ -116,9 +116,6 @@ class Method(PrivateData, ABC):
         Draws must be keyed by (seed, user) so a user's init does not depend on its node.
         """
 
-    #: Uploads its users' co-occurrence sums once (item-item) instead of training rows?
-    uploads_statistics: ClassVar[bool] = False
-
     def init_dense(self) -> dict[str, np.ndarray]:
         """The method's dense parameters (one copy, keyed by the seed); none by default.
 
@@ -207,9 +204,6 @@ class Method(PrivateData, ABC):
         ``params``: every non-row parameter of the step's users [a, ...]; ``rows``: [a, B, r].
         """
         return (bce_losses(logits, step) * step.weights).sum()
-
-    #: Use ``closed_form_grads`` when the method has it (tests switch it off to compare).
-    use_closed_form: bool = True
 
     def closed_form_grads(
         self,

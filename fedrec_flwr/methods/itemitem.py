@@ -19,6 +19,7 @@ with a user vector. The node's upload and the server's sums are in
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypeGuard
 
 import numpy as np
 import torch
@@ -159,8 +160,6 @@ def two_rounds(config: RunValues) -> bool:
 class ItemItem(Method):
     name = "itemitem"
     rowwise_logits = True  # linear_logits: a product and a sum over each row
-    #: Uploads its users' co-occurrence sums once instead of training item rows.
-    uploads_statistics = True
 
     def __init__(self, config: RunGroups, num_items: int) -> None:
         super().__init__(config, num_items)
@@ -244,6 +243,12 @@ class ItemItem(Method):
             if len(items):
                 out[j] = (table[:, items] * weights[items]).sum(1)
         return out
+
+
+def uploads_statistics(method: Method) -> TypeGuard[ItemItem]:
+    """Does ``method`` upload its users' co-occurrence sums once instead of training item
+    rows (an item-item method: :class:`ItemItem` or a class derived from it)?"""
+    return isinstance(method, ItemItem)
 
 
 CARD = MethodCard(

@@ -22,6 +22,7 @@ import torch
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.methods import ROWS, Method, build_method
+from fedrec_flwr.methods.itemitem import uploads_statistics
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node import malicious
 from fedrec_flwr.node.accelerator import torch_device
@@ -116,7 +117,7 @@ class NodeRuntime(NodeEvaluation):
         The draws are kept for that round's training (when this process runs it).
         """
         selected = self.selected(server_round)
-        if self.method.uploads_statistics:  # no rows: the upload is the users' items
+        if uploads_statistics(self.method):  # no rows: the upload is the users' items
             return np.empty(0, dtype=np.int64)
         draws = round_draws(self.prepared, self.config, selected, server_round)
         self._planned = (server_round, draws)
@@ -176,7 +177,7 @@ class NodeRuntime(NodeEvaluation):
         node's upload chain (``support``: the items of an item-item method's co-occurrence
         round, :mod:`fedrec_flwr.node.statistics`)."""
         positions = self.positions_of(users)
-        if self.method.uploads_statistics:  # no training: the users' co-occurrences
+        if uploads_statistics(self.method):  # no training: the users' co-occurrences
             return statistics_upload(self, users, server_round, support), state
         draws = self._planned_draws(server_round)
         samples = build_round_samples(

@@ -1,5 +1,5 @@
-"""A node's upload for a method that sums co-occurrences (``uploads_statistics``: the
-item-item methods, :mod:`fedrec_flwr.methods.itemitem`).
+"""A node's upload for a method that sums co-occurrences (the item-item methods,
+:func:`fedrec_flwr.methods.itemitem.uploads_statistics`).
 
 A user contributes once: in the first round it is selected (``fraction-train``; a pure
 function of the seed and the round, so the server knows it too). Its contribution is its

@@ -220,10 +220,9 @@ def _gradient_fn(
         if offsets:
             others = {n: p + offsets[n] if n in offsets else p for n, p in others.items()}
             rows = rows + offsets[ROWS] if ROWS in offsets else rows
-        if method.use_closed_form:
-            fast = method.closed_form_grads(step, others, rows, phase.params)
-            if fast is not None:
-                return fast
+        fast = method.closed_form_grads(step, others, rows, phase.params)
+        if fast is not None:
+            return fast
         return autograd_grads(method, step, others, rows, phase.params)
 
     gradients.starts = gathered  # type: ignore[attr-defined]  # the optimiser's row starts

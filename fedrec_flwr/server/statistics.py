@@ -1,5 +1,6 @@
-"""The server of a method that sums co-occurrences (``uploads_statistics``: the item-item
-methods): the sums over the users who have contributed, and the model computed from them.
+"""The server of a method that sums co-occurrences (the item-item methods,
+:func:`fedrec_flwr.methods.itemitem.uploads_statistics`): the sums over the users who have
+contributed, and the model computed from them.
 
 Each round the server reads the nodes' uploads (:func:`check_statistics_reply`: plain item
 lists; under ``secure-aggregation`` the decoded sum, :func:`secure_statistics`), adds them

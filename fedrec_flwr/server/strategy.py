@@ -57,6 +57,7 @@ from fedrec_flwr.messages import (
     sparse_rows,
 )
 from fedrec_flwr.methods import Method
+from fedrec_flwr.methods.itemitem import uploads_statistics
 from fedrec_flwr.methods.layout import describe
 from fedrec_flwr.server.checkpoint import Checkpoints
 from fedrec_flwr.server.evaluation_rounds import EvaluationRounds
@@ -110,7 +111,7 @@ def applied(model: GlobalModel, uploads: list[Upload], server_round: int) -> np.
 def train_loss(uploads: list[NodeUpload], method: Method) -> dict[str, float]:
     """``train-loss``: the mean over the round's samples (none for a method that sums
     co-occurrences: it has no loss)."""
-    if method.uploads_statistics:
+    if uploads_statistics(method):
         return {}
     loss_sum, num_samples = 0.0, 0
     for entry in uploads:  # partition order, not arrival order
@@ -175,7 +176,7 @@ class FedRecStrategy(Strategy):
         if self.secure is not None:
             self.secure.check_size(config, len(federation.nodes))
             self.secure.hold(method, model)  # its value limit, secure-aggregation-bound
-        rows = not method.uploads_statistics  # an item-item method's training reads no row
+        rows = not uploads_statistics(method)  # an item-item method's training reads no row
         self.planner = PayloadPlanner(config, federation.nodes, federation.num_users, rows)
         self.evaluation = EvaluationRounds(config)
         self.stopping = RunStopping(config.evaluation.early_stopping_patience)
@@ -314,7 +315,7 @@ class FedRecStrategy(Strategy):
         reader = ReplyReader(server_round, self.nodes, self.sent, self.round_log)
         names = self.evaluation.metric_names
         evaluated = reader.evaluations(replies, sent, self.schema(), names)
-        embeddings = None if self.method.uploads_statistics else self.model.table
+        embeddings = None if uploads_statistics(self.method) else self.model.table
         outcome = self.evaluation.combine(evaluated, embeddings)
         if outcome is None:
             return None, None

@@ -21,7 +21,7 @@ from fedrec_flwr.aggregation import RowUpload
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.messages import DENSE_PREFIX
 from fedrec_flwr.methods import Method
-from fedrec_flwr.methods.itemitem import ItemItemKeys
+from fedrec_flwr.methods.itemitem import ItemItemKeys, uploads_statistics
 from fedrec_flwr.server.payloads import TrainOrder
 
 __all__ = [
@@ -77,7 +77,7 @@ def reply_schema(config: RunConfig, method: Method, model: Any) -> ReplySchema:
     """What every reply must match (item catalogue, row width, dense shapes; for a method
     that sums co-occurrences, its uploads and their bound on a user's items)."""
     shapes = {name: value.shape for name, value in model.dense.items()}
-    if method.uploads_statistics:
+    if uploads_statistics(method):
         degree, layout = config.group(ItemItemKeys).itemitem_max_degree, model.secure_layout()
         return ReplySchema(model.num_items, model.row_dim, shapes, True, degree, layout)
     return ReplySchema(model.num_items, model.row_dim, shapes)

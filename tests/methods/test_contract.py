@@ -26,7 +26,6 @@ CONTRACT = {
     "end_local_update",
     "loss",
     "closed_form_grads",
-    "use_closed_form",
     # its score function
     "logits",
     "logits_all",
@@ -37,7 +36,6 @@ CONTRACT = {
     "eval_chunk",
     # flags
     "zero_threshold",
-    "uploads_statistics",
 }
 
 

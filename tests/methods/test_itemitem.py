@@ -319,14 +319,6 @@ def test_the_server_applies_co_occurrence_uploads_only():
         model.apply([rows])
 
 
-def test_a_method_summing_co_occurrences_outside_itemitem_is_refused():
-    run = RunConfig.from_mapping({**TINY, "method": "fedmf"})
-    method = build_method(run, 5)
-    method.uploads_statistics = True  # a method of its own kind that is no ItemItem
-    with pytest.raises(ConfigError, match="derive it from"):
-        server_model(run, method, 5)
-
-
 # ------------------------------------------------------------------ the conformance suite
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedrec_flwr.methods.itemitem import uploads_statistics
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.privacy.bounded.circuit import Bounds, BoundsError
 from fedrec_flwr.privacy.secagg import SecAggKeys
@@ -56,7 +57,7 @@ def bounds_of(config: RunGroups, method: Any, num_items: int, row_dim: int) -> B
     if group.secure_aggregation_bound <= 0:
         return None
     dense = layout(method).shared_dense
-    if dense or method.uploads_statistics:
+    if dense or uploads_statistics(method):
         what = f"shared-dense parameters {list(dense)}" if dense else "co-occurrence sums"
         raise ConfigError(
             f"secure-aggregation-bound proves bounds on a user's change of the item table; "
