@@ -135,12 +135,6 @@ class Method(PrivateData, ABC):
             roles[name] = Role.PRIVATE if self.dual else Role.SHARED_DENSE
         return roles
 
-    @property
-    def zero_threshold(self) -> float | None:
-        """Rows whose max |value| is at or below this count as zero: they are not sent (only
-        their ids) and the server snaps them to exact zeros. ``None``: rows are dense."""
-        return None
-
     def learning_rate(self, name: str) -> float:
         """Learning rate of a parameter: ``item-lr`` for rows, ``dense-lr`` for the method's
         dense weights (shared, or private under dual personalisation: the plug-in changes
@@ -243,19 +237,3 @@ class Method(PrivateData, ABC):
         """
         users = next(iter(params.values())).shape[0]
         return self.logits(params, table.unsqueeze(0).expand(users, -1, -1))
-
-    def linear_head(
-        self, params: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-        """(weight [a, r], bias [a] or None) when ``logits_all`` is ``linear_logits_all`` of
-        them (a linear score head on the global rows): full rankings then take the exact fast
-        path of :mod:`fedrec_flwr.node.full_ranking`. None (the default): they do not."""
-        return None
-
-    #: Users scored at once by a full ranking (bounds the memory of [users, items, ...]).
-    eval_chunk: ClassVar[int] = 256
-    #: Is ``logits`` row-wise, with a result per row that does not depend on the shape of the
-    #: batch (elementwise operations and sums over the row; no matrix product)? Evaluation may
-    #: then score a user's held rows as a flat list of (user, item) pairs instead of a padded
-    #: [users, most held, r] block, with bit-identical scores.
-    rowwise_logits: ClassVar[bool] = False

@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import numpy as np
 
@@ -32,7 +32,6 @@ class Declared(Protocol):
     def init_dense(self) -> Mapping[str, object]: ...
 
 
-@runtime_checkable
 class RowsPersist(Protocol):
     """A plug-in whose users start a round's item rows from their personal copies
     (PLGC under ``plgc-persist``)."""
@@ -117,5 +116,5 @@ def _computed(method: Declared) -> Layout:
         global_rows=with_role(Role.GLOBAL_ROWS),
         kept_private=with_role(Role.PRIVATE),
         personal_rows=roles[ROWS] is Role.PERSONAL_ROWS,
-        train_from_personal=isinstance(method, RowsPersist) and method.train_from_personal,
+        train_from_personal=bool(getattr(method, "train_from_personal", False)),
     )

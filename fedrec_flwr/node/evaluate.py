@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.evaluation import metric_terms, sampled_metric_terms, stacked
+from fedrec_flwr.methods.capabilities import eval_chunk
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.losses import user_losses
 from fedrec_flwr.node.scoring import held_items, user_rows
@@ -74,7 +75,7 @@ class NodeEvaluation:
         totals = {f"{split}-{name}": 0.0 for split in ("val", "test") for name in protocol.metrics}
         per_user = []
         evaluated = np.arange(len(self.users)) if positions is None else positions
-        step = chunk = self.method.eval_chunk
+        step = chunk = eval_chunk(self.method)
         if len(evaluated) and protocol.fast_full_ranking(
             self.method, self._eval_params(state, evaluated[:1], dense or {})
         ):  # exact ranks from blocks of a matrix product: larger chunks, bounded memory

@@ -1,6 +1,6 @@
 """Full-catalogue ranks (``strict``) of users whose score of an item without personal rows is
-a linear head on its global row (:meth:`Method.linear_head
-<fedrec_flwr.methods.base.Method.linear_head>`): exact and fast, on the CPU or the device.
+a linear head on its global row (:class:`~fedrec_flwr.methods.capabilities.LinearHead`):
+exact and fast, on the CPU or the device.
 
 The ranks are those of the scores :func:`~fedrec_flwr.methods.heads.linear_logits_all` gives
 (every score in one fixed order, whatever the batch or the device), without computing most
@@ -33,6 +33,7 @@ import torch
 
 from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
 from fedrec_flwr.methods import Method
+from fedrec_flwr.methods.capabilities import linear_head
 from fedrec_flwr.methods.heads import fixed_order_dots
 from fedrec_flwr.node.layered import RowStore
 from fedrec_flwr.node.personal import PersonalRows
@@ -132,7 +133,7 @@ def linear_full_ranks(
     """(val, test, sampled val, sampled test) ranks of ``users`` (at ``positions``) under
     ``strict``; None where this path does not apply (no linear head, a non-finite value):
     the caller then materialises the scores."""
-    head = method.linear_head(params)
+    head = linear_head(method, params)
     if head is None or not device_table.finite:
         return None
     weight, bias = head

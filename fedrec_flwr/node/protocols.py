@@ -17,6 +17,7 @@ import torch
 from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
 from fedrec_flwr.evaluation import ranks_from_scores, reported_metrics
 from fedrec_flwr.methods import Method
+from fedrec_flwr.methods.capabilities import linear_head
 from fedrec_flwr.node.full_ranking import DeviceTable, linear_full_ranks
 from fedrec_flwr.node.layered import RowStore
 from fedrec_flwr.node.malicious import target_exposure
@@ -191,7 +192,7 @@ class StrictProtocol(EvalProtocol):
         return None
 
     def fast_full_ranking(self, method: Method, params: dict[str, torch.Tensor]) -> bool:
-        return not len(self.target_items) and method.linear_head(params) is not None
+        return not len(self.target_items) and linear_head(method, params) is not None
 
     def ranks(
         self, method, params, personal, positions, users, item_ids, item_rows, private_rows=None

@@ -22,6 +22,7 @@ import torch
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.methods import ROWS, Method, build_method
+from fedrec_flwr.methods.capabilities import zero_threshold
 from fedrec_flwr.methods.itemitem import uploads_statistics
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node import malicious
@@ -193,7 +194,7 @@ class NodeRuntime(NodeEvaluation):
         loss, count = local_update(
             self.method, samples, params, self.config, server_round, row_decay=logs
         )
-        tuned = zero_small_rows(params[ROWS], self.method.zero_threshold)
+        tuned = zero_small_rows(params[ROWS], zero_threshold(self.method))
         shared = {name: params[name] for name in layout(self.method).shared_dense}
         uploads = Uploads(
             samples.users, samples.row_offsets, samples.row_items, tuned, sent, shared, count, loss
@@ -214,7 +215,7 @@ class NodeRuntime(NodeEvaluation):
             num_items=self.prepared.num_items,
             lookup=lambda items: lookup_rows(items, item_ids, item_rows),
             table=item_rows,
-            sparse=self.method.zero_threshold is not None,
+            sparse=zero_threshold(self.method) is not None,
         )
 
     def _next_state(
@@ -240,7 +241,7 @@ class NodeRuntime(NodeEvaluation):
                 samples.row_positions(),
                 samples.row_items,
                 self.method.private_rows_out(name, params[name].cpu().numpy(), samples.row_items),
-                zero_at=self.method.zero_threshold,
+                zero_at=zero_threshold(self.method),
             )
             for name, store in state.private_rows.items()
         }

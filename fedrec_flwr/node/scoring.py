@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods import Method
+from fedrec_flwr.methods.capabilities import rowwise_logits
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.layered import RowStore
 from fedrec_flwr.node.personal import PersonalRows, whole_rows
@@ -77,7 +78,7 @@ def score_held(
     owner, items, storage = held_pairs(personal, private_rows, positions)
     if not len(items):
         return
-    if method.rowwise_logits:
+    if rowwise_logits(method):
         scored = pair_scores(
             method, params, personal, private_rows, positions, owner, items, table, storage
         )

@@ -48,7 +48,7 @@ from fedrec_flwr.aggregation import (
     upload_violation,
 )
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.methods import Method, enabled_plugins
+from fedrec_flwr.methods import Method, capabilities, enabled_plugins
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.privacy.denoise import Denoise, Denoiser
 from fedrec_flwr.seeding import keyed_rng
@@ -151,7 +151,7 @@ class ServerModel:
                 config.server_rows.server_optimizer_rows,
             ),
             aggregation=config.learning.aggregation,
-            zero_threshold=method.zero_threshold,
+            zero_threshold=capabilities.zero_threshold(method),
             evaluate_round_start=layout(method).eval_table == "round-start",
             update_limit=config.defences.update_limit,
             stages=server_stages(config, method, num_items),

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedrec_flwr.methods.capabilities import eval_chunk
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.losses import user_losses
 from fedrec_flwr.node.optim import SamKeys
@@ -32,7 +33,7 @@ def all_user_losses(best: BestState) -> dict[str, np.ndarray]:
     ids, fits, vals = [], [], []
     with torch.no_grad():
         for runtime, state in best.nodes:
-            chunk = runtime.method.eval_chunk
+            chunk = eval_chunk(runtime.method)
             for lo in range(0, len(runtime.users), chunk):
                 positions = np.arange(lo, min(lo + chunk, len(runtime.users)))
                 index = torch.from_numpy(positions)

@@ -1,9 +1,17 @@
 """``Method`` is the maths of a method and nothing else: its contract is pinned here, so that
 it cannot silently grow back. Where a parameter lives is its layout
-(:func:`fedrec_flwr.methods.layout.layout`, computed from ``roles``); what is known about a
-method besides its maths is its card; a plug-in's state and flags are the plug-in's."""
+(:func:`fedrec_flwr.methods.layout.layout`, computed from ``roles``); the fast paths a
+method may offer are capabilities (:mod:`fedrec_flwr.methods.capabilities`); what is known
+about a method besides its maths is its card; a plug-in's state and flags are the
+plug-in's."""
 
+import numpy as np
+
+from fedrec_flwr.config import RunConfig
+from fedrec_flwr.methods import PLGC, build_method
+from fedrec_flwr.methods.capabilities import eval_chunk, linear_head, rowwise_logits, zero_threshold
 from fedrec_flwr.methods.plugin import method_members
+from fedrec_lab.testing import user_params
 
 #: Every public member of ``Method`` (through its bases), by what it is.
 CONTRACT = {
@@ -31,11 +39,6 @@ CONTRACT = {
     "logits_all",
     "represent",
     "score",
-    "linear_head",
-    "rowwise_logits",
-    "eval_chunk",
-    # flags
-    "zero_threshold",
 }
 
 
@@ -47,3 +50,17 @@ def test_the_method_contract_is_pinned():
         f"added: {sorted(public - CONTRACT)}; removed: {sorted(CONTRACT - public)}"
     )
     assert not {name for name in method_members() if name.startswith("_")}
+
+
+def test_a_wrapped_method_offers_its_base_methods_capabilities():
+    """What a method offers beside the contract is read through the wrapper (PLGC)."""
+    for name in ("fedrap", "pfedrec"):
+        config = RunConfig.from_mapping({"method": name, "plgc": True, "embedding-dim": 4})
+        method = build_method(config, num_items=6)
+        assert isinstance(method, PLGC)
+        for offered in (rowwise_logits, eval_chunk, zero_threshold):
+            assert offered(method) == offered(method.base), offered.__name__
+        params = user_params(method.base, np.arange(2), np.random.default_rng(0))
+        assert linear_head(method, params) is not None
+    assert zero_threshold(build_method(config.replace(plgc=False), num_items=6)) is None
+    assert eval_chunk(build_method(config.replace(method="fedncf", plgc=False), 6)) == 16

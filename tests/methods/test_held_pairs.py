@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import build_method
+from fedrec_flwr.methods.capabilities import rowwise_logits
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.personal import PersonalRows
 from fedrec_flwr.node.scoring import held_items, lookup_rows, score_held_padded, score_held_pairs
@@ -49,7 +50,7 @@ def random_store(rng, users: int, dim: int, most: int, items: int = ITEMS) -> Pe
 @given(seed=st.integers(0, 10_000), users=st.integers(1, 9), chunk=st.sampled_from([1, 7, 1 << 26]))
 def test_flat_pairs_score_the_held_rows_exactly_as_the_padded_block(name, seed, users, chunk):
     method = method_of(ROWWISE[name])
-    assert method.rowwise_logits
+    assert rowwise_logits(method)
     rng = np.random.default_rng(seed)
     params = user_params(method, np.arange(users) * 5 + 1, rng)
     table = rng.normal(size=(ITEMS, method.row_dim)).astype(np.float32)
@@ -81,7 +82,7 @@ def test_rowwise_logits_do_not_depend_on_the_batch_shape(name):
     """What ``rowwise_logits`` promises: [a, k, r] scored at once equals each row scored
     alone as a [1, 1, r] batch with its user's parameters."""
     method = method_of(ROWWISE[name])
-    assert method.rowwise_logits
+    assert rowwise_logits(method)
     rng = np.random.default_rng(3)
     users, k = 5, 37
     params = user_params(method, np.arange(users), rng)
@@ -100,10 +101,10 @@ def test_rowwise_logits_do_not_depend_on_the_batch_shape(name):
 
 def test_fedncf_is_not_declared_rowwise():
     """Its MLP is a matrix product: held rows keep the padded path."""
-    assert not method_of({"method": "fedncf", "personalization": "dual"}).rowwise_logits
-    assert not method_of(
-        {"method": "fedncf", "personalization": "dual", "plgc": True}
-    ).rowwise_logits
+    assert not rowwise_logits(method_of({"method": "fedncf", "personalization": "dual"}))
+    assert not rowwise_logits(
+        method_of({"method": "fedncf", "personalization": "dual", "plgc": True})
+    )
 
 
 @pytest.mark.usefixtures("private_cache")

@@ -11,6 +11,7 @@ import fedrec_flwr.node.protocols as protocols
 import fedrec_flwr.node.rank_entries as rank_entries
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
+from fedrec_flwr.methods.capabilities import linear_head
 from fedrec_flwr.methods.heads import fixed_order_dots
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.personal import PersonalRows
@@ -79,7 +80,7 @@ def evaluated(runtime, state, table, fast: bool, monkeypatch):
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_fast_ranks_equal_the_materialised_fixed_order_scores(variant, monkeypatch):
     runtime, state, table = node_with_state(variant, seed=1)
-    assert runtime.method.linear_head(runtime._eval_params(state, np.arange(2), {})) is not None
+    assert linear_head(runtime.method, runtime._eval_params(state, np.arange(2), {})) is not None
     fast = evaluated(runtime, state, table, True, monkeypatch)
     slow = evaluated(runtime, state, table, False, monkeypatch)
     assert fast[0] == slow[0]

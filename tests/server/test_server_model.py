@@ -10,6 +10,7 @@ import pytest
 from fedrec_flwr.aggregation import RowUpload
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods import build_method
+from fedrec_flwr.methods.capabilities import zero_threshold
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.privacy.ldp import LdpKeys
 from fedrec_flwr.server.model import ServerModel, initial_item_table
@@ -174,6 +175,6 @@ def test_the_initial_model_of_a_run(keys):
     np.testing.assert_array_equal(server.table, initial_item_table(config, 30, method.row_dim))
     assert set(server.dense) == set(layout(method).shared_dense)
     assert server.optimizer.rule == "adam"
-    assert server.zero_threshold == method.zero_threshold
+    assert server.zero_threshold == zero_threshold(method)
     assert server.evaluate_round_start == (layout(method).eval_table == "round-start")
     assert ("ldp-denoise" in server.stages.names()) == config.group(LdpKeys).ldp_denoise

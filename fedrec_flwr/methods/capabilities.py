@@ -1,0 +1,77 @@
+"""What a method may offer beside its contract (:class:`~fedrec_flwr.methods.base.Method`):
+fast paths the runtime takes when they are there, and the sparsity of its rows.
+
+A method offers one by declaring the member that its protocol below names; the node and the
+server read it where they act, through the function beside it, which gives the default for
+a method that does not. A plug-in that wraps a method (PLGC) offers what its base method
+offers (the functions look the member up as an attribute, so a wrapper's delegation answers).
+The conformance suite holds each fast path to the plain path.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+#: Users scored at once by a full ranking, unless the method says otherwise (``eval_chunk``).
+EVAL_CHUNK = 256
+
+
+class RowwiseLogits(Protocol):
+    """``rowwise_logits = True``: ``logits`` is row-wise, with a result per row that does not
+    depend on the shape of the batch (elementwise operations and sums over the row; no
+    matrix product). Evaluation may then score a user's held rows as a flat list of (user,
+    item) pairs instead of a padded [users, most held, r] block, with bit-identical
+    scores."""
+
+    rowwise_logits: bool
+
+
+class EvalChunk(Protocol):
+    """``eval_chunk``: users scored at once by a full ranking (bounds the memory of [users,
+    items, ...]; FedNCF's MLP: 16)."""
+
+    eval_chunk: int
+
+
+class LinearHead(Protocol):
+    """``linear_head(params)``: (weight [a, r], bias [a] or None) when ``logits_all`` is
+    ``linear_logits_all`` of them (a linear score head on the global rows): full rankings
+    then take the exact fast path of :mod:`fedrec_flwr.node.full_ranking`; None: they do
+    not."""
+
+    def linear_head(
+        self, params: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor | None] | None: ...
+
+
+class SparseRows(Protocol):
+    """``zero_threshold``: rows whose max |value| is at or below it count as zero: they are
+    not sent (only their ids) and the server snaps them to exact zeros (FedRAP's ``C``)."""
+
+    @property
+    def zero_threshold(self) -> float: ...
+
+
+def rowwise_logits(method: object) -> bool:
+    """Is the method's ``logits`` row-wise (:class:`RowwiseLogits`)? False by default."""
+    return bool(getattr(method, "rowwise_logits", False))
+
+
+def eval_chunk(method: object) -> int:
+    """Users scored at once by a full ranking (:class:`EvalChunk`; :data:`EVAL_CHUNK`)."""
+    return int(getattr(method, "eval_chunk", EVAL_CHUNK))
+
+
+def linear_head(
+    method: object, params: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """The method's linear score head on ``params`` (:class:`LinearHead`), or None."""
+    head = getattr(method, "linear_head", None)
+    return None if head is None else head(params)
+
+
+def zero_threshold(method: object) -> float | None:
+    """The method's zero threshold (:class:`SparseRows`), or None: its rows are dense."""
+    return getattr(method, "zero_threshold", None)
