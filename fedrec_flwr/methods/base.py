@@ -9,7 +9,10 @@ every user taking its own step: training a node's users together is training the
 them in closed form (``closed_form_grads``), which the conformance suite holds equal to
 autograd and which makes packed training bit-identical to one-by-one training.
 
-Where each parameter lives is its role (:mod:`fedrec_flwr.methods.parts`). Hooks:
+Where each parameter lives is its role (:mod:`fedrec_flwr.methods.parts`); the name lists
+the runtime reads are computed from the roles (:func:`fedrec_flwr.methods.layout.layout`).
+What a method may offer beside this contract (fast paths, sparse rows, the stored form of
+private rows) is in :mod:`fedrec_flwr.methods.capabilities`. Hooks:
 ``begin_round`` (before training), ``begin_local_update`` and ``end_local_update`` (with the
 round's :class:`RoundContext`: its row blocks and their labels) and ``after_step`` (after each
 phase's update: proximal steps, regularisers over rows outside the batch).
@@ -61,34 +64,15 @@ __all__ = [
 ]
 
 
-class PrivateData:
-    """How a method's private state relates to the user's own data and how its private rows
-    are stored on the device: hooks of :class:`Method`, identities by default."""
-
-    def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
-
-    def init_private_from(self, users: np.ndarray, data) -> dict[str, torch.Tensor]:
-        """:meth:`init_private` on the node holding ``data`` (the users' interactions): a
-        method whose private parameters are the user's data overrides it (item-item)."""
-        return self.init_private(users)
-
-    def private_rows_in(self, name: str, rows: np.ndarray, items: np.ndarray) -> np.ndarray:
-        """Private rows ``name`` of ``items`` as the score reads them, from their stored form
-        (zero: never trained); as stored by default (FedRAP: offsets from a shared table)."""
-        return rows
-
-    def private_rows_out(self, name: str, rows: np.ndarray, items: np.ndarray) -> np.ndarray:
-        """The stored form of private rows after training (the inverse of the above)."""
-        return rows
-
-
-class Method(PrivateData, ABC):
+class Method(ABC):
     """A federated recommendation method, as plain batched PyTorch.
 
-    A subclass declares its parameters and their roles, its score function (``logits``) and
-    its phases; what is known about it besides its maths (paper, keys, search space, audit)
-    is its :class:`~fedrec_flwr.methods.card.MethodCard`, declared beside it
+    The maths and nothing else: its parameters and their roles (``init_private``,
+    ``init_dense``, ``roles``, ``row_dim``), its local update (``stages``, ``phases``,
+    ``learning_rate``, the hooks, ``loss``, ``closed_form_grads``) and its score function
+    (``logits``, ``logits_all``, ``represent``, ``score``); ``tests/methods/test_contract.py``
+    pins it. What is known about it besides its maths (paper, keys, search space, audit) is
+    its :class:`~fedrec_flwr.methods.card.MethodCard`, declared beside it
     (``docs/adding-a-method.md``).
     """
 

@@ -1,5 +1,6 @@
 """What a method may offer beside its contract (:class:`~fedrec_flwr.methods.base.Method`):
-fast paths the runtime takes when they are there, and the sparsity of its rows.
+fast paths the runtime takes when they are there, the sparsity of its rows, and how its
+private state is stored on the device.
 
 A method offers one by declaring the member that its protocol below names; the node and the
 server read it where they act, through the function beside it, which gives the default for
@@ -10,9 +11,13 @@ The conformance suite holds each fast path to the plain path.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from fedrec_flwr.methods.base import Method
 
 #: Users scored at once by a full ranking, unless the method says otherwise (``eval_chunk``).
 EVAL_CHUNK = 256
@@ -54,6 +59,25 @@ class SparseRows(Protocol):
     def zero_threshold(self) -> float: ...
 
 
+class InitFromData(Protocol):
+    """``init_private_from(users, data)``: the private parameters of ``users`` on the node
+    holding ``data`` (their interactions), for a method whose private parameters are the
+    user's data (item-item); ``init_private(users)`` by default."""
+
+    def init_private_from(self, users: np.ndarray, data) -> dict[str, torch.Tensor]: ...
+
+
+class StoredPrivateRows(Protocol):
+    """``private_rows_in(name, rows, items)``: private rows ``name`` of ``items`` as the score
+    reads them, from their stored form (zero: never trained); ``private_rows_out``: the
+    stored form after training (its inverse). FedRAP: offsets from a shared table. As stored
+    by default."""
+
+    def private_rows_in(self, name: str, rows: np.ndarray, items: np.ndarray) -> np.ndarray: ...
+
+    def private_rows_out(self, name: str, rows: np.ndarray, items: np.ndarray) -> np.ndarray: ...
+
+
 def rowwise_logits(method: object) -> bool:
     """Is the method's ``logits`` row-wise (:class:`RowwiseLogits`)? False by default."""
     return bool(getattr(method, "rowwise_logits", False))
@@ -75,3 +99,24 @@ def linear_head(
 def zero_threshold(method: object) -> float | None:
     """The method's zero threshold (:class:`SparseRows`), or None: its rows are dense."""
     return getattr(method, "zero_threshold", None)
+
+
+def init_private_from(method: Method, users: np.ndarray, data) -> dict[str, torch.Tensor]:
+    """The private parameters of ``users`` on the node holding ``data`` (:class:`InitFromData`;
+    ``init_private(users)`` by default)."""
+    init = getattr(method, "init_private_from", None)
+    return method.init_private(users) if init is None else init(users, data)
+
+
+def private_rows_in(method: object, name: str, rows: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """Private rows as the score reads them, from their stored form (:class:`StoredPrivateRows`;
+    as stored by default)."""
+    convert = getattr(method, "private_rows_in", None)
+    return rows if convert is None else convert(name, rows, items)
+
+
+def private_rows_out(method: object, name: str, rows: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """The stored form of private rows after training (:class:`StoredPrivateRows`; as they are
+    by default)."""
+    convert = getattr(method, "private_rows_out", None)
+    return rows if convert is None else convert(name, rows, items)

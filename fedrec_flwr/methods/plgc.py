@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods.base import ROWS, Method, Role, RoundContext, Step
+from fedrec_flwr.methods.capabilities import init_private_from
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.methods.plugin import MethodPlugin, Plugin
 from fedrec_flwr.run_keys import RunGroups
@@ -153,7 +154,8 @@ class PLGC(MethodPlugin):
         }
 
     def init_private_from(self, users: np.ndarray, data) -> dict[str, torch.Tensor]:
-        return {**self.base.init_private_from(users, data), ALPHA: self.init_private(users)[ALPHA]}
+        base = init_private_from(self.base, users, data)
+        return {**base, ALPHA: self.init_private(users)[ALPHA]}
 
     def roles(self) -> dict[str, Role]:
         return {**self.base.roles(), GLOBAL: Role.GLOBAL_ROWS, ALPHA: Role.PRIVATE}

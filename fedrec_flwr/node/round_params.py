@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods import ROWS, Method
+from fedrec_flwr.methods.capabilities import private_rows_in
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.personal import KEY_STRIDE
 from fedrec_flwr.node.samples import RoundSamples
@@ -63,7 +64,7 @@ def round_params(
     params[ROWS] = torch.from_numpy(received).to(device)
     for name in layout(method).private_rows:
         rows = state.private_rows[name].gathered(samples.row_positions(), samples.row_items)
-        rows = method.private_rows_in(name, rows, samples.row_items)
+        rows = private_rows_in(method, name, rows, samples.row_items)
         params[name] = torch.from_numpy(rows).to(device)
     return params
 

@@ -21,7 +21,7 @@ import torch
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
-from fedrec_flwr.methods import ROWS, Method, build_method
+from fedrec_flwr.methods import ROWS, Method, build_method, capabilities
 from fedrec_flwr.methods.capabilities import zero_threshold
 from fedrec_flwr.methods.itemitem import uploads_statistics
 from fedrec_flwr.methods.layout import layout
@@ -86,7 +86,7 @@ class NodeRuntime(NodeEvaluation):
         Dense parameters that the method keeps private (dual personalisation) start, for
         every user, from the method's one dense initialisation.
         """
-        private = self.method.init_private_from(self.users, self.prepared)
+        private = capabilities.init_private_from(self.method, self.users, self.prepared)
         dense = self.method.init_dense()
         for name in layout(self.method).kept_private:
             if name in dense:
@@ -240,7 +240,9 @@ class NodeRuntime(NodeEvaluation):
             name: store.merged(
                 samples.row_positions(),
                 samples.row_items,
-                self.method.private_rows_out(name, params[name].cpu().numpy(), samples.row_items),
+                capabilities.private_rows_out(
+                    self.method, name, params[name].cpu().numpy(), samples.row_items
+                ),
                 zero_at=zero_threshold(self.method),
             )
             for name, store in state.private_rows.items()

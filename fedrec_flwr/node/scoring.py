@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods import Method
-from fedrec_flwr.methods.capabilities import rowwise_logits
+from fedrec_flwr.methods.capabilities import private_rows_in, rowwise_logits
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.layered import RowStore
 from fedrec_flwr.node.personal import PersonalRows, whole_rows
@@ -48,7 +48,7 @@ def user_rows(
             extras[name] = private_rows[name].gathered(owners, flat)
         else:
             extras[name] = np.zeros_like(global_rows)
-        extras[name] = method.private_rows_in(name, extras[name], flat)
+        extras[name] = private_rows_in(method, name, extras[name], flat)
     personal.overlay_pairs(owners, flat, global_rows)  # personal rows replace global ones
     shape = (*items.shape, -1)
     return global_rows.reshape(shape), {n: v.reshape(shape) for n, v in extras.items()}
@@ -171,7 +171,8 @@ def pair_scores(
             global_rows = np.asarray(table[what], dtype=np.float32)
             extras = {name: global_rows.copy() for name in layout(method).global_rows}
             for name in layout(method).private_rows:
-                extras[name] = method.private_rows_in(
+                extras[name] = private_rows_in(
+                    method,
                     name,
                     private_rows[name].gathered(where, what)
                     if private_rows and name in private_rows

@@ -18,12 +18,9 @@ CONTRACT = {
     # its parameters and where each lives
     "name",
     "init_private",
-    "init_private_from",
     "init_dense",
     "roles",
     "row_dim",
-    "private_rows_in",
-    "private_rows_out",
     # its local update
     "stages",
     "phases",

@@ -59,7 +59,7 @@ def configs() -> list[RunConfig]:
 @pytest.mark.parametrize("plugin", [MethodPlugin, PLGC])
 def test_every_method_member_is_overridden_delegated_or_derived(plugin):
     members = method_members()
-    assert {"logits", "roles", "loss", "name", "init_private_from"} <= members
+    assert {"logits", "roles", "loss", "name", "after_step"} <= members
     own = plugin.__mro__[: plugin.__mro__.index(MethodPlugin)]  # the plug-in's classes
     for name in sorted(members):
         overridden = any(name in vars(klass) for klass in own)

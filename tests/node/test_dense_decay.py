@@ -13,6 +13,7 @@ import torch
 from fedrec_flwr.aggregation import RowUpload
 from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.data.prepared import prepare
+from fedrec_flwr.methods.capabilities import private_rows_in
 from fedrec_flwr.methods.fedrap_local import LOCAL, SCALE
 from fedrec_flwr.node.runtime import NodeRuntime
 from fedrec_flwr.server.model import ServerModel, initial_item_table
@@ -85,7 +86,7 @@ def test_fedrap_local_rows_decay_where_not_held_and_start_from_the_shared_table(
     never = np.setdiff1d(np.arange(prepared.num_items), held)[:5]
     stored = state.private_rows[LOCAL].gathered(np.zeros(len(never), np.int64), never)
     assert not stored.any()  # stored: the offset from the shared table
-    values = method.private_rows_in(LOCAL, stored, never)
+    values = private_rows_in(method, LOCAL, stored, never)
     np.testing.assert_array_equal(values, method.local.initial[never])
     params = {SCALE: state.private[SCALE][:1], LOCAL: torch.from_numpy(values)[None]}
     reps = method.represent(params, torch.zeros(1, len(never), config.learning.embedding_dim))
