@@ -13,9 +13,9 @@ Where each parameter lives is its role (:mod:`fedrec_flwr.methods.parts`); the n
 the runtime reads are computed from the roles (:func:`fedrec_flwr.methods.layout.layout`).
 What a method may offer beside this contract (fast paths, sparse rows, the stored form of
 private rows) is in :mod:`fedrec_flwr.methods.capabilities`. Hooks:
-``begin_round`` (before training), ``begin_local_update`` and ``end_local_update`` (with the
-round's :class:`RoundContext`: its row blocks and their labels) and ``after_step`` (after each
-phase's update: proximal steps, regularisers over rows outside the batch).
+``begin_local_update`` (before training) and ``end_local_update`` (after it), with the round's
+:class:`RoundContext` (its users, row blocks and their labels), and ``after_step`` (after
+each phase's update: proximal steps, regularisers over rows outside the batch).
 """
 
 from __future__ import annotations
@@ -147,14 +147,9 @@ class Method(ABC):
             return (Phase("private", private), Phase("items", (ROWS,)))
         return (Phase("joint", (*private, ROWS)),)
 
-    def begin_round(
-        self, params: dict[str, torch.Tensor], users: np.ndarray, server_round: int
-    ) -> None:
-        """Hook before a round's training (``params``: the round users' tensors, in place)."""
-        return None
-
     def begin_local_update(self, params: dict[str, torch.Tensor], context: RoundContext) -> None:
-        """Hook after ``begin_round``, with the round's row blocks (``params`` in place)."""
+        """Hook before a round's training, with the round's users and row blocks (``params``:
+        the round users' tensors, in place)."""
         return None
 
     def after_step(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedrec_flwr.methods.base import ROWS, Phase, Stage
+from fedrec_flwr.methods.base import ROWS, Phase, RoundContext, Stage
 from fedrec_flwr.methods.card import INIT_STD, ITEM_LR, LR, NEGATIVES, MethodCard
 from fedrec_flwr.methods.fedmf import USER, FedMF
 from fedrec_flwr.schema import POSITIVE, Group, key
@@ -44,15 +44,14 @@ class FedRecon(FedMF):
             Stage("items", (Phase("items", (ROWS,)),), self.config.training.local_epochs),
         )
 
-    def begin_round(
-        self, params: dict[str, torch.Tensor], users: np.ndarray, server_round: int
-    ) -> None:
+    def begin_local_update(self, params: dict[str, torch.Tensor], context: RoundContext) -> None:
         """Forget the user vectors: a fresh N(0, init-std^2) draw per (seed, user, round)."""
+        seed, server_round = self.config.training.seed, context.server_round
         fresh = [
-            keyed_rng(self.config.training.seed, "reconstruct-init", int(u), server_round).normal(
+            keyed_rng(seed, "reconstruct-init", int(u), server_round).normal(
                 0.0, self.config.learning.init_std, size=self.dim
             )
-            for u in users
+            for u in context.users
         ]
         if fresh:
             params[USER].copy_(torch.from_numpy(np.stack(fresh).astype(np.float32)))

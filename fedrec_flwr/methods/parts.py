@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
@@ -86,6 +87,7 @@ class Stage:
 class RoundContext:
     """The round a local update runs in, for hooks that need more than one batch.
 
+    ``users``: the global ids of the round's users (int64 [n], on the host);
     ``row_offsets`` [n + 1]: user ``j`` of the round owns flat rows
     ``row_offsets[j]:row_offsets[j+1]``; ``sample_counts`` [n]: its samples per epoch;
     ``row_labels`` [R]: 1.0 for a row that is one of its user's positives this round, else 0.
@@ -93,6 +95,7 @@ class RoundContext:
 
     server_round: int
     num_rounds: int
+    users: np.ndarray
     row_offsets: torch.Tensor
     sample_counts: torch.Tensor
     row_labels: torch.Tensor

@@ -123,7 +123,6 @@ def local_update(
     of weight decay, per row table).
     """
     device = params[ROWS].device
-    method.begin_round(params, samples.users, server_round)
     context = round_context(samples, config, server_round, device)
     optimizer = local_optimizer(method, config, context)
     schedule = LocalSchedule.of(config, context)  # None: no learning-rate decay
@@ -180,6 +179,7 @@ def round_context(
     return RoundContext(
         server_round=server_round,
         num_rounds=config.training.num_server_rounds,
+        users=np.asarray(samples.users, np.int64),
         row_offsets=torch.from_numpy(np.asarray(samples.row_offsets, np.int64)).to(device),
         sample_counts=torch.from_numpy(np.diff(samples.sample_offsets).astype(np.float32)).to(
             device

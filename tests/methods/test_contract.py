@@ -25,7 +25,6 @@ CONTRACT = {
     "stages",
     "phases",
     "learning_rate",
-    "begin_round",
     "begin_local_update",
     "after_step",
     "end_local_update",
