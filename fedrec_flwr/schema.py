@@ -21,7 +21,7 @@ import enum
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, Self, TypeVar, dataclass_transform
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar, dataclass_transform
 
 Scalar = bool | int | float | str
 Choices = type[enum.Enum] | Callable[[], Iterable[str]]
@@ -32,6 +32,8 @@ class ConfigError(ValueError):
 
 
 GroupT = TypeVar("GroupT", bound="Group")
+#: A key's type: that of its default.
+ValueT = TypeVar("ValueT", bound=Scalar)
 
 
 class RunValues(Protocol):
@@ -101,8 +103,8 @@ FLOAT_MAGNITUDE_LIMIT = 1e12
 
 
 @dataclass(frozen=True)
-class Key:
-    """One run-config key.
+class Key(Generic[ValueT]):
+    """One run-config key, of its default's type.
 
     ``why`` follows the range in the error for a value outside it (what the value means).
     ``check(value)`` raises :class:`ConfigError` for a value of the right type and range that
@@ -111,13 +113,13 @@ class Key:
     """
 
     name: str
-    default: Scalar
+    default: ValueT
     help: str
     choices: Choices | None = None
     range: Range | None = None
     why: str = ""
-    check: Callable[[Any], object] | None = None
-    parse: Callable[[Any], Scalar | None] | None = None
+    check: Callable[[ValueT], object] | None = None
+    parse: Callable[[object], ValueT | None] | None = None
 
     @property
     def field(self) -> str:
@@ -125,7 +127,7 @@ class Key:
         return self.name.replace("-", "_")
 
     @property
-    def type(self) -> type[Scalar]:
+    def type(self) -> type[ValueT]:
         return type(self.default)
 
     def choice_values(self) -> tuple[str, ...]:
@@ -209,7 +211,7 @@ KEY_INFO = "fedrec-key"
 
 
 @dataclass(frozen=True)
-class KeyInfo:
+class KeyInfo(Generic[ValueT]):
     """What a :class:`Group` field says of its key besides its name, default and type (the
     :class:`Key` arguments of the same names)."""
 
@@ -217,23 +219,23 @@ class KeyInfo:
     choices: Choices | None = None
     range: Range | None = None
     why: str = ""
-    check: Callable[[Any], object] | None = None
-    parse: Callable[[Any], Scalar | None] | None = None
+    check: Callable[[ValueT], object] | None = None
+    parse: Callable[[object], ValueT | None] | None = None
 
 
 def key(
     *,
-    default: Scalar,
+    default: ValueT,
     help: str,
     choices: Choices | None = None,
     range: Range | None = None,
     why: str = "",
-    check: Callable[[Any], object] | None = None,
-    parse: Callable[[Any], Scalar | None] | None = None,
+    check: Callable[[ValueT], object] | None = None,
+    parse: Callable[[object], ValueT | None] | None = None,
 ) -> Any:
     """A field of a :class:`Group`: one run-config key, named as the field with ``-`` for
     ``_``; the arguments are those of :class:`Key`."""
-    info = KeyInfo(help, choices, range, why, check, parse)
+    info: KeyInfo[ValueT] = KeyInfo(help, choices, range, why, check, parse)
     return field(default=default, metadata={KEY_INFO: info})
 
 
@@ -259,7 +261,7 @@ class Group:
     check: ClassVar[GroupCheck | None] = None
     applies: ClassVar[GroupApplies | None] = None
     tuned: ClassVar[GroupTuned | None] = None
-    keys: ClassVar[tuple[Key, ...]] = ()
+    keys: ClassVar[tuple[Key[Any], ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -285,7 +287,7 @@ class Group:
         return cls(**{item.field: values[item.field] for item in cls.keys})
 
 
-def _declared_key(item: dataclasses.Field[Any]) -> Key:
+def _declared_key(item: dataclasses.Field[Any]) -> Key[Any]:
     info = item.metadata.get(KEY_INFO)
     if not isinstance(info, KeyInfo):
         raise TypeError(f"field '{item.name}' of a Group must be declared with key(...)")

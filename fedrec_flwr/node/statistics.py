@@ -16,9 +16,13 @@ co-occurrences ``w_u x_u x_u^T``, which the server derives from the number of it
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
-from fedrec_flwr.methods.itemitem import two_rounds
+from fedrec_flwr.data.prepared import PreparedData
+from fedrec_flwr.methods import Method
+from fedrec_flwr.methods.itemitem import two_rounds, uploads_statistics
 from fedrec_flwr.node.upload import TrainResult
 from fedrec_flwr.partition import participants
 from fedrec_flwr.privacy.secagg import SecAggKeys
@@ -46,13 +50,32 @@ def first_selected(
     return ~earlier[users]
 
 
+class StatisticsNode(Protocol):
+    """What :func:`statistics_upload` reads of the node
+    (:class:`~fedrec_flwr.node.runtime.NodeRuntime`)."""
+
+    @property
+    def config(self) -> RunGroups: ...
+
+    @property
+    def prepared(self) -> PreparedData: ...
+
+    @property
+    def method(self) -> Method: ...
+
+
 def statistics_upload(
-    runtime, users: np.ndarray, server_round: int, support: np.ndarray | None = None
+    runtime: StatisticsNode,
+    users: np.ndarray,
+    server_round: int,
+    support: np.ndarray | None = None,
 ) -> TrainResult:
     """The upload of ``users`` (this node's, selected in ``server_round``): the
     contributions of those selected for the first time. ``support``: the items of the
     second round of a two-round run (sent by the server), whose positions the vector uses."""
     method, data = runtime.method, runtime.prepared
+    if not uploads_statistics(method):
+        raise TypeError(f"method '{method.name}' sums no co-occurrences: it trains its rows")
     users = np.asarray(users, dtype=np.int64)
     new = users[first_selected(runtime.config, data.num_users, users, server_round)]
     baskets = [method.uploaded_items(data, int(user)) for user in new]
