@@ -69,7 +69,15 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
     parser.add_argument("--grid", nargs="+", required=True, metavar="KEY=V1,V2")
     parser.add_argument("--write", required=True, help="<write>.json and <write>.md")
+    parser.add_argument(
+        "--best-per",
+        default="",
+        metavar="KEY",
+        help="mark the best validation cell among each value of this grid key (default: one)",
+    )
     args = parser.parse_args()
+    if args.best_per and args.best_per not in {g.split("=", 1)[0] for g in args.grid}:
+        parser.error(f"--best-per {args.best_per}: not a --grid key")
     fixed = {k: value(v) for k, v in (pair.split("=", 1) for pair in args.set)}
     grid = {k: [value(x) for x in v.split(",")] for k, v in (g.split("=", 1) for g in args.grid)}
     base = {
@@ -103,17 +111,18 @@ def main() -> None:
         + (f" --seeds {' '.join(map(str, args.seeds))}" if args.seeds != [0] else "")
         + (f" --set {' '.join(args.set)}" if args.set else "")
         + f" --grid {' '.join(args.grid)} --write {args.write}"
+        + (f" --best-per {args.best_per}" if args.best_per else "")
     )
     out = Path(args.write)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(
         json.dumps({"command": command, "fixed": fixed, "cells": cells}, indent=2) + "\n"
     )
-    out.with_suffix(".md").write_text(markdown(command, fixed, grid, cells))
+    out.with_suffix(".md").write_text(markdown(command, fixed, grid, cells, args.best_per))
     print(f"wrote {out}.md")
 
 
-def markdown(command: str, fixed: dict, grid: dict, cells: list[dict]) -> str:
+def markdown(command: str, fixed: dict, grid: dict, cells: list[dict], best_per: str = "") -> str:
     keys = list(grid)
     settings = []
     for values in itertools.product(*grid.values()):
@@ -123,7 +132,16 @@ def markdown(command: str, fixed: dict, grid: dict, cells: list[dict]) -> str:
     def mean(rows, name):
         return 100 * float(np.mean([r[name] for r in rows]))
 
-    best = max(range(len(settings)), key=lambda i: (mean(settings[i][1], "val-hr@10"), -i))
+    def group(i: int):
+        return settings[i][0][best_per] if best_per else None
+
+    best = {
+        max(
+            (i for i in range(len(settings)) if group(i) == g),
+            key=lambda i: (mean(settings[i][1], "val-hr@10"), -i),
+        )
+        for g in {group(i) for i in range(len(settings))}
+    }
     has_dp = any("epsilon" in c for c in cells)
     head = [*keys, "seeds", "val HR@10", "test HR@10", "test NDCG@10"]
     head += ["epsilon", "noise std"] if has_dp else []
@@ -136,7 +154,7 @@ def markdown(command: str, fixed: dict, grid: dict, cells: list[dict]) -> str:
         "|" + "---|" * len(head),
     ]
     for index, (setting, rows) in enumerate(settings):
-        mark = " (best validation)" if index == best else ""
+        mark = " (best validation)" if index in best else ""
         row = [*(str(setting[k]) for k in keys), str(len(rows))]
         row += [f"{mean(rows, 'val-hr@10'):.2f}{mark}", f"{mean(rows, 'test-hr@10'):.2f}"]
         row += [f"{mean(rows, 'test-ndcg@10'):.2f}"]
@@ -146,7 +164,8 @@ def markdown(command: str, fixed: dict, grid: dict, cells: list[dict]) -> str:
     lines += [
         "",
         "Metrics (%) under the protocol, means over the seeds; the sums are those of a "
-        "federated run's round 1 (every user's upload), the model the server's.",
+        "federated run's round 1 (every user's upload), the model the server's."
+        + (f" The best validation cell is marked for each {best_per}." if best_per else ""),
         "",
     ]
     return "\n".join(lines)
