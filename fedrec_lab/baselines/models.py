@@ -69,9 +69,17 @@ def ease_scores(train, lam: float) -> np.ndarray:
 
     Woodbury: ``P = (I - X^T K^-1 X) / lam`` with ``K = X X^T + lam I`` (users x users), so
     ``X P = K^-1 X =: M``, ``diag(P) = (1 - sum_u X * M) / lam`` and ``X B = X - M / diag(P)``;
-    ``diag(B) = 0`` holds by construction.
+    ``diag(B) = 0`` holds by construction. With fewer items than users, ``P`` itself (items x
+    items), the smaller system.
     """
     dense = train.toarray().astype(np.float64)
+    if train.shape[1] < train.shape[0]:
+        gram = (train.T @ train).toarray().astype(np.float64)
+        gram[np.diag_indices_from(gram)] += lam
+        inverse = np.linalg.inv(gram)
+        weights = -inverse / np.diag(inverse)
+        weights[np.diag_indices_from(weights)] = 0.0
+        return dense @ weights
     gram = (train @ train.T).toarray().astype(np.float64)
     gram[np.diag_indices_from(gram)] += lam
     solved = np.linalg.solve(gram, dense)  # M = K^-1 X

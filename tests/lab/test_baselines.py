@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, prepare
@@ -124,6 +125,16 @@ def test_ease_equals_the_item_side_closed_form():
     b = np.eye(x.shape[1]) - p / np.diag(p)
     assert np.allclose(np.diag(b), 0.0)
     np.testing.assert_allclose(ease_scores(train, lam), x @ b, rtol=1e-7, atol=1e-9)
+
+
+def test_ease_takes_the_item_side_when_items_are_fewer():
+    """More users than items: the items x items inverse, the same scores as the closed form."""
+    rng = np.random.default_rng(0)
+    x = (rng.random((40, 12)) < 0.3).astype(np.float64)
+    lam = 3.0
+    p = np.linalg.inv(x.T @ x + lam * np.eye(12))
+    b = np.eye(12) - p / np.diag(p)
+    np.testing.assert_allclose(ease_scores(sp.csr_matrix(x), lam), x @ b, rtol=1e-7, atol=1e-9)
 
 
 def test_itemknn_equals_a_direct_computation():
