@@ -18,9 +18,9 @@ of them in that order:
   positives, the held-out items) and of held rows (personal or private) are taken out, and
   the held ones not excluded are put back with the scores of their own rows.
 
-So per-user ranks are bit-identical whatever the packing, the chunking or the device, and
-the scores of 100,000 users x 20,000 items are a matrix product and four passes of
-comparisons over it, in blocks, instead of one matrix-vector product per user.
+So per-user ranks are bit-identical whatever the packing, the chunking or the device. On
+the CPU, a large call computes every score in the fixed order instead, compiled and compared
+in the same pass (:mod:`fedrec_flwr.node.fixed_order_scan`): the same ranks, no bound.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
 from fedrec_flwr.methods import Method
 from fedrec_flwr.methods.capabilities import linear_head
 from fedrec_flwr.methods.heads import fixed_order_dots
+from fedrec_flwr.node import fixed_order_scan
 from fedrec_flwr.node.layered import RowStore
 from fedrec_flwr.node.personal import PersonalRows
 from fedrec_flwr.node.rank_entries import (
@@ -153,14 +154,21 @@ def linear_full_ranks(
     targets = _targets(device_table, weight, bias, entries, prepared, users)
     if not np.isfinite(targets[~np.isnan(targets)]).all():
         return None
-    high, low = _thresholds(targets, shift, error)
     sample = np.asarray(negatives, dtype=np.int64)
     decided = _Decisions(len(users), entries.owner, sample.shape[1])
-    with highest_precision():
-        _scan(device_table, weight, entries, sample, high, low, decided)
-    exact = exact_scores(device_table, weight, bias, *decided.pending_pairs(entries, sample))
-    decided.resolve(exact, targets)
     num_items = device_table.rows.shape[0]
+    if fixed_order_scan.applies(len(users), num_items, weight.device.type):  # no bound
+        table_t = device_table.transposed
+        fixed_order_scan.decide_in_fixed_order(
+            weight, bias, table_t, targets, entries, sample, decided
+        )
+    else:  # a bounded BLAS product (on the CPU scanned by _scan_host), the rest in fixed order
+        high, low = _thresholds(targets, shift, error)
+        scan = _scan_host if weight.device.type == "cpu" else _scan_tensors
+        with highest_precision():
+            scan(device_table, weight, entries, sample, high, low, decided)
+        exact = exact_scores(device_table, weight, bias, *decided.pending_pairs(entries, sample))
+        decided.resolve(exact, targets)
     return full_ranks(entries, decided, targets, num_items) + sampled_ranks(
         entries, decided, targets, sample, num_items
     )
@@ -272,22 +280,6 @@ class _Decisions:
             lo += len(users)
 
 
-def _scan(
-    table: DeviceTable,
-    weight: torch.Tensor,
-    entries: Entries,
-    sample: np.ndarray,
-    high: np.ndarray,
-    low: np.ndarray,
-    decided: _Decisions,
-) -> None:
-    """The matrix product, a block of users at a time: counts above the band, the band's
-    items, and the entries' and sampled negatives' comparisons (on the CPU
-    :func:`_scan_host`, elsewhere :func:`_scan_tensors`: the same decisions)."""
-    scan = _scan_host if weight.device.type == "cpu" else _scan_tensors
-    scan(table, weight, entries, sample, high, low, decided)
-
-
 def _scan_tensors(
     table: DeviceTable,
     weight: torch.Tensor,
@@ -297,7 +289,8 @@ def _scan_tensors(
     low: np.ndarray,
     decided: _Decisions,
 ) -> None:
-    """:func:`_scan` in tensor operations on the device."""
+    """The matrix product, a block of users at a time: counts above the band, the band's
+    items, and the entries' and sampled negatives' comparisons, in tensor operations."""
     device = weight.device
     num_items = table.rows.shape[0]
     a = len(weight)
@@ -357,9 +350,8 @@ def _scan_host(
     low: np.ndarray,
     decided: _Decisions,
 ) -> None:
-    """:func:`_scan` on the CPU, in NumPy over a view of the product: per split two masks
-    (kept across blocks), the count above the band the sum of one, the band's items the
-    ``flatnonzero`` of the other less it (``torch.nonzero`` is about 20x slower here)."""
+    """:func:`_scan_tensors`' decisions on the CPU in NumPy: per split two masks, the count
+    above the band the sum of one, the band's items the ``flatnonzero`` of the other less it."""
     num_items = table.rows.shape[0]
     a = len(weight)
     step = max(1, min(BLOCK_SCORES, CPU_BLOCK_SCORES) // max(num_items, 1))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+import fedrec_flwr.node.fixed_order_scan as fixed_order_scan
 import fedrec_flwr.node.full_ranking as full_ranking
 import fedrec_flwr.node.protocols as protocols
 import fedrec_flwr.node.rank_entries as rank_entries
@@ -86,6 +87,63 @@ def test_fast_ranks_equal_the_materialised_fixed_order_scores(variant, monkeypat
     assert fast[0] == slow[0]
     assert np.array_equal(fast[1], slow[1])
     assert np.array_equal(fast[2], slow[2])
+
+
+@pytest.mark.parametrize("variant", ["pfedrec", "fedmf-dual", "fedrap"])
+def test_the_compiled_fixed_order_loop_gives_the_materialised_ranks(variant, monkeypatch):
+    """The CPU's compiled loop (every score in the fixed order, no bound) on every call, the
+    catalogue in several tiles: the ranks of the materialised fixed-order scores, ties, held
+    rows and NaN rows included."""
+    runtime, state, table = node_with_state(variant, seed=6)
+    slow = evaluated(runtime, state, table, False, monkeypatch)
+    monkeypatch.setattr(fixed_order_scan, "MIN_SCORES", 0)
+    monkeypatch.setattr(fixed_order_scan, "TILE_BYTES", 1)  # tiles of 64 items
+    monkeypatch.setattr(type(runtime), "erank_positions", property(lambda self: np.empty(0)))
+    calls = []
+    compiled = fixed_order_scan.decide_in_fixed_order
+    monkeypatch.setattr(
+        fixed_order_scan, "decide_in_fixed_order", lambda *a: calls.append(1) or compiled(*a)
+    )
+    fast = runtime.evaluate_users(state, None, table)
+    assert calls
+    assert fast[0] == slow[0]
+    assert np.array_equal(fast[1], slow[1])
+    assert np.array_equal(fast[2], slow[2])
+
+
+@pytest.mark.parametrize("tile_bytes", [fixed_order_scan.TILE_BYTES, 1])
+@pytest.mark.parametrize("dim", [1, 3, 5, 8, 12, 32, 33])
+def test_the_compiled_loop_s_scores_are_the_fixed_order_dots(dim, tile_bytes, monkeypatch):
+    """Scores, counts and picked scores of the compiled loop against fixed_order_dots (plus
+    the bias) on random rows of mixed scales, with exact ties and a NaN row; the catalogue
+    in one tile of items or in several (the last one partly filled)."""
+    monkeypatch.setattr(fixed_order_scan, "TILE_BYTES", tile_bytes)
+    rng = np.random.default_rng(dim)
+    users, items = 9, 150
+    scale = 10.0 ** rng.integers(-3, 4, (items, 1))
+    table = (rng.normal(size=(items, dim)) * scale).astype(np.float32)
+    table[5] = table[6]
+    table[9] = np.nan
+    weight = rng.normal(size=(users, dim)).astype(np.float32)
+    bias = rng.normal(size=users).astype(np.float32)
+    expected = fixed_order_dots(torch.from_numpy(table)[None], torch.from_numpy(weight)[:, None])
+    expected = (expected + torch.from_numpy(bias)[:, None]).numpy()
+    targets = expected[:, [5, 11]]
+    keys = np.unique(rng.integers(0, users * items, 40))
+    owner = keys // items
+    entries = rank_entries.Entries(
+        owner, keys - owner * items, np.zeros(len(keys), np.uint8), np.zeros(len(keys))
+    )
+    sample = rng.integers(0, items, (users, 6))
+    counts, entry_scores, sample_scores = fixed_order_scan.fixed_order_scores(
+        weight, bias, np.ascontiguousarray(table.T), targets, entries, sample
+    )
+    for k in range(2):
+        beats = rank_entries.beats(expected, targets[:, k : k + 1])
+        assert np.array_equal(counts[:, k], beats.sum(1))
+    assert np.array_equal(entry_scores, expected[entries.owner, entries.items], equal_nan=True)
+    picked = np.take_along_axis(expected, sample, axis=1)
+    assert np.array_equal(sample_scores, picked, equal_nan=True)
 
 
 def test_every_comparison_left_to_the_fixed_order_gives_the_same_ranks(monkeypatch):

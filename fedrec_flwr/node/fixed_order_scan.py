@@ -1,0 +1,179 @@
+"""Full-catalogue comparisons on the CPU in the fixed order itself: each user's score of every
+item computed exactly as :func:`~fedrec_flwr.methods.heads.fixed_order_dots` computes it (the
+same float32 products and sums, no FMA, no reassociation), compared with the user's held-out
+items' scores in the same pass, and the scores of its entries and sampled negatives picked from
+the row while it is in the cache.
+
+One compiled loop (numba) per row width, vectorised over items; nothing is materialised but
+one user's row, and no comparison is left undecided, so there is no error bound, band or
+second pass (:mod:`fedrec_flwr.node.full_ranking` bounds a BLAS product instead on a device and
+for small evaluations, where compiling would not pay). Pure float32 IEEE arithmetic: the same
+bits on any CPU, whatever its vector width.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import torch
+
+from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT
+from fedrec_flwr.node.rank_entries import Decided, Entries, beats
+
+#: Scores (users x items) an evaluation call must hold for the compiled loop to pay for its
+#: compilation (about half a CPU-second a process and row width).
+MIN_SCORES = 1 << 24
+
+
+def applies(users: int, num_items: int, device_type: str) -> bool:
+    """Do ``users`` x ``num_items`` scores on ``device_type`` take the compiled loop?"""
+    return device_type == "cpu" and users * num_items >= MIN_SCORES
+
+
+def padded_width(width: int) -> int:
+    """The width :func:`fixed_order_dots` pads its products to (zero products added)."""
+    return max(8, -(-width // 4) * 4)
+
+
+#: Bytes of the table one tile of items takes (the tile stays in the core's cache while every
+#: user of the call is scored against it).
+TILE_BYTES = 1 << 17
+
+
+@cache
+def _kernel(groups: int):
+    """The compiled loop for rows of ``4 * groups`` values (``groups`` a constant of the loop,
+    so the sum over groups unrolls and the loop over items vectorises)."""
+    import numba
+
+    @numba.njit(nogil=True, boundscheck=False)
+    def scan(weight, bias, tiles, tile, num_items, targets, picks, cursors, row, out):
+        counts, entry_scores, sample_scores = out
+        entry_ptr, entry_items, sample = picks  # each user's sample sorted
+        entry_at, sample_at = cursors
+        for t in range(tiles.shape[0]):
+            table = tiles[t]  # [4 * groups, stride]: items lo .. lo + width
+            lo = t * tile
+            width = min(tile, num_items - lo)
+            for u in range(weight.shape[0]):
+                w, b, t0, t1 = weight[u], bias[u], targets[u, 0], targets[u, 1]
+                c0 = 0
+                c1 = 0
+                nan = 0
+                for i in range(width):
+                    head = w[0] * table[0, i] + w[1] * table[1, i]
+                    head = head + w[2] * table[2, i]
+                    head = head + w[3] * table[3, i]
+                    s0 = head + w[4] * table[4, i]
+                    s1 = w[5] * table[5, i]
+                    s2 = w[6] * table[6, i]
+                    s3 = w[7] * table[7, i]
+                    for g in range(2, groups):
+                        s0 = s0 + w[4 * g] * table[4 * g, i]
+                        s1 = s1 + w[4 * g + 1] * table[4 * g + 1, i]
+                        s2 = s2 + w[4 * g + 2] * table[4 * g + 2, i]
+                        s3 = s3 + w[4 * g + 3] * table[4 * g + 3, i]
+                    score = ((s0 + s2) + (s1 + s3)) + b
+                    row[i] = score
+                    c0 += score >= t0  # beats: at least as high, or NaN
+                    c1 += score >= t1
+                    nan += score != score
+                counts[u, 0] += c0 + nan
+                counts[u, 1] += c1 + nan
+                e = entry_at[u]
+                while e < entry_ptr[u + 1] and entry_items[e] < lo + width:
+                    entry_scores[e] = row[entry_items[e] - lo]
+                    e += 1
+                entry_at[u] = e
+                j = sample_at[u]
+                while j < sample.shape[1] and sample[u, j] < lo + width:
+                    sample_scores[u, j] = row[sample[u, j] - lo]
+                    j += 1
+                sample_at[u] = j
+
+    return scan
+
+
+def _tiles(table_t: np.ndarray, padded: int) -> tuple[np.ndarray, int]:
+    """``table_t`` [r, I] as tiles [T, padded, stride] of ``tile`` items each, zero rows below
+    (the padding's zero products); a row of a tile is 64 bytes longer than its items, so that
+    the rows of a tile do not fall on the same sets of the cache."""
+    width, num_items = table_t.shape
+    tile = max(64, TILE_BYTES // (4 * padded))
+    count = max(1, -(-num_items // tile))
+    tiles = np.zeros((count, padded, tile + 16), dtype=np.float32)
+    flat = np.zeros((padded, count * tile), dtype=np.float32)
+    flat[:width, :num_items] = table_t
+    tiles[:, :, :tile] = flat.reshape(padded, count, tile).transpose(1, 0, 2)
+    return tiles, tile
+
+
+def fixed_order_scores(
+    weight: np.ndarray,
+    bias: np.ndarray | None,
+    table_t: np.ndarray,
+    targets: np.ndarray,
+    entries: Entries,
+    sample: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per user (``weight`` [a, r] float32, ``bias`` [a] or None) against every item
+    (``table_t`` [r, I] float32): the items whose fixed-order score beats each held-out item's
+    (``targets`` [a, 2]), int64 [a, 2]; the fixed-order scores of its ``entries`` (float32
+    [E], each user's items ascending) and of its ``sample`` of items (float32 [a, S])."""
+    a, width = weight.shape
+    padded = padded_width(width)
+    num_items = table_t.shape[1]
+    weights = np.zeros((a, padded), dtype=np.float32)
+    weights[:, :width] = weight
+    shift = np.zeros(a, np.float32) if bias is None else np.asarray(bias, np.float32)
+    entry_ptr = np.searchsorted(entries.owner, np.arange(a + 1)).astype(np.int64)
+    order = np.argsort(sample, axis=1, kind="stable")
+    sorted_sample = np.ascontiguousarray(np.take_along_axis(sample, order, axis=1), np.int64)
+    tiles, tile = _tiles(table_t, padded)
+    out = (
+        np.zeros((a, 2), dtype=np.int64),
+        np.empty(len(entries.items), dtype=np.float32),
+        np.empty(sample.shape, dtype=np.float32),
+    )
+    _kernel(padded // 4)(
+        weights,
+        shift,
+        tiles,
+        tile,
+        num_items,
+        np.ascontiguousarray(targets, dtype=np.float32),
+        (entry_ptr, np.ascontiguousarray(entries.items, dtype=np.int64), sorted_sample),
+        (entry_ptr[:-1].copy(), np.zeros(a, dtype=np.int64)),
+        np.empty(tile, dtype=np.float32),
+        out,
+    )
+    sample_scores = np.empty_like(out[2])
+    np.put_along_axis(sample_scores, order, out[2], axis=1)
+    return out[0], out[1], sample_scores
+
+
+def decide_in_fixed_order(
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    table_t: torch.Tensor,
+    targets: np.ndarray,
+    entries: Entries,
+    sample: np.ndarray,
+    decided: Decided,
+) -> None:
+    """Fill ``decided`` (counts above, entries' and sampled negatives' comparisons) from
+    :func:`fixed_order_scores`: every comparison decided, none left pending."""
+    counts, entry_scores, sample_scores = fixed_order_scores(
+        weight.cpu().numpy(),
+        None if bias is None else bias.cpu().numpy(),
+        table_t.cpu().numpy(),
+        targets,
+        entries,
+        sample,
+    )
+    decided.above[:] = counts
+    for k in range(2):
+        decided.entries[k][:] = beats(entry_scores, targets[entries.owner, k])
+    split = (np.arange(sample.shape[1]) >= EVAL_NEGATIVES_PER_SPLIT).astype(np.int64)
+    decided.sample[:] = beats(sample_scores, targets[:, split])
