@@ -26,9 +26,12 @@ from fedrec_flwr.node.rank_entries import Decided, Entries, beats
 MIN_SCORES = 1 << 24
 
 
-def applies(users: int, num_items: int, device_type: str) -> bool:
-    """Do ``users`` x ``num_items`` scores on ``device_type`` take the compiled loop?"""
-    return device_type == "cpu" and users * num_items >= MIN_SCORES
+def applies(weight: torch.Tensor, bias: torch.Tensor | None, num_items: int) -> bool:
+    """Do the scores of a linear head (``weight`` [a, r], ``bias``) over ``num_items`` take
+    the compiled loop? On the CPU, in float32 (the loop's arithmetic), for enough scores."""
+    float32 = weight.dtype == torch.float32 and (bias is None or bias.dtype == torch.float32)
+    on_cpu = weight.device.type == "cpu" and (bias is None or bias.device.type == "cpu")
+    return float32 and on_cpu and len(weight) * num_items >= MIN_SCORES
 
 
 def padded_width(width: int) -> int:

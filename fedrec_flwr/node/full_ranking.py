@@ -157,7 +157,7 @@ def linear_full_ranks(
     sample = np.asarray(negatives, dtype=np.int64)
     decided = _Decisions(len(users), entries.owner, sample.shape[1])
     num_items = device_table.rows.shape[0]
-    if fixed_order_scan.applies(len(users), num_items, weight.device.type):  # no bound
+    if fixed_order_scan.applies(weight, bias, num_items):  # no bound
         table_t = device_table.transposed
         fixed_order_scan.decide_in_fixed_order(
             weight, bias, table_t, targets, entries, sample, decided

@@ -231,3 +231,13 @@ def test_the_sampled_items_position_map_finds_what_the_binary_search_finds(slots
     found = rank_entries.sampled_where(entries, sample, items)
     assert np.array_equal(found.reshape(-1), expected)
     assert (found >= 0).any() and (found < 0).any()
+
+
+def test_the_compiled_loop_takes_large_float32_calls_on_the_cpu_only():
+    """Its arithmetic is float32's: a float64 head, or a small call, keeps the bounded path."""
+    weight, bias = torch.zeros(4096, 8), torch.zeros(4096)
+    assert fixed_order_scan.applies(weight, bias, 4096)
+    assert fixed_order_scan.applies(weight, None, 4096)
+    assert not fixed_order_scan.applies(weight, bias, 4000)
+    assert not fixed_order_scan.applies(weight.double(), bias, 4096)
+    assert not fixed_order_scan.applies(weight, bias.double(), 4096)
