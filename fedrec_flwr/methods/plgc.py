@@ -25,6 +25,7 @@ from fedrec_flwr.methods.base import ROWS, Method, Role, RoundContext, Step
 from fedrec_flwr.methods.capabilities import init_private_from
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.methods.plugin import MethodPlugin, Plugin
+from fedrec_flwr.methods.plugins import DualKeys
 from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Dim, Group, key
 
@@ -219,8 +220,8 @@ def check_applies(config: RunGroups, method: Method) -> None:
     if not (layout(method).personal_rows or layout(method).private_rows):
         raise ConfigError(
             f"plgc = true needs a method with personal item rows; method '{method.name}'"
-            f" with personalization='{config.value('personalization')}' has none. Use pfedrec or "
-            "fedrap, or personalization='dual' on fedmf, fedncf or fedrecon."
+            f" with personalization='{config.group(DualKeys).personalization}' has none. Use "
+            "pfedrec or fedrap, or personalization='dual' on fedmf, fedncf or fedrecon."
         )
 
 
