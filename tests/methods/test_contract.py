@@ -8,8 +8,9 @@ plug-in's."""
 import numpy as np
 
 from fedrec_flwr.config import RunConfig
-from fedrec_flwr.methods import PLGC, build_method
+from fedrec_flwr.methods import PLGC, ROWS, Role, build_method
 from fedrec_flwr.methods.capabilities import eval_chunk, linear_head, rowwise_logits, zero_threshold
+from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.methods.plugin import method_members
 from fedrec_lab.testing import user_params
 
@@ -60,3 +61,24 @@ def test_a_wrapped_method_offers_its_base_methods_capabilities():
         assert linear_head(method, params) is not None
     assert zero_threshold(build_method(config.replace(plgc=False), num_items=6)) is None
     assert eval_chunk(build_method(config.replace(method="fedncf", plgc=False), 6)) == 16
+
+
+def test_the_layout_follows_the_roles_the_plugins_leave():
+    """PFedRec's rows are personal as published; DualPer makes another method's rows personal
+    and its dense parameters private; a plain method keeps shared rows."""
+
+    def layout_of(**keys):
+        config = RunConfig.from_mapping({"embedding-dim": 4, **keys})
+        return layout(build_method(config, num_items=6))
+
+    plain, native = layout_of(method="fedncf"), layout_of(method="pfedrec")
+    dual = layout_of(method="fedncf", personalization="dual")
+    assert not plain.personal_rows and plain.eval_table == "latest" and plain.shared_dense
+    assert native.personal_rows and native.roles[ROWS] is Role.PERSONAL_ROWS
+    assert dual.personal_rows and dual.eval_table == "round-start" and not dual.shared_dense
+    assert set(plain.shared_dense) == set(dual.dense) <= set(dual.kept_private)
+    persist = layout_of(**{"method": "pfedrec", "plgc": True, "plgc-persist": True})
+    assert (
+        persist.train_from_personal
+        and not layout_of(method="pfedrec", plgc=True).train_from_personal
+    )
