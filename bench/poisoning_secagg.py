@@ -170,17 +170,24 @@ def run(config: RunConfig, bound: float, max_rows: int, verify: int, eval_every:
 SETTINGS = ("rounds", "eval_every", "scale", "bound", "max_rows", "verify")
 
 
-def runs_of(fractions: list[float], scale: float, bound: float, max_rows: int) -> list[tuple]:
+def runs_of(
+    fractions: list[float], scale: float, bound: float, max_rows: int, unbounded: list[float]
+) -> list[tuple]:
     """(name, overrides, bound) of each run of a method and seed, in the order they run:
     the clean run, each malicious share under the bound (in the order given), the clean run
-    under the bound."""
+    under the bound, then each share of ``unbounded`` without a bound (the attack with no
+    defence)."""
     attack = {"malicious-attack": "promote", "malicious-scale": scale}
     label = f"secure-aggregation-bound {bound:g}" + (f", max-rows {max_rows}" if max_rows else "")
     out = [("clean, no bound", {}, 0.0)]
     for fraction in fractions:
         name = f"{100 * fraction:g} % promote, {label}"
         out.append((name, {**attack, "malicious-fraction": fraction}, bound))
-    return [*out, (f"clean, {label}", {}, bound)]
+    out.append((f"clean, {label}", {}, bound))
+    for fraction in unbounded:
+        name = f"{100 * fraction:g} % promote, no bound"
+        out.append((name, {**attack, "malicious-fraction": fraction}, 0.0))
+    return out
 
 
 def best_rounds(runs: list[dict]) -> list[dict]:
@@ -232,7 +239,9 @@ def summary(runs: list[dict], clean: list[dict]) -> list[str]:
     ]
 
 
-def table(record: dict, names: list[str]) -> str:
+def table(record: dict, names: list[str], shares: set[str]) -> str:
+    """The Markdown report: a row per run name in ``names`` over its seeds, and a verdict
+    for each name in ``shares`` (a malicious share under the bound)."""
     settings, runs = record["settings"], record["runs"]
     lines = [
         "# Poisoning under bounded secure aggregation",
@@ -241,13 +250,14 @@ def table(record: dict, names: list[str]) -> str:
         f"faithful mode (one contributor per user), `promote` with malicious-scale "
         f"{settings['scale']:g} and 1 target item, secure-aggregation-bound "
         f"{settings['bound']:g} (max-rows {settings['max_rows'] or 'every row'}): each user's "
-        "change as its verified report carries it, the server's sum exact; "
+        "change as its verified report carries it, the server's sum exact (runs named `no "
+        "bound`: each user's plain upload, no defence); "
         f"{settings['verify']} users a round (malicious ones first) through the whole protocol, "
         "their decoded sum equal to theirs in the run. HR@10: test HR@10 (%) at the round of "
         "best validation HR@10 (evaluated every "
         f"{settings['eval_every']} rounds); cost: its drop against the clean run without a "
         "bound (% of it, negative: a gain); ER@10: the share (%) of users whose top 10 holds "
-        "the target item, at that round, and the clean run's; max ER@10 over the run; "
+        "the target item, at that round, and the clean run's; max ER@10 over the evaluated rounds; "
         "verified: users whose reports went through the protocol; s: median seconds a run.",
         "",
         "| method | run | seeds | best round | HR@10 | HR@10 cost % | ER@10 | clean ER@10 "
@@ -264,7 +274,7 @@ def table(record: dict, names: list[str]) -> str:
             base = [r for r in clean if r["seed"] in seeds]
             if these and base:
                 lines.append("| " + " | ".join([method, name, *summary(these, base)]) + " |")
-                if name in names[2:]:  # a malicious share
+                if name in shares:
                     verdicts.append(verdict(method, name, these, base))
     lines += ["", *verdicts]
     lines += [
@@ -325,6 +335,13 @@ def main() -> int:
         help="a bench/poisoning.py JSON whose clean runs stand for PFedRec's clean runs "
         "without a bound (the same computation), of the seeds it holds",
     )
+    parser.add_argument(
+        "--unbounded",
+        type=float,
+        nargs="*",
+        default=[],
+        help="malicious shares also run without a bound (the attack with no defence)",
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument(
         "--table", action="store_true", help="only write --out from its JSON's runs (no run)"
@@ -337,10 +354,13 @@ def main() -> int:
         record = json.loads(results.read_text())
         if record["settings"] != settings:
             raise SystemExit(f"{results} holds runs of {record['settings']}, not {settings}")
-    runs = runs_of(args.fractions, args.scale, args.bound, args.max_rows)
-    names = [runs[0][0], runs[-1][0], *sorted(n for n, _, _ in runs[1:-1])]
+    runs = runs_of(args.fractions, args.scale, args.bound, args.max_rows, args.unbounded)
+    bounded = [n for n, overrides, bound in runs if bound]
+    shares = set(bounded[:-1])  # the malicious shares under the bound
+    names = [runs[0][0], bounded[-1], *sorted(shares)]
+    names += sorted(({r["name"] for r in record["runs"]} | {n for n, _, _ in runs}) - set(names))
     if args.table:
-        write(args.out, table(record, names))
+        write(args.out, table(record, names, shares))
         print(f"wrote {args.out}")
         return 0
     command = " ".join(["python bench/poisoning_secagg.py", *sys.argv[1:]])
@@ -369,9 +389,9 @@ def main() -> int:
                 out.update(method=method, name=name, seed=seed, seconds=time.time() - start)
                 record["runs"].append(out)
                 write(results, json.dumps(record, indent=1) + "\n")
-                write(args.out, table(record, names))
+                write(args.out, table(record, names, shares))
                 print(method, name, seed, f"{out['seconds']:.0f} s", out["history"][-1], flush=True)
-    write(args.out, table(record, names))
+    write(args.out, table(record, names, shares))
     print(f"wrote {args.out} and {results.name}")
     return 0
 
