@@ -79,7 +79,11 @@ class Layout:
 
     def with_role(self, *roles: Role) -> tuple[str, ...]:
         """The parameters whose role is one of ``roles``, in role order."""
-        return tuple(name for name, role in self.roles.items() if role in roles)
+        return _with_role(self.roles, roles)
+
+
+def _with_role(roles: Mapping[str, Role], wanted: tuple[Role, ...]) -> tuple[str, ...]:
+    return tuple(name for name, role in roles.items() if role in wanted)
 
 
 _LAYOUTS: weakref.WeakKeyDictionary[Declared, Layout] = weakref.WeakKeyDictionary()
@@ -101,20 +105,16 @@ def describe(method: Declared) -> dict[str, str]:
 
 def _computed(method: Declared) -> Layout:
     roles = method.roles()
-
-    def with_role(*wanted: Role) -> tuple[str, ...]:
-        return tuple(name for name, role in roles.items() if role in wanted)
-
     rows = (ROWS, *(n for n, r in roles.items() if r in ROW_ROLES and n != ROWS))
     return Layout(
         roles=roles,
         private=tuple(method.init_private(np.empty(0, np.int64))),
         dense=tuple(method.init_dense()),
-        shared_dense=with_role(Role.SHARED_DENSE),
+        shared_dense=_with_role(roles, (Role.SHARED_DENSE,)),
         rows=rows,
-        private_rows=with_role(Role.PRIVATE_ROWS),
-        global_rows=with_role(Role.GLOBAL_ROWS),
-        kept_private=with_role(Role.PRIVATE),
+        private_rows=_with_role(roles, (Role.PRIVATE_ROWS,)),
+        global_rows=_with_role(roles, (Role.GLOBAL_ROWS,)),
+        kept_private=_with_role(roles, (Role.PRIVATE,)),
         personal_rows=roles[ROWS] is Role.PERSONAL_ROWS,
         train_from_personal=bool(getattr(method, "train_from_personal", False)),
     )
