@@ -26,6 +26,7 @@ import torch
 
 from fedrec_flwr.methods.base import Method, Phase, Stage, linear_logits
 from fedrec_flwr.methods.card import MethodCard
+from fedrec_flwr.methods.plugin import MethodPlugin
 from fedrec_flwr.run_keys import RunGroups, TrainingKeys
 from fedrec_flwr.schema import (
     NON_NEGATIVE,
@@ -247,7 +248,10 @@ class ItemItem(Method):
 
 def uploads_statistics(method: Method) -> TypeGuard[ItemItem]:
     """Does ``method`` upload its users' co-occurrence sums once instead of training item
-    rows (an item-item method: :class:`ItemItem` or a class derived from it)?"""
+    rows (an item-item method: :class:`ItemItem` or a class derived from it, or a plug-in
+    wrapping one, which answers for it as it does for every member)?"""
+    while isinstance(method, MethodPlugin):
+        method = method.base
     return isinstance(method, ItemItem)
 
 

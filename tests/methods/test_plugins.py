@@ -34,6 +34,7 @@ from fedrec_flwr.methods import (
     unregister_method,
     unregister_plugin,
 )
+from fedrec_flwr.methods.itemitem import uploads_statistics
 from fedrec_flwr.methods.layout import describe, layout
 from fedrec_flwr.methods.plugin import Delegated, method_members
 from fedrec_flwr.schema import POSITIVE, Group, key
@@ -81,6 +82,7 @@ def test_a_plugin_that_overrides_nothing_answers_as_its_base_method(config):
         else:
             assert ours == theirs, name
     assert layout(wrapped) == layout(base) and describe(wrapped) == describe(base)
+    assert uploads_statistics(wrapped) == uploads_statistics(base)
     for name, value in vars(base).items():  # what the base method set on itself
         if not name.startswith("_"):
             assert getattr(wrapped, name) is value, name
