@@ -98,6 +98,12 @@ def layout(method: Declared) -> Layout:
     return found
 
 
+def forget(method: Declared) -> None:
+    """Drop ``method``'s computed layout, for a change of what its roles depend on (the
+    DualPer flag, :attr:`fedrec_flwr.methods.base.Method.dual`)."""
+    _LAYOUTS.pop(method, None)
+
+
 def describe(method: Declared) -> dict[str, str]:
     """The method's name and its parameters' roles, for logs."""
     return {"method": method.name, **{k: v.value for k, v in layout(method).roles.items()}}

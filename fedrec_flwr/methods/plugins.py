@@ -6,6 +6,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from fedrec_flwr.methods.base import ROWS, Method, Role
+from fedrec_flwr.methods.layout import forget as forget_layout
 from fedrec_flwr.methods.plugin import Plugin
 from fedrec_flwr.methods.registry import method_card
 from fedrec_flwr.run_keys import RunGroups
@@ -53,6 +54,7 @@ def dual(config: RunGroups, num_items: int, method: Method) -> Method:
     """``method`` under dual personalisation (:attr:`Method.dual`: its dense parameters and
     score function private, its item rows personal, the private phase first)."""
     method.dual = True
+    forget_layout(method)  # the roles follow the flag: a layout read before it is stale
     return method
 
 

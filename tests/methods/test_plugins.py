@@ -37,6 +37,7 @@ from fedrec_flwr.methods import (
 from fedrec_flwr.methods.itemitem import uploads_statistics
 from fedrec_flwr.methods.layout import describe, layout
 from fedrec_flwr.methods.plugin import Delegated, method_members
+from fedrec_flwr.methods.plugins import dual
 from fedrec_flwr.schema import POSITIVE, Group, key
 from fedrec_flwr.stages import UploadStage
 from fedrec_lab.testing import user_params
@@ -222,3 +223,11 @@ def test_an_entry_point_must_name_a_plugin_of_its_name(monkeypatch):
     monkeypatch.setattr(registry, "entry_points", lambda group: [point])
     with pytest.raises(TypeError, match="must name a Plugin declaration whose name is 'echo'"):
         list(registry.PluginRegistry(()))
+
+
+def test_the_layout_follows_dualper_set_after_it_was_first_read():
+    method = build_method(RunConfig.from_fields(method="fedmf"), num_items=6)
+    assert layout(method).personal_rows is False  # computed and cached before the flag
+    assert dual(method.config, 6, method) is method
+    assert layout(method).personal_rows is True
+    assert layout(method).eval_table == "round-start"
