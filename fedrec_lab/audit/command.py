@@ -56,7 +56,16 @@ FIXED: dict[str, Scalar] = {
 #: holds even against a server that unmasks (secure aggregation refuses decoys).
 #: ``secagg-bounded``: every user's change proven within 25 per row
 #: (``secure-aggregation-bound``); the server sees the leader's share of each report.
+#: ``secagg-bounded-promote``: the same beside 5 % ``promote`` clients (scale 100, one
+#: target item: ``bench/poisoning_secagg.py``'s attack), evaluated every round so that the
+#: report holds the target's ER@10 at each (``strict`` only: ER@10 is a full ranking's).
 SECAGG: dict[str, Scalar] = {"secure-aggregation": True, "secure-aggregation-keys": "seeded"}
+BOUNDED: dict[str, Scalar] = {**SECAGG, "secure-aggregation-bound": 25.0}
+PROMOTE: dict[str, Scalar] = {
+    "malicious-fraction": 0.05,
+    "malicious-attack": "promote",
+    "malicious-scale": 100.0,
+}
 CONFIGS: dict[str, dict[str, Scalar]] = {
     "none": {},
     "ldp": LDP,
@@ -67,7 +76,8 @@ CONFIGS: dict[str, dict[str, Scalar]] = {
     "fixed-requests": FIXED,
     "secagg": SECAGG,
     "secagg-ldp": {**SECAGG, **LDP},
-    "secagg-bounded": {**SECAGG, "secure-aggregation-bound": 25.0},
+    "secagg-bounded": BOUNDED,
+    "secagg-bounded-promote": {**BOUNDED, **PROMOTE, "eval-every": 1},
 }
 #: The configurations run when ``--configs`` is not given (the earlier table's four).
 DEFAULT_CONFIGS = ["none", "ldp", "decoys", "both"]

@@ -28,7 +28,8 @@ from fedrec_flwr.stages import NodeUpload, SecureSum, Upload, UserChanges
 
 def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
     """Run the configured federation; return ``best_round``, its ``val`` and ``test``
-    metrics (best validation HR@10, earliest on ties) and every evaluated round's means."""
+    metrics (best validation HR@10, earliest on ties) and every evaluated round's means
+    (under a malicious attack also its target's exposure ``target-er@10``)."""
     if config.evaluation.early_stopping_patience or config.evaluation.eval_users:
         raise ValueError("the plain loop runs without early stopping and evaluates every user")
     runtime = NodeRuntime(config, prepared, 0, 1)
@@ -68,6 +69,8 @@ def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
         sums = runtime.evaluate(state, None, model.evaluation_table(), model.dense)
         users_evaluated = sums.pop("num-users")
         means = {k: v / users_evaluated for k, v in sums.items() if k.startswith(("val", "test"))}
+        if "target-exposed" in sums:  # a malicious attack's target: its exposure ER@10
+            means["target-er@10"] = sums["target-exposed"] / users_evaluated
         history.append({"round": server_round, **means})
     best = max(history, key=lambda row: (row["val-hr@10"], -row["round"]))
     split = {

@@ -55,6 +55,17 @@ def max_auc(record: dict, attacks: tuple[str, ...]) -> float:
     return max(values) if values else float("nan")
 
 
+EXPOSURE_NOTE = (
+    " ER@10: the share of users whose top 10 holds the malicious clients' target item, at "
+    "the best validation round; max ER@10: its largest over the evaluated rounds."
+)
+
+
+def exposure(record: dict, which: str) -> float:
+    """A record's target ER@10 (``best`` or ``max``; NaN without a malicious attack)."""
+    return record.get("exposure", {}).get(which, float("nan"))
+
+
 def markdown(records: list[dict], attacks: tuple[str, ...], command: str) -> str:
     """The table of every (protocol, method, configuration) over its seeds."""
     groups: dict[tuple, list[dict]] = {}
@@ -63,6 +74,9 @@ def markdown(records: list[dict], attacks: tuple[str, ...], command: str) -> str
         groups.setdefault(key, []).append(record)
     head = ["protocol", "method", "config", "keys", "seeds", "test HR@10 (%)", "vs none*"]
     head += ["test NDCG@10 (%)", "user ε median / max"]
+    exposed = any("exposure" in r for r in records)  # a malicious attack's target
+    if exposed:
+        head += ["ER@10 (%)", "max ER@10 (%)"]
     head += ["max AUC"] + [f"{a} AUC" for a in attacks] + [f"{a} F1" for a in attacks]
     head += ["random F1"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -80,6 +94,9 @@ def markdown(records: list[dict], attacks: tuple[str, ...], command: str) -> str
         row = [protocol, method, config, keys, ",".join(str(r["seed"]) for r in runs)]
         row += [cell(hr, 100), change, cell([r["test"]["ndcg@10"] for r in runs], 100)]
         row += [user_epsilon(runs)]
+        if exposed:
+            row += [cell([exposure(r, "best") for r in runs], 100)]
+            row += [cell([exposure(r, "max") for r in runs], 100)]
         row += [cell([max_auc(r, attacks) for r in runs], digits=3)]
         row += [cell([score(r, a, "auc") for r in runs], digits=3) for a in attacks]
         row += [cell([score(r, a, "f1") for r in runs], digits=3) for a in attacks]
@@ -95,7 +112,31 @@ def markdown(records: list[dict], attacks: tuple[str, ...], command: str) -> str
         "rounds, then mean ± std over seeds. User ε: the median and the worst user's epsilon "
         f"over every row they uploaded in the run, at delta {levels_delta(records)} (Google's "
         "dp-accounting; docs/privacy.md, Accounting). AUC 0.5 and 'random F1' are a random guess. "
-        "*: relative change of the mean test HR@10 against no protection on the same seeds.\n\n"
+        "*: relative change of the mean test HR@10 against no protection on the same seeds."
+        + (EXPOSURE_NOTE if exposed else "")
+        + "\n\n"
         f"Command: `{command}`\n"
     )
-    return "\n".join(lines) + "\n" + note
+    return "\n".join(lines) + "\n" + note + (by_round(groups) if exposed else "")
+
+
+def by_round(groups: dict[tuple, list[dict]]) -> str:
+    """The target's ER@10 (%) at each evaluated round, a column per (method, configuration)
+    under a malicious attack (mean ± std over its seeds)."""
+    exposed = {key: runs for key, runs in groups.items() if any("exposure" in r for r in runs)}
+    rounds = sorted({int(n) for runs in exposed.values() for r in runs for n in rounds_of(r)})
+    head = ["round"] + [f"{method} {config} ER@10 (%)" for _, method, config in exposed]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for n in rounds:
+        row = [str(n)]
+        row += [
+            cell([rounds_of(r).get(n, float("nan")) for r in runs], 100)
+            for runs in exposed.values()
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\nThe target's ER@10 at each evaluated round:\n\n" + "\n".join(lines) + "\n"
+
+
+def rounds_of(record: dict) -> dict[int, float]:
+    """A record's target ER@10 at each evaluated round (round: ER@10; JSON keys are text)."""
+    return {int(n): v for n, v in record.get("exposure", {}).get("rounds", {}).items()}

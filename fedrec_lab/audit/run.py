@@ -297,4 +297,20 @@ def audited_run(
         "test": summary["test"],
         "attacks": attack_all(capture, prepared, config, audit_rounds),
         "user_level": counter.user_levels(config),
+        **exposure(summary),
     }
+
+
+def exposure(summary: dict) -> dict:
+    """Under a malicious attack (the plain loop's history): ``exposure``, the target's
+    ER@10 at the best validation round, its largest over the evaluated rounds and each
+    evaluated round's; nothing otherwise."""
+    rounds = {
+        int(row["round"]): float(row["target-er@10"])
+        for row in summary.get("history", [])
+        if "target-er@10" in row
+    }
+    if not rounds:
+        return {}
+    best = rounds[summary["best_round"]]
+    return {"exposure": {"best": best, "max": max(rounds.values()), "rounds": rounds}}

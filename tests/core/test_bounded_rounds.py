@@ -124,6 +124,27 @@ def test_the_audits_attacks_are_at_chance_on_bounded_reports():
 
 
 @pytest.mark.usefixtures("private_cache")
+def test_the_audit_runs_the_bound_beside_promote_clients():
+    """``secagg-bounded-promote``: the bounded audit with 5 % ``promote`` clients; the
+    attacks stay at chance on the honest users' reports, the target's ER@10 is recorded at
+    every round, and the malicious clients' reports move the table (the run differs from
+    ``secagg-bounded`` on the same seed)."""
+    keys_ = {**SMALL, "synthetic-mean-degree": 15, "method": "pfedrec", "item-lr": 8.0}
+    promote = CONFIGS["secagg-bounded-promote"]
+    assert promote["malicious-attack"] == "promote" and promote["secure-aggregation-bound"]
+    attacked = audited_run({**keys_, **promote}, [3], 10, 0)
+    for name in ATTACKS:
+        assert abs(attacked["attacks"][name]["auc"] - 0.5) < 0.1, name
+    exposure = attacked["exposure"]
+    assert sorted(exposure["rounds"]) == [1, 2, 3]
+    assert exposure["best"] == exposure["rounds"][attacked["best_round"]]
+    assert exposure["max"] == max(exposure["rounds"].values())
+    honest = audited_run({**keys_, **CONFIGS["secagg-bounded"]}, [3], 10, 0)
+    assert "exposure" not in honest
+    assert honest["test"] != attacked["test"]
+
+
+@pytest.mark.usefixtures("private_cache")
 def test_a_dropped_node_leaves_the_others_reports_to_aggregate(tmp_path):
     """A node that does not answer: its users' reports are missing, the others' sum moves
     the table as a plain round of the same nodes does."""
