@@ -37,23 +37,40 @@ def value(text: str):
         return text
 
 
+#: What the cells of one run share: the prepared data and histories (keyed by the run's
+#: keys other than the item-item ones), the uploads (and by the degree bound).
+_DATA: dict[tuple, tuple] = {}
+_UPLOADS: dict[tuple, StatisticsUpload] = {}
+
+
+def shared_data(mapping: dict) -> tuple:
+    """(prepared data, users' train histories) of the cell's data keys, computed once."""
+    key = tuple(sorted((k, str(v)) for k, v in mapping.items() if not k.startswith("itemitem-")))
+    if key not in _DATA:
+        prepared = prepare(RunConfig.from_mapping(mapping))
+        history = np.zeros((prepared.num_users, prepared.num_items), dtype=np.float32)
+        for user in range(prepared.num_users):
+            history[user, prepared.train_positives(user)] = 1.0
+        _DATA[key] = (key, prepared, history)
+    return _DATA[key]
+
+
 def cell_metrics(mapping: dict) -> tuple[dict, dict]:
     """(validation, test) metrics of one setting: every user's upload of round 1, summed."""
     config = RunConfig.from_mapping(mapping)
-    prepared = prepare(config)
+    data_key, prepared, history = shared_data(mapping)
     method = build_method(config, prepared.num_items)
-    baskets = [method.uploaded_items(prepared, u) for u in range(prepared.num_users)]
-    upload = StatisticsUpload(
-        prepared.num_users,
-        np.concatenate(baskets),
-        np.r_[0, np.cumsum([len(b) for b in baskets])].astype(np.int64),
-    )
+    upload_key = (*data_key, method.keys.itemitem_max_degree)
+    if upload_key not in _UPLOADS:
+        baskets = [method.uploaded_items(prepared, u) for u in range(prepared.num_users)]
+        _UPLOADS[upload_key] = StatisticsUpload(
+            prepared.num_users,
+            np.concatenate(baskets),
+            np.r_[0, np.cumsum([len(b) for b in baskets])].astype(np.int64),
+        )
     model = StatisticsModel(config, method, prepared.num_items)
     model.start_round()
-    model.apply([upload])
-    history = np.zeros((prepared.num_users, prepared.num_items), dtype=np.float32)
-    for user in range(prepared.num_users):
-        history[user, prepared.train_positives(user)] = 1.0
+    model.apply([_UPLOADS[upload_key]])
     weights = model.table.T.astype(np.float64)
     metrics = evaluate_scores(config, prepared, lambda users: history[users] @ weights)
     record = model.dp_record()

@@ -19,7 +19,12 @@ Each model is a matrix ``W`` [items, items] that scores user ``u``'s items as ``
   ideal low-pass filter).
 
 The inputs are float64 and may be noisy (the Gaussian mechanism): a count at or below zero
-counts as absent.
+counts as absent. With ``itemitem-gram-rank`` = ``r`` > 0 every model reads, in place of
+``G``, its best rank-``r`` positive semidefinite approximation ``G_r = V_r diag(l_r) V_r^T``
+(the ``r`` largest eigenvalues, those below zero set to zero): a sum of co-occurrences is
+positive semidefinite and, on real data, close to low-rank, while the mechanism's noise
+spreads evenly over every direction, so the projection keeps the signal and drops most of
+the noise. It reads the released sums only (post-processing: no privacy cost).
 """
 
 from __future__ import annotations
@@ -100,26 +105,44 @@ def gfcf_weights(gram: np.ndarray, counts: np.ndarray, alpha: float, rank: int, 
 
 def top_eigenvectors(matrix: np.ndarray, rank: int, seed: int) -> np.ndarray:
     """The ``rank`` eigenvectors of the symmetric ``matrix`` with the largest eigenvalues
-    ([I, rank]): a full eigendecomposition for small catalogues, else a randomised subspace
-    iteration started from a generator keyed by ``seed``."""
+    ([I, rank]): :func:`top_eigenpairs`'s vectors."""
+    return top_eigenpairs(matrix, rank, seed)[1]
+
+
+def top_eigenpairs(matrix: np.ndarray, rank: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``rank`` largest eigenvalues of the symmetric ``matrix`` ([rank], largest first)
+    and their eigenvectors ([I, rank]): a full eigendecomposition for small catalogues, else
+    a randomised subspace iteration started from a generator keyed by ``seed``."""
     size = len(matrix)
     if size <= FULL_EIGEN_LIMIT or rank + OVERSAMPLING >= size:
-        _, vectors = np.linalg.eigh(matrix)
-        return vectors[:, ::-1][:, :rank]
+        values, vectors = np.linalg.eigh(matrix)
+        return values[::-1][:rank], vectors[:, ::-1][:, :rank]
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 39, rank]))
     basis = np.linalg.qr(matrix @ rng.standard_normal((size, rank + OVERSAMPLING)))[0]
     for _ in range(SUBSPACE_ITERATIONS):
         basis = np.linalg.qr(matrix @ basis)[0]
     values, small = np.linalg.eigh(basis.T @ matrix @ basis)
     order = np.argsort(-values, kind="stable")[:rank]
-    return basis @ small[:, order]
+    return values[order], basis @ small[:, order]
+
+
+def low_rank_gram(gram: np.ndarray, rank: int, seed: int) -> np.ndarray:
+    """``gram``'s best rank-``rank`` positive semidefinite approximation (float64 [I, I]):
+    its ``rank`` largest eigenvalues, those below zero set to zero, with their eigenvectors
+    (the module doc). A ``rank`` at or above the size keeps every eigenvector: the nearest
+    positive semidefinite matrix."""
+    values, vectors = top_eigenpairs(gram, min(rank, len(gram)), seed)
+    return (vectors * np.clip(values, 0.0, None)) @ vectors.T
 
 
 def model_weights(
     kind: str, gram: np.ndarray, counts: np.ndarray, keys: ItemItemKeys, seed: int
 ) -> np.ndarray:
     """The item-item matrix ``W`` of ``kind`` (``itemitem-model``) from the sums, with the
-    run's item-item keys and seed (GF-CF's randomised eigenvectors)."""
+    run's item-item keys and seed (the randomised eigenvectors of GF-CF and of a large
+    catalogue's ``itemitem-gram-rank`` projection)."""
+    if keys.itemitem_gram_rank > 0:
+        gram = low_rank_gram(gram, keys.itemitem_gram_rank, seed)
     if kind == "ease":
         return ease_weights(gram, keys.itemitem_lambda)
     if kind == "itemknn":

@@ -104,6 +104,14 @@ class ItemItemKeys(Group):
         range=NON_NEGATIVE,
         why=" (0: the linear filter alone)",
     )
+    itemitem_gram_rank: int = key(
+        default=0,
+        help="every model reads the summed co-occurrences through their best rank-r positive "
+        "semidefinite approximation (the r largest eigenvalues): post-processing that drops "
+        "most of itemitem-dp-epsilon's noise at no privacy cost",
+        range=NON_NEGATIVE,
+        why=OFF,
+    )
     itemitem_min_count: int = key(
         default=0,
         help="the model covers the items at least this many users hold (the support); under "

@@ -26,6 +26,7 @@ from fedrec_flwr.methods.cooccurrence import model_weights
 from fedrec_flwr.methods.itemitem import ItemItem, ItemItemKeys, two_rounds
 from fedrec_flwr.privacy.secure_statistics import DecodedSums, StatisticsLayout
 from fedrec_flwr.privacy.sum_noise import SumNoise
+from fedrec_flwr.schema import ConfigError
 from fedrec_flwr.server.model import server_stages
 from fedrec_flwr.server.payloads import TrainOrder
 from fedrec_flwr.server.validation import ReplyError, ReplySchema, check_number, check_request
@@ -111,6 +112,16 @@ def add_upper(target: np.ndarray, upper: np.ndarray, coords: np.ndarray) -> None
         start += size - i
 
 
+def check_gram_rank(rank: int, num_items: int) -> None:
+    """Refuse an ``itemitem-gram-rank`` that keeps every eigenvalue of the catalogue's sums."""
+    if rank >= num_items:
+        raise ConfigError(
+            f"itemitem-gram-rank={rank} keeps every eigenvalue of a {num_items}-item "
+            f"catalogue's co-occurrences, which projects nothing: set it below {num_items} "
+            "(e.g. 64), or 0 to read the sums as they are."
+        )
+
+
 class StatisticsModel:
     """The released sums, the support, the model computed from them and the item table it
     serves (``W^T``)."""
@@ -121,6 +132,7 @@ class StatisticsModel:
         self.method = method
         self.kind = str(self.keys.itemitem_model)
         self.noise = SumNoise.of(config)
+        check_gram_rank(self.keys.itemitem_gram_rank, num_items)
         self.min_count = max(int(self.keys.itemitem_min_count), 1)
         self.two_rounds = two_rounds(config)
         self.gram = np.zeros((num_items, num_items), dtype=np.float64)

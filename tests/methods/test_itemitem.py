@@ -22,8 +22,11 @@ from fedrec_flwr.methods.cooccurrence import (
     ease_weights,
     gfcf_weights,
     itemknn_weights,
+    low_rank_gram,
+    model_weights,
     symmetric_from_upper,
 )
+from fedrec_flwr.methods.itemitem import ItemItemKeys
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node import runtime as node_runtime
 from fedrec_flwr.node.runtime import NodeRuntime
@@ -42,6 +45,7 @@ from fedrec_flwr.results import TIMING_COLUMNS
 from fedrec_flwr.server.payloads import TrainOrder
 from fedrec_flwr.server.statistics import (
     StatisticsModel,
+    StatisticsUpload,
     check_statistics_reply,
     secure_statistics,
 )
@@ -109,6 +113,37 @@ def test_gfcf_randomised_eigenvectors_span_the_top_eigenspace(monkeypatch):
     monkeypatch.setattr(cooccurrence, "FULL_EIGEN_LIMIT", 10)
     monkeypatch.setattr(cooccurrence, "OVERSAMPLING", 20)
     approximate = gfcf_weights(gram, counts, 0.3, 8, 0)
+    np.testing.assert_allclose(approximate, exact, atol=1e-3 * np.abs(exact).max())
+
+
+def test_the_low_rank_gram_keeps_the_largest_eigenvalues_and_drops_negative_ones():
+    rng = np.random.default_rng(6)
+    factors = rng.normal(size=(40, 3)) * [6.0, 4.0, 3.0]
+    clean = factors @ factors.T  # positive semidefinite, rank 3
+    noise = rng.normal(scale=0.3, size=(40, 40))
+    noisy = clean + (noise + noise.T) / np.sqrt(2)
+    projected = low_rank_gram(noisy, 3, seed=0)
+    values, vectors = np.linalg.eigh(noisy)
+    top = vectors[:, -3:]
+    np.testing.assert_allclose(projected, top @ np.diag(values[-3:]) @ top.T, atol=1e-9)
+    assert np.linalg.matrix_rank(projected) == 3 and np.allclose(projected, projected.T)
+    # it removes most of the noise: nearer the clean sums than what was released
+    assert np.linalg.norm(projected - clean) < 0.5 * np.linalg.norm(noisy - clean)
+    # a rank above the size: the nearest positive semidefinite matrix
+    nearest = low_rank_gram(noisy, 100, seed=0)
+    np.testing.assert_allclose(nearest, vectors @ np.diag(values.clip(0)) @ vectors.T, atol=1e-9)
+
+
+def test_the_low_rank_gram_of_a_large_catalogue_comes_from_the_randomised_eigenvectors(
+    monkeypatch,
+):
+    from fedrec_flwr.methods import cooccurrence
+
+    x = binary(np.random.default_rng(7), users=200, items=120, density=0.1)
+    exact = low_rank_gram(x.T @ x, 8, seed=0)
+    monkeypatch.setattr(cooccurrence, "FULL_EIGEN_LIMIT", 10)
+    monkeypatch.setattr(cooccurrence, "OVERSAMPLING", 20)
+    approximate = low_rank_gram(x.T @ x, 8, seed=0)
     np.testing.assert_allclose(approximate, exact, atol=1e-3 * np.abs(exact).max())
 
 
@@ -308,6 +343,32 @@ def test_the_server_sums_each_round_and_recomputes_the_model():
     again = StatisticsModel(run, method, 5)
     again.load_state_dict(state)
     assert np.array_equal(again.table, model.table) and again.contributors == 2
+
+
+@pytest.mark.parametrize("kind", ["ease", "itemknn", "gfcf"])
+def test_every_model_reads_the_low_rank_gram_and_the_sums_stay_as_released(kind):
+    run = config(**{"itemitem-model": kind, "itemitem-gram-rank": 2, "itemitem-rank": 2})
+    method = build_method(run, 6)
+    model = StatisticsModel(run, method, 6)
+    model.start_round()
+    items = np.array([0, 1, 2, 1, 2, 3, 3, 4, 5, 0, 5], np.int64)
+    model.apply([StatisticsUpload(4, items, np.array([0, 3, 6, 9, 11]))])
+    plain = config(**{"itemitem-model": kind, "itemitem-rank": 2})
+    reference = StatisticsModel(plain, build_method(plain, 6), 6)
+    reference.start_round()
+    reference.apply([StatisticsUpload(4, items, np.array([0, 3, 6, 9, 11]))])
+    assert np.array_equal(model.gram, reference.gram)  # the projection is not accumulated
+    expected = model_weights(
+        kind, low_rank_gram(model.gram, 2, 0), model.counts, plain.group(ItemItemKeys), 0
+    )
+    np.testing.assert_allclose(model.table, expected.T.astype(np.float32), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(model.table, reference.table)
+
+
+def test_a_gram_rank_that_keeps_every_eigenvalue_is_refused():
+    run = config(**{"itemitem-gram-rank": 5})
+    with pytest.raises(ConfigError, match="itemitem-gram-rank=5 keeps every eigenvalue"):
+        StatisticsModel(run, build_method(run, 5), 5)
 
 
 def test_the_server_applies_co_occurrence_uploads_only():
