@@ -18,6 +18,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from fedrec_flwr.node import host_loops
+
 MASK32 = 0xFFFFFFFF
 PHILOX_M0, PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
 PHILOX_W0, PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
@@ -26,6 +28,8 @@ PHILOX_ROUNDS = 10
 LANES = 4
 #: Attempts (a draw's redraws) and streams fit 16 bits each in the last counter word.
 MAX_ATTEMPTS = 1 << 16
+#: Draws from which :func:`counter_negatives` on the CPU takes the compiled loop.
+COMPILED_DRAWS = 1 << 14
 
 
 def _mulhilo(
@@ -160,7 +164,9 @@ def counter_negatives(
     """``sizes[j]`` uniform items of ``range(num_items)`` outside user ``users[j]``'s sorted
     exclusion set (``exclusion_counts[j]`` items of ``exclusions``, users in order), all
     concatenated. Draw ``i`` of a user is redrawn with the next attempt while it falls in
-    the set: every user's draws in lockstep, in tensor ops, none depending on another user.
+    the set: every user's draws in lockstep, in tensor ops, none depending on another user;
+    on the CPU, from ``COMPILED_DRAWS`` draws, each draw and its redraws in a compiled loop
+    (:func:`fedrec_flwr.node.host_loops.counter_negatives`: the same integers).
     """
     sizes = np.asarray(sizes, dtype=np.int64)
     exclusion_counts = np.asarray(exclusion_counts, dtype=np.int64)
@@ -170,6 +176,18 @@ def counter_negatives(
         raise ValueError(
             f"cannot draw negatives for user {user}: its exclusion set covers all {num_items} "
             "items; use train-negatives = 'non-train' or a dataset with more items."
+        )
+    if torch.device(device).type == "cpu" and int(sizes.sum()) >= COMPILED_DRAWS:
+        return host_loops.counter_negatives(
+            seed,
+            stream,
+            server_round,
+            np.asarray(users, np.int64),
+            sizes,
+            exclusion_counts,
+            exclusions,
+            num_items,
+            MAX_ATTEMPTS,
         )
     as_tensor = lambda values: torch.as_tensor(np.asarray(values, np.int64), device=device)  # noqa: E731
     positions = torch.arange(len(sizes), device=device)

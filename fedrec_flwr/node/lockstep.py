@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods.base import Step
+from fedrec_flwr.node import host_loops
 from fedrec_flwr.node.counter_rng import MAX_ATTEMPTS, repeat, user_words
 from fedrec_flwr.seeding import STREAMS
 
@@ -34,6 +35,8 @@ from fedrec_flwr.seeding import STREAMS
 MAX_STEP_ENTRIES = 1 << 16
 #: Batch widths are multiples of this many entries (see ``training.epoch_steps``).
 PAD_TO = 64
+#: Samples from which :func:`shuffled_order` on the CPU takes the compiled loop.
+COMPILED_SAMPLES = 1 << 14
 #: The shuffle's sub-stream word is ``stage * EPOCH_KEYS + epoch`` (below 2**16).
 EPOCH_KEYS = 1 << 12
 
@@ -64,7 +67,14 @@ def shuffled_order(
     tag: int,
 ) -> torch.Tensor:
     """The flat index of the sample at each (user, position) in user order: each user's
-    samples ordered by their words (ties by index), users in order."""
+    samples ordered by their words (ties by index), users in order. On the CPU, from
+    ``COMPILED_SAMPLES`` samples, each user's words drawn and sorted on their own by a
+    compiled loop (:func:`fedrec_flwr.node.host_loops.shuffled_order`: the same order)."""
+    if counts.device.type == "cpu" and int(counts.sum()) >= COMPILED_SAMPLES:
+        order = host_loops.shuffled_order(
+            seed, STREAMS["shuffle"], users.numpy(), counts.numpy(), server_round, tag
+        )
+        return torch.from_numpy(order)
     keys = repeat(torch.arange(len(counts), device=counts.device), counts)
     keys.bitwise_left_shift_(32).bitwise_or_(
         user_words(seed, STREAMS["shuffle"], users, server_round, counts, tag)

@@ -17,6 +17,7 @@ import numpy as np
 
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import PreparedData
+from fedrec_flwr.node import host_loops
 from fedrec_flwr.node.counter_rng import counter_negatives
 from fedrec_flwr.privacy.decoys import DecoyKeys, DecoyUpdates, with_trained_decoys
 from fedrec_flwr.run_keys import TrainNegatives
@@ -73,8 +74,8 @@ def distinct_items(items: np.ndarray, num_items: int) -> tuple[np.ndarray, np.nd
     return ids, where[items]
 
 
-#: (user, item) slots :func:`distinct_user_items` marks at a time (a bool and an int64 each).
-DENSE_SLOTS = 1 << 22
+#: Keys from which :func:`distinct_user_items` takes the compiled loop (below: one sort).
+COMPILED_KEYS = 1 << 16
 
 
 def sorted_unique(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
@@ -100,28 +101,16 @@ def distinct_user_items(
     items: np.ndarray,
     num_items: int,
     num_users: int,
-    slots: int = DENSE_SLOTS,
-    min_keys: int = 1 << 16,
+    min_keys: int = COMPILED_KEYS,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(owner * num_items + items, return_inverse=True)`` for ``owner`` in
-    ``range(num_users)``, non-decreasing: where the keys are many and dense, by masks over
-    ``slots`` (user, item) slots at a time (linear) instead of a sort."""
-    keys = owner * num_items + items
-    if len(keys) < min_keys or num_users * num_items > 8 * len(keys):  # few or sparse: sort
-        return sorted_unique(keys, num_users * num_items)
-    per_chunk = max(1, slots // max(num_items, 1))
-    starts = np.arange(0, num_users + 1, per_chunk)
-    bounds = np.searchsorted(owner, np.append(starts, num_users))
-    distinct, inverse, found = [], np.empty(len(keys), dtype=np.int64), 0
-    for first_user, lo, hi in zip(starts, bounds[:-1], bounds[1:], strict=False):
-        if hi == lo:
-            continue
-        base = int(first_user) * num_items
-        ids, where = distinct_items(keys[lo:hi] - base, per_chunk * num_items)
-        distinct.append(ids + base)
-        inverse[lo:hi] = where + found
-        found += len(ids)
-    return (np.concatenate(distinct) if distinct else keys[:0]), inverse
+    ``range(num_users)``, non-decreasing: where the keys are many, each user's distinct
+    items marked and sorted on their own by a compiled loop
+    (:func:`fedrec_flwr.node.host_loops.distinct_user_items`, linear in the keys) instead
+    of a sort of all of them."""
+    if len(owner) < min_keys:
+        return sorted_unique(owner * num_items + items, num_users * num_items)
+    return host_loops.distinct_user_items(owner, items, num_items, num_users)
 
 
 def users_round_items(

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods import enabled_plugins
+from fedrec_flwr.node import host_loops
 from fedrec_flwr.node.samples import distinct_items
 from fedrec_flwr.privacy.uploads import ObservedUploads
 from fedrec_flwr.run_keys import RunGroups
@@ -22,15 +23,23 @@ from fedrec_flwr.stages import TrainResult, UploadChain, UploadRound, Uploads, U
 __all__ = ["PlainSum", "TrainResult", "float64_row_sums", "summed_upload", "upload_chain"]
 
 SUM_CHUNK = 1 << 16  # rows converted to float64 at a time by float64_row_sums
+COMPILED_ROWS = 1 << 14  # rows from which float64_row_sums takes the compiled loop
 
 
 def float64_row_sums(
-    inverse: np.ndarray, rows: np.ndarray | torch.Tensor, num_out: int
+    inverse: np.ndarray,
+    rows: np.ndarray | torch.Tensor,
+    num_out: int,
+    min_rows: int = COMPILED_ROWS,
 ) -> torch.Tensor:
     """``out[inverse[k]] += rows[k]`` in float64, in row order, a chunk at a time (the same
     sums as one ``index_add_`` without a float64 copy of the whole flat table), on the
-    rows' device."""
+    rows' device. Float32 rows on the host: the compiled loop
+    (:func:`fedrec_flwr.node.host_loops.float64_row_sums`, the same additions in the same
+    order) where there are at least ``min_rows``."""
     source = rows if isinstance(rows, torch.Tensor) else torch.from_numpy(rows)
+    if source.device.type == "cpu" and source.dtype == torch.float32 and len(source) >= min_rows:
+        return torch.from_numpy(host_loops.float64_row_sums(inverse, source.numpy(), num_out))
     sums = torch.zeros((num_out, source.shape[1]), dtype=torch.float64, device=source.device)
     index = torch.from_numpy(inverse).to(source.device)
     for lo in range(0, len(source), SUM_CHUNK):

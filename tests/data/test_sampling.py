@@ -142,20 +142,20 @@ def test_distinct_items_is_np_unique_with_its_inverse(size):
     assert np.array_equal(inverse, want_inverse) and inverse.dtype == np.int64
 
 
-@pytest.mark.parametrize("slots", [1, 7, 64, 1 << 22])
+@pytest.mark.parametrize("min_keys", [0, 1 << 30])
 @pytest.mark.parametrize("seed", range(6))
-def test_distinct_user_items_is_np_unique_of_the_keys(slots, seed):
-    """The masked path, a few users at a time (down to one slot: one user per chunk), gives
-    ``np.unique``'s sorted keys and inverse; users without samples in between included."""
+def test_distinct_user_items_is_np_unique_of_the_keys(min_keys, seed):
+    """The compiled loop (min_keys 0) and the sort give ``np.unique``'s sorted keys and
+    inverse; users without samples in between included, dense keys and sparse ones."""
     from fedrec_flwr.node.samples import distinct_user_items
 
     rng = np.random.default_rng(seed)
-    users, num_items = int(rng.integers(1, 40)), int(rng.integers(1, 8))  # dense keys
+    users = int(rng.integers(1, 40))
+    num_items = int(rng.integers(1, 8)) if seed % 2 else int(rng.integers(100, 5000))
     counts = rng.integers(0, 60, users) * (rng.random(users) < 0.7)
     owner = np.repeat(np.arange(users, dtype=np.int64), counts)
     items = rng.integers(0, num_items, len(owner)).astype(np.int64)
-    assert users * num_items <= 8 * len(owner)  # the masked path is taken
-    keys, inverse = distinct_user_items(owner, items, num_items, users, slots, min_keys=0)
+    keys, inverse = distinct_user_items(owner, items, num_items, users, min_keys=min_keys)
     want_keys, want_inverse = np.unique(owner * num_items + items, return_inverse=True)
     assert np.array_equal(keys, want_keys) and keys.dtype == want_keys.dtype
     assert np.array_equal(inverse, want_inverse) and inverse.dtype == np.int64

@@ -71,4 +71,5 @@ def test_chunked_float64_row_sums_equal_one_index_add():
     inverse = rng.integers(0, 50, len(rows))
     whole = torch.zeros(50, 4, dtype=torch.float64)
     whole.index_add_(0, torch.from_numpy(inverse), torch.from_numpy(rows).double())
-    assert torch.equal(float64_row_sums(inverse, rows, 50), whole)
+    assert torch.equal(float64_row_sums(inverse, rows, 50, min_rows=1 << 30), whole)
+    assert torch.equal(float64_row_sums(inverse, rows, 50, min_rows=0), whole)  # compiled

@@ -1,0 +1,142 @@
+"""The compiled loops of :mod:`fedrec_flwr.node.host_loops` (numba, cached on disk where
+numba can write its cache). Imported on first use: importing numba takes about half a
+CPU-second."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+MASK32 = 0xFFFFFFFF
+M0, M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+W0, W1 = np.uint64(0x9E3779B9), np.uint64(0xBB67AE85)
+MASK = np.uint64(MASK32)
+SHIFT = np.uint64(32)
+PHILOX_ROUNDS = 10
+
+jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+
+
+@jit
+def philox(c0, c1, c2, c3, k0, k1):
+    """Philox4x32-10 of the counter (c0, c1, c2, c3) under the key (k0, k1), uint64
+    words below 2**32: the four output words."""
+    for _ in range(PHILOX_ROUNDS):
+        p0 = c0 * M0
+        p1 = c2 * M1
+        c0, c1, c2, c3 = (
+            (p1 >> SHIFT) ^ c1 ^ k0,
+            p1 & MASK,
+            (p0 >> SHIFT) ^ c3 ^ k1,
+            p0 & MASK,
+        )
+        k0 = (k0 + W0) & MASK
+        k1 = (k1 + W1) & MASK
+    return c0, c1, c2, c3
+
+
+@jit
+def lane(words, index):
+    c0, c1, c2, c3 = words
+    if index == 0:
+        return c0
+    if index == 1:
+        return c1
+    if index == 2:
+        return c2
+    return c3
+
+
+@jit
+def negatives(key, counter, users, sizes, counts, exclusions, num_items, max_attempts):
+    """Each user's draws, each redrawn with the next attempt while it is excluded;
+    -1 - j where user ``j`` ran out of attempts."""
+    k0, k1 = np.uint64(key[0]), np.uint64(key[1])
+    c2, tag = np.uint64(counter[0]), counter[1]
+    n = np.uint64(num_items)
+    out = np.empty(sizes.sum(), dtype=np.int64)
+    marked = np.zeros(num_items, dtype=np.bool_)
+    at, seen = 0, 0
+    for j in range(len(users)):
+        for e in range(seen, seen + counts[j]):
+            marked[exclusions[e]] = True
+        c1 = np.uint64(users[j] & MASK32)
+        size = sizes[j]
+        for block in range((size + 3) // 4):
+            words = philox(np.uint64(block), c1, c2, np.uint64(tag), k0, k1)
+            for k in range(min(4, size - 4 * block)):
+                item = np.int64((lane(words, k) * n) >> SHIFT)
+                attempt = 1
+                while marked[item]:
+                    if attempt >= max_attempts:
+                        return out, -1 - j
+                    again = philox(np.uint64(block), c1, c2, np.uint64(tag + attempt), k0, k1)
+                    item = np.int64((lane(again, k) * n) >> SHIFT)
+                    attempt += 1
+                out[at + 4 * block + k] = item
+        for e in range(seen, seen + counts[j]):
+            marked[exclusions[e]] = False
+        at += size
+        seen += counts[j]
+    return out, 0
+
+
+@jit
+def shuffled(key, counter, users, counts):
+    """Each user's sample positions ordered by their words, ties by position: flat
+    indices, users in order."""
+    k0, k1 = np.uint64(key[0]), np.uint64(key[1])
+    c2, c3 = np.uint64(counter[0]), np.uint64(counter[1])
+    out = np.empty(counts.sum(), dtype=np.int64)
+    at = 0
+    for j in range(len(users)):
+        size = counts[j]
+        c1 = np.uint64(users[j] & MASK32)
+        words = np.empty(size, dtype=np.int64)
+        for block in range((size + 3) // 4):
+            four = philox(np.uint64(block), c1, c2, c3, k0, k1)
+            for k in range(min(4, size - 4 * block)):
+                words[4 * block + k] = np.int64(lane(four, k))
+        order = np.argsort(words, kind="mergesort")
+        for k in range(size):
+            out[at + k] = at + order[k]
+        at += size
+    return out
+
+
+@jit
+def distinct(bounds, items, num_items):
+    """Each user's distinct items (sorted, users in order) and each entry's place
+    among them."""
+    where = np.full(num_items, -1, dtype=np.int64)
+    found = np.empty(len(items), dtype=np.int64)
+    inverse = np.empty(len(items), dtype=np.int64)
+    row_counts = np.zeros(len(bounds) - 1, dtype=np.int64)
+    total = 0
+    for j in range(len(bounds) - 1):
+        first = total
+        for k in range(bounds[j], bounds[j + 1]):
+            item = items[k]
+            if where[item] < 0:
+                where[item] = 0
+                found[total] = item
+                total += 1
+        found[first:total].sort()
+        for k in range(first, total):
+            where[found[k]] = k
+        for k in range(bounds[j], bounds[j + 1]):
+            inverse[k] = where[items[k]]
+        for k in range(first, total):
+            where[found[k]] = -1
+        row_counts[j] = total - first
+    return found[:total].copy(), inverse, row_counts
+
+
+@jit
+def row_sums(inverse, rows, num_out):
+    sums = np.zeros((num_out, rows.shape[1]), dtype=np.float64)
+    for k in range(rows.shape[0]):
+        out = sums[inverse[k]]
+        for c in range(rows.shape[1]):
+            out[c] += np.float64(rows[k, c])
+    return sums

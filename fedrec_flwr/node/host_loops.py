@@ -1,0 +1,100 @@
+"""Compiled host loops (numba) for a round's integer and index work on the CPU: the same
+integers as the tensor ops they stand for, with no temporaries the size of the round and no
+global sort.
+
+- :func:`counter_negatives`: :func:`fedrec_flwr.node.counter_rng.counter_negatives`, each
+  draw's Philox4x32-10 word and its redraws computed where they are used, the user's
+  exclusion set marked in a scratch array over the items;
+- :func:`shuffled_order`: :func:`fedrec_flwr.node.lockstep.shuffled_order`, each user's
+  words sorted on their own (a stable sort: ties by index, as the global one);
+- :func:`distinct_user_items`: :func:`fedrec_flwr.node.samples.distinct_user_items`, each
+  user's distinct items marked in a scratch array and sorted on their own;
+- :func:`float64_row_sums`: :func:`fedrec_flwr.node.upload.float64_row_sums`, the float64
+  sums of float32 rows added in row order, as ``index_add_`` adds them (float64 additions
+  of exact conversions, one per element and row: no other rounding).
+
+Each loop compiles on its first call in a process (cached on disk where numba can write its
+cache).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MASK32 = 0xFFFFFFFF
+
+
+def _kernels():
+    """The compiled loops' module (numba imported on first use)."""
+    from fedrec_flwr.node import host_kernels
+
+    return host_kernels
+
+
+def _key(seed: int) -> np.ndarray:
+    return np.array([seed & MASK32, (seed >> 32) & MASK32], dtype=np.int64)
+
+
+def counter_negatives(
+    seed: int,
+    stream: int,
+    server_round: int,
+    users: np.ndarray,
+    sizes: np.ndarray,
+    counts: np.ndarray,
+    exclusions: np.ndarray,
+    num_items: int,
+    max_attempts: int,
+) -> np.ndarray:
+    """The draws of :func:`fedrec_flwr.node.counter_rng.counter_negatives` (its checks
+    made by the caller)."""
+    counter = np.array([server_round & MASK32, stream << 16], dtype=np.int64)
+    out, failed = _kernels().negatives(
+        _key(seed),
+        counter,
+        np.ascontiguousarray(users, dtype=np.int64),
+        np.ascontiguousarray(sizes, dtype=np.int64),
+        np.ascontiguousarray(counts, dtype=np.int64),
+        np.ascontiguousarray(exclusions, dtype=np.int64),
+        int(num_items),
+        int(max_attempts),
+    )
+    if failed:
+        raise RuntimeError(f"negative draws still excluded after {max_attempts} attempts")
+    return out
+
+
+def shuffled_order(
+    seed: int, stream: int, users: np.ndarray, counts: np.ndarray, server_round: int, tag: int
+) -> np.ndarray:
+    """The order of :func:`fedrec_flwr.node.lockstep.shuffled_order`."""
+    counter = np.array([server_round & MASK32, (stream << 16) + tag], dtype=np.int64)
+    return _kernels().shuffled(
+        _key(seed),
+        counter,
+        np.ascontiguousarray(users, dtype=np.int64),
+        np.ascontiguousarray(counts, dtype=np.int64),
+    )
+
+
+def distinct_user_items(
+    owner: np.ndarray, items: np.ndarray, num_items: int, num_users: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(owner * num_items + items, return_inverse=True)`` for a non-decreasing
+    ``owner`` in ``range(num_users)``."""
+    owner = np.asarray(owner, dtype=np.int64)
+    bounds = np.searchsorted(owner, np.arange(num_users + 1, dtype=np.int64))
+    found, inverse, row_counts = _kernels().distinct(
+        bounds, np.ascontiguousarray(items, dtype=np.int64), int(num_items)
+    )
+    row_owner = np.repeat(np.arange(num_users, dtype=np.int64), row_counts)
+    return row_owner * num_items + found, inverse
+
+
+def float64_row_sums(inverse: np.ndarray, rows: np.ndarray, num_out: int) -> np.ndarray:
+    """``out[inverse[k]] += rows[k]`` in float64, rows in order."""
+    return _kernels().row_sums(
+        np.ascontiguousarray(inverse, dtype=np.int64),
+        np.ascontiguousarray(rows, dtype=np.float32),
+        int(num_out),
+    )
