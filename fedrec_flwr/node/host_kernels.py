@@ -140,3 +140,24 @@ def row_sums(inverse, rows, num_out):
         for c in range(rows.shape[1]):
             out[c] += np.float64(rows[k, c])
     return sums
+
+
+@jit
+def repeated_entries(rows, counts):
+    """Indices of the entries whose row occurs more than once in ``rows``, in order
+    (``counts``: zeros over the table's rows, left zero)."""
+    for k in range(len(rows)):
+        counts[rows[k]] += 1
+    found = 0
+    for k in range(len(rows)):
+        if counts[rows[k]] > 1:
+            found += 1
+    out = np.empty(found, dtype=np.int64)
+    found = 0
+    for k in range(len(rows)):
+        if counts[rows[k]] > 1:
+            out[found] = k
+            found += 1
+    for k in range(len(rows)):
+        counts[rows[k]] = 0
+    return out

@@ -9,6 +9,8 @@ global sort.
   words sorted on their own (a stable sort: ties by index, as the global one);
 - :func:`distinct_user_items`: :func:`fedrec_flwr.node.samples.distinct_user_items`, each
   user's distinct items marked in a scratch array and sorted on their own;
+- :func:`repeated_entries`: the entries of repeated rows in a row update
+  (:class:`fedrec_flwr.node.row_updates.RowAdder`), one pass over a scratch of counts;
 - :func:`float64_row_sums`: :func:`fedrec_flwr.node.upload.float64_row_sums`, the float64
   sums of float32 rows added in row order, as ``index_add_`` adds them (float64 additions
   of exact conversions, one per element and row: no other rounding).
@@ -98,3 +100,9 @@ def float64_row_sums(inverse: np.ndarray, rows: np.ndarray, num_out: int) -> np.
         np.ascontiguousarray(rows, dtype=np.float32),
         int(num_out),
     )
+
+
+def repeated_entries(rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Indices of the entries whose row occurs more than once in ``rows`` (int64), in order;
+    ``counts``: an int64 scratch of zeros over the table's rows (left zero)."""
+    return _kernels().repeated_entries(rows, counts)

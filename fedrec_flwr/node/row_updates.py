@@ -24,6 +24,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedrec_flwr.node import host_loops
+
+#: Entries from which :meth:`RowAdder.add_` finds the repeated rows by a compiled loop
+#: (:func:`fedrec_flwr.node.host_loops.repeated_entries`).
+COMPILED_ENTRIES = 1 << 12
+
 
 class RowAdder:
     """:meth:`add_` with a scratch array kept between calls (one per table size)."""
@@ -62,11 +68,14 @@ class RowAdder:
     def _repeated_entries(self, rows: np.ndarray, size: int) -> np.ndarray:
         """Indices of the entries whose row occurs more than once in ``rows``, in order."""
         if len(self._last) < size:
-            self._last = np.empty(size, dtype=np.int64)
-        last = self._last  # only the slots of ``rows`` are written, then read
+            self._last = np.zeros(size, dtype=np.int64)
+        if len(rows) >= COMPILED_ENTRIES:  # one pass over the entries, the scratch left zero
+            return host_loops.repeated_entries(rows, self._last)
+        last = self._last  # only the slots of ``rows`` are written, then read (and zeroed)
         entry = np.arange(len(rows))
         last[rows] = entry  # one entry of each row wins
         shadowed = last[rows] != entry
+        last[rows] = 0
         if not shadowed.any():
             return entry[:0]
         twice = np.zeros(size, dtype=bool)
