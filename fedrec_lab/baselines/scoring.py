@@ -1,9 +1,13 @@
 """Scoring a reference model through the methods' own evaluation code.
 
 A model's user x item score matrix ``S`` is a dot-product model: node ``p`` holds users
-``u = p mod N``, each user vector is a one-hot vector of the node's users and the item table
-is ``S[node users].T``, so the logits are ``S`` bit for bit, and every row goes through
-:meth:`NodeRuntime.evaluate`, under exactly the protocol the federated methods get.
+``u = p mod N``, scored :data:`SCORED_AT_ONCE` at a time: each user vector is a one-hot
+vector of the block's users and the item table is ``S[block users].T``, so the logits are
+``S`` bit for bit, and every row goes through :meth:`NodeRuntime.evaluate_users`, under
+exactly the protocol the federated methods get. A node's sums are those of its users'
+values, as the node sums them. The blocks are narrow because the exact ranking rescores the
+items whose score ties with a held-out item's (most items of a sparse catalogue, whose
+scores are mostly zero) as dot products as wide as the user vectors.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from fedrec_flwr.node.runtime import NodeRuntime, NodeState
 from fedrec_flwr.partition import users_of_partition
 from fedrec_flwr.results import write_per_user_csv
 
-USERS_PER_NODE = 128  # users scored by one NodeRuntime: the one-hot vectors are this wide
+USERS_PER_NODE = 128  # users of one NodeRuntime, whose metric sums are added up at once
+SCORED_AT_ONCE = 8  # users of one evaluation call: the one-hot vectors are this wide
 
 Metrics = dict[str, dict[str, float]]
 Scorer = Callable[[np.ndarray], np.ndarray]  # users -> [len(users), num_items] scores
@@ -69,23 +74,40 @@ def evaluate_scores_per_user(
     for node in range(num_nodes):
         users = users_of_partition(node, num_nodes, prepared.num_users)
         node_config = config.replace(
-            method="fedmf", personalization="none", plgc=False, embedding_dim=len(users)
+            method="fedmf", personalization="none", plgc=False, embedding_dim=SCORED_AT_ONCE
         )
         runtime = NodeRuntime(node_config, prepared, node, num_nodes)
         scores = np.asarray(scores_of(runtime.users), dtype=np.float32)
         if scores.shape != (len(users), prepared.num_items):
             raise ValueError(f"scores of shape {scores.shape}, expected ({len(users)}, items)")
-        state = NodeState(
-            private={"user-embedding": torch.eye(len(users))},
-            personal=PersonalRows.empty(len(users), len(users)),
-        )
-        sums, ids, values = runtime.evaluate_users(state, None, np.ascontiguousarray(scores.T))
-        for name, value in sums.items():
-            totals[name] = totals.get(name, 0.0) + value
+        ids, values = _node_values(runtime, scores)
+        names = _per_user_names(runtime)
+        for column, name in enumerate(names):  # the node's sums, as evaluate_users adds them
+            total = float(np.ascontiguousarray(values[:, column]).sum())
+            totals[name] = totals.get(name, 0.0) + (0.0 + total)
+        totals["num-users"] = totals.get("num-users", 0.0) + float(len(users))
         users_seen.append(ids)
         values_seen.append(values)
-        names = _per_user_names(runtime)
     return _means(totals), PerUser(np.concatenate(users_seen), names, np.concatenate(values_seen))
+
+
+def _node_values(runtime: NodeRuntime, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The node's users and their per-user values, :data:`SCORED_AT_ONCE` users a call."""
+    count, width = len(scores), SCORED_AT_ONCE
+    one_hot = torch.zeros((count, width))
+    one_hot[torch.arange(count), torch.arange(count) % width] = 1.0
+    state = NodeState(
+        private={"user-embedding": one_hot}, personal=PersonalRows.empty(count, width)
+    )
+    ids, values = [], []
+    for lo in range(0, count, width):
+        block = np.arange(lo, min(lo + width, count))
+        table = np.zeros((scores.shape[1], width), dtype=np.float32)
+        table[:, : len(block)] = scores[block].T
+        _, block_ids, block_values = runtime.evaluate_users(state, None, table, positions=block)
+        ids.append(block_ids)
+        values.append(block_values)
+    return np.concatenate(ids), np.concatenate(values)
 
 
 def _per_user_names(runtime: NodeRuntime) -> tuple[str, ...]:

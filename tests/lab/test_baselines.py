@@ -93,6 +93,23 @@ def test_any_score_matrix_is_scored_as_the_protocol_says(protocol):
         assert got[split] == pytest.approx(expected[split], rel=1e-12), split
 
 
+def test_the_users_scored_at_once_change_no_value(monkeypatch):
+    """A node scores its users a few at a time (narrow one-hot vectors); its means and every
+    user's values are bit for bit those of scoring the whole node at once."""
+    from fedrec_lab.baselines import scoring
+
+    config = RunConfig.from_fields(**TINY)
+    prepared = prepare(config)
+    scores = ease_scores(train_matrix(prepared), 10.0)
+    scores[:, ::3] = 0.0  # ties with the held-out items' scores
+    narrow = scoring.evaluate_scores_per_user(config, prepared, lambda users: scores[users])
+    monkeypatch.setattr(scoring, "SCORED_AT_ONCE", scoring.USERS_PER_NODE)
+    wide = scoring.evaluate_scores_per_user(config, prepared, lambda users: scores[users])
+    assert narrow[0] == wide[0]
+    assert np.array_equal(narrow[1].users, wide[1].users)
+    assert np.array_equal(narrow[1].values, wide[1].values)
+
+
 def test_strict_never_ranks_a_train_item():
     """Under strict a user's train items are not candidates: scoring them sky-high or
     rock-bottom changes nothing."""
