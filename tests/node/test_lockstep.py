@@ -15,6 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fedrec_flwr.client_app import app as client_app
 from fedrec_flwr.config import RunConfig
+from fedrec_flwr.node import lockstep
 from fedrec_flwr.node.lockstep import PAD_TO, shuffle_tag, tensor_epoch_steps
 from fedrec_flwr.node.training import user_widths
 from fedrec_flwr.server_app import run_federation
@@ -107,7 +108,12 @@ class OpCount(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_the_plan_dispatches_as_many_operators_for_ten_users_as_for_a_thousand():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_plan_dispatches_as_many_operators_for_ten_users_as_for_a_thousand(
+    compiled, monkeypatch
+):
+    """Tensor ops (a device's path) or the host's compiled loops: either way."""
+    monkeypatch.setattr(lockstep, "COMPILED_SAMPLES", 0 if compiled else 1 << 62)
     rng = np.random.default_rng(1)
     counts = {n: np.r_[rng.integers(1, 40, n - 1), 40] for n in (10, 1000)}  # 5 batches max
     totals = {}
