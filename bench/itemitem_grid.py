@@ -71,8 +71,11 @@ def cell_metrics(mapping: dict) -> tuple[dict, dict]:
     model = StatisticsModel(config, method, prepared.num_items)
     model.start_round()
     model.apply([_UPLOADS[upload_key]])
-    weights = model.table.T.astype(np.float64)
-    metrics = evaluate_scores(config, prepared, lambda users: history[users] @ weights)
+    covered = np.flatnonzero(model.table.any(axis=0))  # rows of W outside the support are 0
+    weights = model.table.T[covered].astype(np.float64)
+    metrics = evaluate_scores(
+        config, prepared, lambda users: history[np.ix_(users, covered)] @ weights
+    )
     record = model.dp_record()
     return metrics, {} if record is None else record
 
