@@ -161,3 +161,18 @@ def repeated_entries(rows, counts):
     for k in range(len(rows)):
         counts[rows[k]] = 0
     return out
+
+
+@jit
+def batch_entries(base, start, size, source, sample_rows, sample_labels, total):
+    """Rows and labels of an epoch's flat step buffers: batch ``b``'s samples (shuffled
+    positions ``start[b]`` on, through ``source``) at entries ``base[b]`` on; zero in the
+    padding."""
+    rows = np.zeros(total, dtype=np.int64)
+    labels = np.zeros(total, dtype=np.float32)
+    for b in range(len(size)):
+        for i in range(size[b]):
+            s = source[start[b] + i]
+            rows[base[b] + i] = sample_rows[s]
+            labels[base[b] + i] = sample_labels[s]
+    return rows, labels

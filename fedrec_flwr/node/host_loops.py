@@ -7,6 +7,8 @@ global sort.
   exclusion set marked in a scratch array over the items;
 - :func:`shuffled_order`: :func:`fedrec_flwr.node.lockstep.shuffled_order`, each user's
   words sorted on their own (a stable sort: ties by index, as the global one);
+- :func:`batch_entries`: the rows and labels of an epoch's step buffers
+  (:func:`fedrec_flwr.node.lockstep.planned_steps`), each sample copied to its entry;
 - :func:`distinct_user_items`: :func:`fedrec_flwr.node.samples.distinct_user_items`, each
   user's distinct items marked in a scratch array and sorted on their own;
 - :func:`repeated_entries`: the entries of repeated rows in a row update
@@ -106,3 +108,27 @@ def repeated_entries(rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Indices of the entries whose row occurs more than once in ``rows`` (int64), in order;
     ``counts``: an int64 scratch of zeros over the table's rows (left zero)."""
     return _kernels().repeated_entries(rows, counts)
+
+
+def batch_entries(
+    base: np.ndarray,
+    start: np.ndarray,
+    size: np.ndarray,
+    source: np.ndarray,
+    sample_rows: np.ndarray,
+    sample_labels: np.ndarray,
+    total: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rows int64, labels float32) of ``total`` entries: batch ``b``'s ``size[b]`` samples,
+    the flat samples ``source[start[b]:start[b] + size[b]]``, at entries ``base[b]`` on;
+    zero elsewhere."""
+    as_int = lambda values: np.ascontiguousarray(values, dtype=np.int64)  # noqa: E731
+    return _kernels().batch_entries(
+        as_int(base),
+        as_int(start),
+        as_int(size),
+        as_int(source),
+        as_int(sample_rows),
+        np.ascontiguousarray(sample_labels, dtype=np.float32),
+        int(total),
+    )

@@ -115,19 +115,33 @@ def planned_steps(
 ) -> list[Step]:
     """The steps of ``plan``, the samples taken in the shuffled order ``source`` (the flat
     index of the sample at each (user, position), users in order): the rows and labels of
-    every step one scatter into flat buffers, the weights runs, each step a view."""
+    every step one scatter into flat buffers (on the CPU, from ``COMPILED_SAMPLES``
+    entries, one compiled pass: :func:`fedrec_flwr.node.host_loops.batch_entries`), the
+    weights runs, each step a view."""
     device = sample_rows.device
     if plan.total == 0:
         return []
-    # flat entry of the sample at each shuffled position: its batch's first entry + its slot
-    flat = np.repeat(plan.base - plan.start, plan.size)
-    flat += np.arange(len(flat))
-    entry = torch.from_numpy(flat).to(device)
-    rows = torch.zeros(plan.total, dtype=torch.int64, device=device)
-    labels = torch.zeros(plan.total, dtype=torch.float32, device=device)
-    source = source.to(device)
-    rows.index_put_((entry,), sample_rows.index_select(0, source))
-    labels.index_put_((entry,), sample_labels.index_select(0, source))
+    if device.type == "cpu" and plan.total >= COMPILED_SAMPLES:  # each sample to its entry
+        host_rows, host_labels = host_loops.batch_entries(
+            plan.base,
+            plan.start,
+            plan.size,
+            source.numpy(),
+            sample_rows.numpy(),
+            sample_labels.numpy(),
+            plan.total,
+        )
+        rows, labels = torch.from_numpy(host_rows), torch.from_numpy(host_labels)
+    else:
+        # flat entry of the sample at each shuffled position: its batch's first entry + slot
+        flat = np.repeat(plan.base - plan.start, plan.size)
+        flat += np.arange(len(flat))
+        entry = torch.from_numpy(flat).to(device)
+        rows = torch.zeros(plan.total, dtype=torch.int64, device=device)
+        labels = torch.zeros(plan.total, dtype=torch.float32, device=device)
+        source = source.to(device)
+        rows.index_put_((entry,), sample_rows.index_select(0, source))
+        labels.index_put_((entry,), sample_labels.index_select(0, source))
     # a batch's entries are one run of the buffers: its weight there, zero in the padding
     size, base = plan.size[plan.order], plan.base[plan.order]  # batches in buffer order
     ends = base + size

@@ -190,3 +190,18 @@ def test_cpu_and_cuda_build_the_same_plan():
             torch.testing.assert_close(
                 getattr(cuda, name).cpu(), getattr(cpu, name), rtol=0, atol=0
             )
+
+
+@pytest.mark.parametrize("batch", [8, 64])
+def test_the_compiled_scatter_builds_the_same_steps(batch, monkeypatch):
+    rng = np.random.default_rng(batch)
+    counts = rng.integers(0, 90, 40)
+    built = {}
+    for compiled in (False, True):
+        monkeypatch.setattr(lockstep, "COMPILED_SAMPLES", 0 if compiled else 1 << 62)
+        built[compiled] = plan(counts, batch=batch, max_entries=300)[1]
+    assert len(built[True]) == len(built[False]) > 1
+    for a, b in zip(built[False], built[True], strict=True):
+        for name in ("users", "rows", "labels", "weights"):
+            x, y = getattr(a, name), getattr(b, name)
+            assert x.dtype == y.dtype and torch.equal(x, y), name
