@@ -176,3 +176,22 @@ def batch_entries(base, start, size, source, sample_rows, sample_labels, total):
             rows[base[b] + i] = sample_rows[s]
             labels[base[b] + i] = sample_labels[s]
     return rows, labels
+
+
+@jit
+def repeated_sources(table, source, rows, repeated):
+    """For the ``repeated`` entries (int32 views of float32 tables): does each one's
+    ``source`` row hold a non-zero value (NaN included), and does any of their rows hold a
+    ``-0.0`` in ``table``."""
+    keep = np.zeros(len(repeated), dtype=np.bool_)
+    negative_zero = False
+    for i in range(len(repeated)):
+        entry = repeated[i]
+        for c in range(source.shape[1]):
+            if source[entry, c] & 0x7FFFFFFF:
+                keep[i] = True
+                break
+        for c in range(table.shape[1]):
+            if table[rows[entry], c] == -0x80000000:
+                negative_zero = True
+    return keep, negative_zero

@@ -11,8 +11,9 @@ global sort.
   (:func:`fedrec_flwr.node.lockstep.planned_steps`), each sample copied to its entry;
 - :func:`distinct_user_items`: :func:`fedrec_flwr.node.samples.distinct_user_items`, each
   user's distinct items marked in a scratch array and sorted on their own;
-- :func:`repeated_entries`: the entries of repeated rows in a row update
-  (:class:`fedrec_flwr.node.row_updates.RowAdder`), one pass over a scratch of counts;
+- :func:`repeated_entries` and :func:`repeated_sources`: the entries of repeated rows in a
+  row update (:class:`fedrec_flwr.node.row_updates.RowAdder`), one pass over a scratch of
+  counts, and which of them add anything (their sources' bits);
 - :func:`float64_row_sums`: :func:`fedrec_flwr.node.upload.float64_row_sums`, the float64
   sums of float32 rows added in row order, as ``index_add_`` adds them (float64 additions
   of exact conversions, one per element and row: no other rounding).
@@ -132,3 +133,15 @@ def batch_entries(
         np.ascontiguousarray(sample_labels, dtype=np.float32),
         int(total),
     )
+
+
+def repeated_sources(
+    table: np.ndarray, source: np.ndarray, rows: np.ndarray, repeated: np.ndarray
+) -> tuple[np.ndarray, bool]:
+    """(does ``source[e]`` hold a value other than ``0.0``/``-0.0``, for each ``e`` of
+    ``repeated``; does ``table[rows[repeated]]`` hold a ``-0.0``): C-contiguous float32
+    [*, r] arrays, read as their bits."""
+    keep, negative_zero = _kernels().repeated_sources(
+        table.view(np.int32), source.view(np.int32), rows, repeated
+    )
+    return keep, bool(negative_zero)

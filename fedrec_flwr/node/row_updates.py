@@ -26,8 +26,8 @@ import torch
 
 from fedrec_flwr.node import host_loops
 
-#: Entries from which :meth:`RowAdder.add_` finds the repeated rows by a compiled loop
-#: (:func:`fedrec_flwr.node.host_loops.repeated_entries`).
+#: Entries from which :meth:`RowAdder.add_` finds the repeated rows and their sources by
+#: compiled loops (:func:`fedrec_flwr.node.host_loops.repeated_entries`, ``repeated_sources``).
 COMPILED_ENTRIES = 1 << 12
 
 
@@ -54,9 +54,8 @@ class RowAdder:
         rows = index.numpy()
         repeated = self._repeated_entries(rows, len(table))
         if len(repeated):
-            keep = (source.index_select(0, torch.from_numpy(repeated)) != 0).any(1).numpy()
-            starts = table.index_select(0, torch.from_numpy(np.unique(rows[repeated])))
-            if bool((starts == 0).logical_and_(starts.signbit()).any()):  # a -0.0: rare
+            keep, negative_zero = self._repeated_sources(table, source, rows, repeated)
+            if negative_zero:  # a repeated row holds a -0.0: rare
                 return table.index_add_(0, index, source, alpha=alpha)
         new = table.index_select(0, index) if start is None else start
         new.add_(source, alpha=alpha)  # every entry from its row's start
@@ -64,6 +63,20 @@ class RowAdder:
         if len(repeated):
             self._chains(table, rows, repeated, keep, new, source, alpha)
         return table
+
+    @staticmethod
+    def _repeated_sources(
+        table: torch.Tensor, source: torch.Tensor, rows: np.ndarray, repeated: np.ndarray
+    ) -> tuple[np.ndarray, bool]:
+        """(which ``repeated`` entries have a source other than zeros, does any of their
+        rows hold a ``-0.0``)."""
+        float32 = table.dtype == source.dtype == torch.float32
+        contiguous = table.is_contiguous() and source.is_contiguous()
+        if len(rows) >= COMPILED_ENTRIES and float32 and contiguous:
+            return host_loops.repeated_sources(table.numpy(), source.numpy(), rows, repeated)
+        keep = (source.index_select(0, torch.from_numpy(repeated)) != 0).any(1).numpy()
+        starts = table.index_select(0, torch.from_numpy(np.unique(rows[repeated])))
+        return keep, bool((starts == 0).logical_and_(starts.signbit()).any())
 
     def _repeated_entries(self, rows: np.ndarray, size: int) -> np.ndarray:
         """Indices of the entries whose row occurs more than once in ``rows``, in order."""
