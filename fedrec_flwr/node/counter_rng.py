@@ -170,25 +170,11 @@ def counter_negatives(
     """
     sizes = np.asarray(sizes, dtype=np.int64)
     exclusion_counts = np.asarray(exclusion_counts, dtype=np.int64)
-    full = (sizes > 0) & (exclusion_counts >= num_items)
-    if full.any():
-        user = int(np.asarray(users)[np.flatnonzero(full)[0]])
-        raise ValueError(
-            f"cannot draw negatives for user {user}: its exclusion set covers all {num_items} "
-            "items; use train-negatives = 'non-train' or a dataset with more items."
-        )
+    _check_drawable(users, sizes, exclusion_counts, num_items)
     if torch.device(device).type == "cpu" and int(sizes.sum()) >= COMPILED_DRAWS:
-        return host_loops.counter_negatives(
-            seed,
-            stream,
-            server_round,
-            np.asarray(users, np.int64),
-            sizes,
-            exclusion_counts,
-            exclusions,
-            num_items,
-            MAX_ATTEMPTS,
-        )
+        users = np.asarray(users, np.int64)
+        key = (seed, stream, server_round, users, sizes, exclusion_counts, exclusions)
+        return host_loops.counter_negatives(*key, num_items, MAX_ATTEMPTS)
     as_tensor = lambda values: torch.as_tensor(np.asarray(values, np.int64), device=device)  # noqa: E731
     positions = torch.arange(len(sizes), device=device)
     user_ids, starts = as_tensor(users), as_tensor(np.cumsum(sizes) - sizes)
@@ -218,6 +204,19 @@ def counter_negatives(
     else:
         raise RuntimeError(f"negative draws still excluded after {MAX_ATTEMPTS} attempts")
     return draws.cpu().numpy()
+
+
+def _check_drawable(
+    users: npt.ArrayLike, sizes: np.ndarray, exclusion_counts: np.ndarray, num_items: int
+) -> None:
+    """Refuse a user with draws to make whose exclusion set covers every item."""
+    full = (sizes > 0) & (exclusion_counts >= num_items)
+    if full.any():
+        user = int(np.asarray(users)[np.flatnonzero(full)[0]])
+        raise ValueError(
+            f"cannot draw negatives for user {user}: its exclusion set covers all {num_items} "
+            "items; use train-negatives = 'non-train' or a dataset with more items."
+        )
 
 
 def _is_member(values: torch.Tensor, sorted_set: torch.Tensor) -> torch.Tensor:
