@@ -89,11 +89,22 @@ def distinct_user_items(
     ``owner`` in ``range(num_users)``."""
     owner = np.asarray(owner, dtype=np.int64)
     bounds = np.searchsorted(owner, np.arange(num_users + 1, dtype=np.int64))
-    found, inverse, row_counts = _kernels().distinct(
-        bounds, np.ascontiguousarray(items, dtype=np.int64), int(num_items)
-    )
+    row_counts, row_items, inverse = user_rows(bounds, items, num_items)
     row_owner = np.repeat(np.arange(num_users, dtype=np.int64), row_counts)
-    return row_owner * num_items + found, inverse
+    return row_owner * num_items + row_items, inverse
+
+
+def user_rows(
+    offsets: np.ndarray, items: np.ndarray, num_items: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(each user's number of distinct items, those items (sorted, users in order), each
+    entry's place among them) for user ``j`` owning ``items[offsets[j]:offsets[j+1]]``."""
+    found, inverse, row_counts = _kernels().distinct(
+        np.ascontiguousarray(offsets, dtype=np.int64),
+        np.ascontiguousarray(items, dtype=np.int64),
+        int(num_items),
+    )
+    return row_counts, found, inverse
 
 
 def float64_row_sums(inverse: np.ndarray, rows: np.ndarray, num_out: int) -> np.ndarray:

@@ -113,6 +113,26 @@ def distinct_user_items(
     return host_loops.distinct_user_items(owner, items, num_items, num_users)
 
 
+def user_rows(
+    offsets: np.ndarray, items: np.ndarray, num_items: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each user's distinct items (sorted) as its block of rows, user ``j`` owning
+    ``items[offsets[j]:offsets[j+1]]``: (rows per user, the rows' items, each entry's row).
+    One unique over (user, item) keys (sorted by user, then item); from ``COMPILED_KEYS``
+    entries the compiled loop gives the three at once
+    (:func:`fedrec_flwr.node.host_loops.user_rows`)."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if len(items) >= COMPILED_KEYS:
+        return host_loops.user_rows(offsets, items, num_items)
+    users = len(offsets) - 1
+    owner = np.repeat(np.arange(users, dtype=np.int64), np.diff(offsets))
+    keys, inverse = sorted_unique(
+        owner * num_items + np.asarray(items, np.int64), users * num_items
+    )
+    row_owner = keys // num_items
+    return np.bincount(row_owner, minlength=users), keys - row_owner * num_items, inverse
+
+
 def users_round_items(
     prepared: PreparedData, config: RunConfig, users: np.ndarray, server_round: int
 ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -330,18 +350,12 @@ def build_round_samples(
 
         pairs = [planned[u] if u in planned else items_of(u) for u in users.tolist()]
         draws = RoundDraws.from_pairs(users, pairs)
-    sample_counts = np.diff(draws.offsets)
-    owner = np.repeat(np.arange(len(users), dtype=np.int64), sample_counts)
-    # Each user's distinct items (sorted) as its block of rows, and each sample's row: one
-    # unique over (user, item) keys, which sorts by user, then item.
-    keys, sample_rows = distinct_user_items(owner, draws.items, prepared.num_items, len(users))
-    row_owner = keys // prepared.num_items
-    row_counts = np.bincount(row_owner, minlength=len(users))
+    row_counts, row_items, sample_rows = user_rows(draws.offsets, draws.items, prepared.num_items)
     return RoundSamples(
         users=users,
         positions=np.asarray(positions, dtype=np.int64),
         row_offsets=np.r_[0, np.cumsum(row_counts)].astype(np.int64),
-        row_items=(keys - row_owner * prepared.num_items).astype(np.int64),
+        row_items=row_items.astype(np.int64),
         sample_offsets=draws.offsets,
         sample_rows=sample_rows.astype(np.int64).reshape(-1),
         sample_labels=draws.labels,

@@ -79,3 +79,21 @@ def test_compiled_row_sums_equal_index_add_bit_for_bit(seed):
     compiled = host_loops.float64_row_sums(inverse, rows, 60)
     index_add = float64_row_sums(inverse, rows, 60, min_rows=1 << 62).numpy()
     assert compiled.tobytes() == index_add.tobytes()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_user_rows_are_the_same_on_both_paths(seed, monkeypatch):
+    from fedrec_flwr.node import samples
+
+    rng, _, sizes, _, _, num_items = _case(seed)
+    offsets = np.r_[0, np.cumsum(sizes)]
+    items = rng.integers(0, num_items, int(offsets[-1]))
+    got = {}
+    for compiled in (False, True):
+        monkeypatch.setattr(samples, "COMPILED_KEYS", 0 if compiled else 1 << 62)
+        got[compiled] = samples.user_rows(offsets, items, num_items)
+    for sort, loop in zip(got[False], got[True], strict=True):
+        assert sort.dtype == loop.dtype == np.int64
+        np.testing.assert_array_equal(sort, loop)
+    counts, row_items, inverse = got[True]
+    assert counts.sum() == len(row_items) and np.array_equal(row_items[inverse], items)
