@@ -11,6 +11,9 @@ import numpy as np
 
 from fedrec_lab.analysis.cells import SamCell
 
+#: A row without an interval on a measure: drawn as nothing.
+NO_INTERVAL = {"mean": float("nan"), "low": float("nan"), "high": float("nan")}
+
 
 def _gap_curves(runs: Path, r: dict[str, Any]) -> dict[bool, list]:
     """Mean over the row's seeds of the per-round gap (``rounds.csv``), where both sides
@@ -55,7 +58,8 @@ def plot(rows: list[dict[str, Any]], runs: Path, path: Path) -> None:
     )
     for ax, (key, title, relative) in zip(axes[:3], panels, strict=True):
         scale = [100 / abs(statistics.mean(r[key]["without"])) if relative else 1.0 for r in done]
-        d = [r[key]["difference"] for r in done]
+        # a row without an interval here (no per-user values) is a gap in the panel
+        d = [r[key].get("difference") or NO_INTERVAL for r in done]
         mean = np.array([x["mean"] * k for x, k in zip(d, scale, strict=True)])
         low = np.array([x["low"] * k for x, k in zip(d, scale, strict=True)])
         high = np.array([x["high"] * k for x, k in zip(d, scale, strict=True)])

@@ -61,26 +61,35 @@ def sam_effect(key: str, lower_is_claimed: bool, method: str | None = None) -> J
         if not rows:
             return "-", NOT_MEASURABLE, f"the SAM table has no {method or 'measured'} row"
         fmt = "{:+.2f}" if key == "hr@10" else "{:+.3g}"
-        parts, below, above = [], 0, 0
+        parts, below, above, judged = [], 0, 0, 0
         for r in rows:
-            d = r[key]["difference"]
+            d = r[key].get("difference")
             who = "" if method else f"{r['method']} "
             where = f"{who}{r['dataset']} {r['protocol']} ({_seeds(r['seeds'])})"
+            if d is None:  # a run without its users' values: no paired interval
+                parts.append(f"{where}: no interval (per-user values not recorded){_early(r)}")
+                continue
             parts.append(f"{where}: {_interval(d, fmt)}{_early(r)}")
             below += d["high"] < 0
             above += d["low"] > 0
+            judged += 1
+        if not judged:
+            return "; ".join(parts), NOT_MEASURABLE, "no row has per-user values to pair"
         wanted, opposite = (below, above) if lower_is_claimed else (above, below)
         why = (
             f"SAM minus without, paired over users: the claimed direction beyond the interval "
-            f"in {wanted} of {len(rows)} rows, the opposite in {opposite}"
+            f"in {wanted} of {judged} rows, the opposite in {opposite}"
         )
+        if judged < len(rows):
+            left = len(rows) - judged
+            why += f"; {left} row{'s' * (left > 1)} without an interval (no per-user values)"
         early = sum(bool(r.get("early_best")) for r in rows)
         if early:
             why += (
                 f"; {early} of the {len(rows)} rows compare a run whose best round is in the "
                 f"first {EARLY_SHARE * 100:g} % of its rounds (a barely trained model)"
             )
-        return "; ".join(parts), _majority(wanted, opposite, len(rows)), why
+        return "; ".join(parts), _majority(wanted, opposite, judged), why
 
     return judge
 

@@ -335,6 +335,9 @@ def test_sam_table_pairs_seeds_lists_them_and_says_what_is_missing(tmp_path):
     (done,) = [r for r in sam_table.table_rows(runs, records) if r["seeds"]]
     assert "difference" not in done["hr@10"] and done["hr@10"]["with"] == [1.0, 1.0]
     assert done["mean_lambda_max"]["difference"]["mean"] == pytest.approx(-1.5)
+    (tmp_path / "sam-table.png").unlink()
+    sam_plot.plot([done], runs, tmp_path / "sam-table.png")  # that panel shows a gap
+    assert (tmp_path / "sam-table.png").stat().st_size > 0
 
 
 def test_a_record_takes_its_users_hr_only_from_an_exact_replay(tmp_path):

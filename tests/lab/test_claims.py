@@ -47,3 +47,24 @@ def test_the_seed_difference_is_the_means_with_two_standard_errors(monkeypatch):
     error = 2 * np.sqrt(np.var([10, 12, 14], ddof=1) / 3)
     assert d["mean"] == pytest.approx(2.0)
     assert (d["low"], d["high"]) == pytest.approx((2.0 - error, 2.0 + error))
+
+
+def test_a_sam_row_without_per_user_values_is_listed_not_judged():
+    from fedrec_lab.claims.analyses import sam_effect
+
+    def row(method, difference):
+        measure = {"difference": difference} if difference else {}
+        return {
+            "seeds": [0],
+            "method": method,
+            "dataset": "ml-100k",
+            "protocol": "paper",
+            "hr@10": measure,
+            "early_best": [],
+        }
+
+    judge = sam_effect("hr@10", lower_is_claimed=False)
+    higher = {"mean": 1.0, "low": 0.5, "high": 1.5}
+    ours, _, why = judge([[row("FedMF", higher), row("FedNCF", None)]])
+    assert "FedNCF ml-100k paper (seed 0): no interval" in ours
+    assert "in 1 of 1 rows" in why and "1 row without an interval" in why
