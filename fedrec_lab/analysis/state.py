@@ -68,9 +68,13 @@ def has_state(folder: Path) -> bool:
 
 def run_config(run_dir: Path, data_dir: str | Path | None = None, **changes: Any) -> dict:
     """A finished run's run config (``config.json`` without the recorded extras), with
-    ``data-dir`` (if given) and ``changes``."""
+    ``data-dir`` (if given) and ``changes``. A run made on CUDA is read on the CPU where
+    this PyTorch sees no GPU (a replay there may differ in the last digits, and
+    :func:`replay_difference` says by how much)."""
     recorded = json.loads((Path(run_dir) / "config.json").read_text())
     config = {k: recorded[k] for k in RunConfig.key_names() if k in recorded}
+    if str(config.get("device", "cpu")).startswith("cuda") and not torch.cuda.is_available():
+        config["device"] = "cpu"
     if data_dir:
         config["data-dir"] = str(Path(data_dir).resolve())
     config.update(changes)

@@ -14,7 +14,13 @@ from fedrec_flwr.server_app import run_federation
 from fedrec_lab import stats
 from fedrec_lab.analysis import item_views, landscape
 from fedrec_lab.analysis.sharpness import LocalLoss, rho_sharpness, sample_users, top_eigen
-from fedrec_lab.analysis.state import has_state, load_best_state, replay, replay_difference
+from fedrec_lab.analysis.state import (
+    has_state,
+    load_best_state,
+    replay,
+    replay_difference,
+    run_config,
+)
 from fedrec_lab.local_grid import LocalGrid
 
 SMALL = {
@@ -92,6 +98,14 @@ def test_a_replay_reproduces_the_runs_best_round(tmp_path, protocol):
     best = json.loads((original / "summary.json").read_text())["best_round"]
     assert len(rows(folder / "rounds.csv")) == best  # it stops at the best round
     assert replay(original, tmp_path / "work") == folder  # reused, not run again
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_a_cuda_run_is_read_on_the_cpu_where_no_gpu_is_seen(tmp_path, monkeypatch, gpu):
+    (tmp_path / "config.json").write_text(json.dumps({"method": "fedmf", "device": "cuda:1"}))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    assert run_config(tmp_path)["device"] == ("cuda:1" if gpu else "cpu")
+    assert run_config(tmp_path, device="cuda")["device"] == "cuda"  # an explicit change wins
 
 
 def test_the_gap_of_the_analysis_is_the_runs(tmp_path):
