@@ -23,8 +23,8 @@ counts as absent. With ``itemitem-gram-rank`` = ``r`` > 0 every model reads, in 
 ``G``, its best rank-``r`` positive semidefinite approximation ``G_r = V_r diag(l_r) V_r^T``
 (the ``r`` largest eigenvalues, those below zero set to zero): a sum of co-occurrences is
 positive semidefinite and, on real data, close to low-rank, while the mechanism's noise
-spreads evenly over every direction, so the projection keeps the signal and drops most of
-the noise. It reads the released sums only (post-processing: no privacy cost).
+spreads evenly over every direction, so the projection drops the noise outside the top
+directions. It reads the released sums only (post-processing: no privacy cost).
 """
 
 from __future__ import annotations

@@ -107,8 +107,8 @@ class ItemItemKeys(Group):
     itemitem_gram_rank: int = key(
         default=0,
         help="every model reads the summed co-occurrences through their best rank-r positive "
-        "semidefinite approximation (the r largest eigenvalues): post-processing that drops "
-        "most of itemitem-dp-epsilon's noise at no privacy cost",
+        "semidefinite approximation (the r largest eigenvalues): post-processing of "
+        "itemitem-dp-epsilon's noisy sums, at no privacy cost",
         range=NON_NEGATIVE,
         why=OFF,
     )

@@ -9,8 +9,8 @@ global sort.
   words sorted on their own (a stable sort: ties by index, as the global one);
 - :func:`batch_entries`: the rows and labels of an epoch's step buffers
   (:func:`fedrec_flwr.node.lockstep.planned_steps`), each sample copied to its entry;
-- :func:`distinct_user_items`: :func:`fedrec_flwr.node.samples.distinct_user_items`, each
-  user's distinct items marked in a scratch array and sorted on their own;
+- :func:`user_rows`: :func:`fedrec_flwr.node.samples.user_rows`, each user's distinct
+  items marked in a scratch array and sorted on their own;
 - :func:`repeated_entries` and :func:`repeated_sources`: the entries of repeated rows in a
   row update (:class:`fedrec_flwr.node.row_updates.RowAdder`), one pass over a scratch of
   counts, and which of them add anything (their sources' bits);
@@ -80,18 +80,6 @@ def shuffled_order(
         np.ascontiguousarray(users, dtype=np.int64),
         np.ascontiguousarray(counts, dtype=np.int64),
     )
-
-
-def distinct_user_items(
-    owner: np.ndarray, items: np.ndarray, num_items: int, num_users: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(owner * num_items + items, return_inverse=True)`` for a non-decreasing
-    ``owner`` in ``range(num_users)``."""
-    owner = np.asarray(owner, dtype=np.int64)
-    bounds = np.searchsorted(owner, np.arange(num_users + 1, dtype=np.int64))
-    row_counts, row_items, inverse = user_rows(bounds, items, num_items)
-    row_owner = np.repeat(np.arange(num_users, dtype=np.int64), row_counts)
-    return row_owner * num_items + row_items, inverse
 
 
 def user_rows(

@@ -74,7 +74,7 @@ def distinct_items(items: np.ndarray, num_items: int) -> tuple[np.ndarray, np.nd
     return ids, where[items]
 
 
-#: Keys from which :func:`distinct_user_items` takes the compiled loop (below: one sort).
+#: Entries from which :func:`user_rows` takes the compiled loop (below: one sort).
 COMPILED_KEYS = 1 << 16
 
 
@@ -94,23 +94,6 @@ def sorted_unique(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]
     inverse = np.empty(len(keys), dtype=np.int64)
     inverse[order] = np.cumsum(first) - 1
     return ordered[first], inverse
-
-
-def distinct_user_items(
-    owner: np.ndarray,
-    items: np.ndarray,
-    num_items: int,
-    num_users: int,
-    min_keys: int = COMPILED_KEYS,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(owner * num_items + items, return_inverse=True)`` for ``owner`` in
-    ``range(num_users)``, non-decreasing: where the keys are many, each user's distinct
-    items marked and sorted on their own by a compiled loop
-    (:func:`fedrec_flwr.node.host_loops.distinct_user_items`, linear in the keys) instead
-    of a sort of all of them."""
-    if len(owner) < min_keys:
-        return sorted_unique(owner * num_items + items, num_users * num_items)
-    return host_loops.distinct_user_items(owner, items, num_items, num_users)
 
 
 def user_rows(

@@ -142,20 +142,24 @@ def test_distinct_items_is_np_unique_with_its_inverse(size):
     assert np.array_equal(inverse, want_inverse) and inverse.dtype == np.int64
 
 
-@pytest.mark.parametrize("min_keys", [0, 1 << 30])
+@pytest.mark.parametrize("compiled_keys", [0, 1 << 30])
 @pytest.mark.parametrize("seed", range(6))
-def test_distinct_user_items_is_np_unique_of_the_keys(min_keys, seed):
-    """The compiled loop (min_keys 0) and the sort give ``np.unique``'s sorted keys and
-    inverse; users without samples in between included, dense keys and sparse ones."""
-    from fedrec_flwr.node.samples import distinct_user_items
+def test_user_rows_are_np_unique_of_the_keys(compiled_keys, seed, monkeypatch):
+    """The compiled loop (from 0 keys) and the sort give ``np.unique``'s sorted (user, item)
+    keys and inverse; users without samples in between included, dense keys and sparse ones."""
+    from fedrec_flwr.node import samples
 
+    monkeypatch.setattr(samples, "COMPILED_KEYS", compiled_keys)
     rng = np.random.default_rng(seed)
     users = int(rng.integers(1, 40))
     num_items = int(rng.integers(1, 8)) if seed % 2 else int(rng.integers(100, 5000))
     counts = rng.integers(0, 60, users) * (rng.random(users) < 0.7)
     owner = np.repeat(np.arange(users, dtype=np.int64), counts)
     items = rng.integers(0, num_items, len(owner)).astype(np.int64)
-    keys, inverse = distinct_user_items(owner, items, num_items, users, min_keys=min_keys)
+    row_counts, row_items, inverse = samples.user_rows(
+        np.r_[0, np.cumsum(counts)], items, num_items
+    )
+    keys = np.repeat(np.arange(users, dtype=np.int64), row_counts) * num_items + row_items
     want_keys, want_inverse = np.unique(owner * num_items + items, return_inverse=True)
     assert np.array_equal(keys, want_keys) and keys.dtype == want_keys.dtype
     assert np.array_equal(inverse, want_inverse) and inverse.dtype == np.int64

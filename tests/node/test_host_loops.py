@@ -61,7 +61,9 @@ def test_compiled_distinct_items_equal_np_unique(seed):
     rng, users, sizes, _, _, num_items = _case(seed)
     owner = np.repeat(np.arange(len(users)), sizes)
     items = rng.integers(0, num_items, len(owner))
-    keys, inverse = host_loops.distinct_user_items(owner, items, num_items, len(users))
+    offsets = np.r_[0, np.cumsum(sizes)]
+    row_counts, row_items, inverse = host_loops.user_rows(offsets, items, num_items)
+    keys = np.repeat(np.arange(len(users)), row_counts) * num_items + row_items
     want_keys, want_inverse = sorted_unique(owner * num_items + items, len(users) * num_items)
     np.testing.assert_array_equal(keys, want_keys)
     np.testing.assert_array_equal(inverse, want_inverse)
