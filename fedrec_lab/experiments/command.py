@@ -87,17 +87,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _command(argv: list[str]) -> str:
-    """The command that makes the table: an absolute ``--data-dir`` shown as DIR, an absolute
-    ``--out`` inside the project relative to it (else OUT), ``--report-only`` left out (on a
-    folder of finished cells the full command runs nothing and writes the same table), and
-    ``--rows`` (a subset of the cells to run now) and ``--no-progress`` too."""
+    """The command that makes the table: ``--data-dir`` shown as DIR (absolute or relative,
+    a path of this machine either way), an absolute ``--out`` inside the project relative to
+    it (else OUT), ``--report-only`` left out (on a folder of finished cells the full command
+    runs nothing and writes the same table), and ``--rows`` (a subset of the cells to run
+    now) and ``--no-progress`` too."""
     shown, previous, skipping = [], "", False
     for arg in progress.without_switch(argv):
         skipping = arg == "--rows" or (skipping and not arg.startswith("--"))
         if skipping:
             continue
-        if previous == "--data-dir" and Path(arg).is_absolute():
+        if previous == "--data-dir":
             arg = "DIR"
+        elif arg.startswith("--data-dir="):
+            arg = "--data-dir=DIR"
         elif previous == "--out" and Path(arg).is_absolute():
             project = project_root()
             inside = Path(arg).resolve().is_relative_to(project)

@@ -323,6 +323,9 @@ def test_the_table_header_command_holds_no_path_of_this_machine() -> None:
     )
     assert shown == "python -m fedrec_lab.experiments strict --data-dir DIR --out bench/results"
     assert "--out OUT" in _command(["strict", "--out", "/elsewhere/results"])
+    relative = _command(["strict", "--data-dir", "../shared/datasets", "--seeds", "0"])
+    assert relative == "python -m fedrec_lab.experiments strict --data-dir DIR --seeds 0"
+    assert "--data-dir=DIR" in _command(["strict", "--data-dir=../shared/datasets"])
 
 
 def test_a_reference_cell_is_given_per_user_values_only_if_its_means_reproduce() -> None:
