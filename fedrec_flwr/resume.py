@@ -50,11 +50,15 @@ def fingerprinted_config(config: RunConfig) -> dict[str, Any]:
 
 
 def differing_keys(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
-    """``key: stored -> given`` for every key whose value differs (a missing one counts)."""
+    """``key: stored -> given`` for every key whose value differs (a missing one counts),
+    except a key the stored side lacks that is given at its default: one declared after the
+    run started, whose default computes what the run computed."""
+    defaults = {key.name: key.default for key in RunConfig.declared_keys()}
     return [
         f"{k}: {stored.get(k, '(absent)')!r} -> {given.get(k, '(absent)')!r}"
         for k in sorted(set(stored) | set(given))
         if stored.get(k) != given.get(k)
+        and not (k not in stored and k in defaults and given.get(k) == defaults[k])
     ]
 
 

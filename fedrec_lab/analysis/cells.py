@@ -122,16 +122,23 @@ def ensure_state(
     cell: SamCell, runs: Path, work: Path, data_dir: str | Path, nodes: int = 2
 ) -> tuple[Path, str]:
     """(the folder holding the cell's best state, how it got there): ``found``, ``replayed``
-    (a committed run, replayed into ``work``) or ``run`` (a new cell in ``runs``)."""
+    (a committed run, replayed into ``work``), ``run`` (a new cell in ``runs``) or
+    ``continued`` (an unfinished one, from its last checkpoint: bit-identical)."""
     found = state_folder(cell, runs, work)
     if found is not None:
         return found, "found"
     folder = runs / cell.name
     if (folder / "summary.json").exists():
         return replay(folder, work, data_dir), "replayed"
-    if folder.exists():  # an unfinished new cell: run it again
-        runner.set_aside(folder)
     config = runner.run_config(cell.cell, runs, data_dir, None, dict(RECORDED))
+    status = ""
+    if runner.checkpoint_round(folder):
+        status = runner.run_federated({**config, "resume": str(folder.resolve())}, nodes, False)
+    if status == "finished:completed":
+        runner.scrub_paths(runs, only=(cell.name,))
+        return folder, "continued"
+    if folder.exists():  # an unfinished new cell that cannot continue: run it again
+        runner.set_aside(folder)
     status = runner.run_federated(config, nodes, use_flwr=False)
     runner.scrub_paths(runs, only=(cell.name,))
     if status != "finished:completed":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from fedrec_lab.baselines import CENTRAL, LOCAL
 from fedrec_lab.experiments.cells import PRESET_FALLBACK, SHORT, RowSpec
@@ -172,6 +173,49 @@ def _strict(datasets):
     return rows
 
 
+#: PLGC's parts (docs/plgc.md), each switched off alone and together: the balancing of the
+#: local and global rows (on: ``plgc-alpha = "ntk"``, off: a fixed 0.5) and the contrastive
+#: term (on: ``plgc-decorrelation`` at the weight of PLGC's presets that use it, off: 0).
+#: Every PLGC row sets both keys, so it reads the same whatever its base preset's choice.
+PLGC_WEIGHT = 0.001
+PLGC_PARTS: dict[str, dict[str, object]] = {
+    "plgc": {"plgc-alpha": "ntk", "plgc-decorrelation": PLGC_WEIGHT},
+    "plgc-nobalance": {"plgc-alpha": "0.5", "plgc-decorrelation": PLGC_WEIGHT},
+    "plgc-nocontrast": {"plgc-alpha": "ntk", "plgc-decorrelation": 0.0},
+    "plgc-neither": {"plgc-alpha": "0.5", "plgc-decorrelation": 0.0},
+}
+#: The base methods PLGC applies to (those with personal item rows).
+PLGC_BASES = ("pfedrec", "fedrap", "fedmf-dual", "fedncf-dual", "fedrecon-dual")
+#: The ablation's rounds: fewer than the presets' 100 (a full grid is 5 bases x 5 rows x
+#: 3 seeds per dataset), so every row, the base without PLGC too, is tagged with them.
+ABLATION_ROUNDS = 30
+
+
+def plgc_ablation_rows(protocol: str, datasets: tuple[str, ...]) -> list[RowSpec]:
+    """Each base without PLGC, with it, and without each part and both, under ``protocol``,
+    each run for :data:`ABLATION_ROUNDS` rounds."""
+    rounds = {"num-server-rounds": ABLATION_ROUNDS}
+    suffix = f"r{ABLATION_ROUNDS}"
+    rows = []
+    for d in datasets:
+        for base in PLGC_BASES:
+            rows.append(federated(base, d, protocol, suffix, **rounds))
+            rows += [
+                federated(
+                    base,
+                    d,
+                    protocol,
+                    f"{part}-{suffix}",
+                    **rounds,
+                    plgc=True,
+                    **{"plgc-persist": False},
+                    **keys,
+                )
+                for part, keys in PLGC_PARTS.items()
+            ]
+    return rows
+
+
 def leakage_methods() -> list[str]:
     """The methods of PFedRec's Table 2, in registry order: the leakage table's rows."""
     return [m for m in registered_methods() if m in rows_of(TABLE2)]
@@ -220,6 +264,25 @@ TABLES: dict[str, Table] = {
             _strict,
             MAIN,
             paired=True,
+        ),
+        *(
+            Table(
+                f"plgc-ablation-{protocol}",
+                f"PLGC's parts, each off and both, on every base it applies to ({protocol} "
+                f"protocol, {ABLATION_ROUNDS} rounds)",
+                partial(plgc_ablation_rows, protocol),
+                MAIN,
+                paired=True,
+                notes=(
+                    f"Rows `+plgc-r{ABLATION_ROUNDS}`: the base with PLGC (`plgc-alpha = "
+                    f'"ntk"`, `plgc-decorrelation = {PLGC_WEIGHT}`); `-nobalance`: a fixed '
+                    '`plgc-alpha = "0.5"`; `-nocontrast`: `plgc-decorrelation = 0`; '
+                    f"`-neither`: both; `+r{ABLATION_ROUNDS}`: the base without PLGC. Every "
+                    f"row runs {ABLATION_ROUNDS} rounds (`num-server-rounds`), not its "
+                    "preset's 100.",
+                ),
+            )
+            for protocol in ("strict", "paper")
         ),
         Table(
             "leakage",

@@ -371,3 +371,37 @@ def test_a_record_takes_its_users_hr_only_from_an_exact_replay(tmp_path):
     del record["user_test_hr"]
     _take_user_hr(record, run, replayed)  # the run's own file is read by the table
     assert "user_test_hr" not in record
+
+
+@pytest.mark.parametrize("resumes", [True, False])
+def test_an_unfinished_sam_cell_continues_from_its_checkpoint_else_runs_again(
+    tmp_path, monkeypatch, resumes
+):
+    from fedrec_lab.analysis import cells as sam_cells
+    from fedrec_lab.experiments import cells as runner
+
+    cell = sam_cells.SamCell("FedMF", True, "ml-100k", "strict", 0)
+    runs = tmp_path / "runs"
+    folder = runs / cell.name
+    (folder / "checkpoint").mkdir(parents=True)
+    (folder / "INCOMPLETE").write_text("")
+    (folder / "config.json").write_text("{}")
+    (folder / "checkpoint" / "latest.json").write_text(json.dumps({"round": 60}))
+    started = []
+
+    def run_federated(config, nodes, use_flwr):
+        started.append(config.get("resume", ""))
+        if config.get("resume") and not resumes:
+            return "failed: the checkpoint's configuration differs"
+        (runs / cell.name).mkdir(exist_ok=True)
+        (runs / cell.name / "config.json").write_text(json.dumps(config))
+        return "finished:completed"
+
+    monkeypatch.setattr(runner, "run_federated", run_federated)
+    found, how = sam_cells.ensure_state(cell, runs, tmp_path / "work", tmp_path)
+    assert found == folder
+    if resumes:
+        assert how == "continued" and started == [str(folder.resolve())]
+    else:  # set aside, kept, and run from round 1
+        assert how == "run" and started == [str(folder.resolve()), ""]
+        assert len(list(runs.glob(f"{cell.name}.incomplete-*"))) == 1

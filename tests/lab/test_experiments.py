@@ -350,3 +350,63 @@ def test_committed_runs_hold_no_path_of_the_machine_that_made_them() -> None:
             if isinstance(value, str) and Path(value).is_absolute():
                 absolute.append(f"{config_file.parent.name}: {key} = {value}")
     assert not absolute, "absolute paths (runner.scrub_paths fixes them): " + "; ".join(absolute)
+
+
+def test_the_plgc_ablation_switches_off_each_part_alone_and_both_on_every_base() -> None:
+    from fedrec_lab.experiments.tables import (
+        ABLATION_ROUNDS,
+        PLGC_BASES,
+        PLGC_WEIGHT,
+        plgc_ablation_rows,
+    )
+
+    specs = plgc_ablation_rows("strict", ("ml-100k",))
+    assert {s.preset for s in specs} == set(PLGC_BASES)
+    full = {"plgc-alpha": "ntk", "plgc-decorrelation": PLGC_WEIGHT}
+    for base in PLGC_BASES:
+        by_tag = {s.tag: dict(s.overrides) for s in specs if s.preset == base}
+        suffix = f"-r{ABLATION_ROUNDS}"
+        assert set(by_tag) == {
+            f"r{ABLATION_ROUNDS}",
+            *(
+                f"{p}{suffix}"
+                for p in ("plgc", "plgc-nobalance", "plgc-nocontrast", "plgc-neither")
+            ),
+        }
+        assert all(o["num-server-rounds"] == ABLATION_ROUNDS for o in by_tag.values())
+        assert "plgc" not in by_tag[f"r{ABLATION_ROUNDS}"]  # the base without PLGC
+        parts = {
+            t.removesuffix(suffix): {k: o[k] for k in full}
+            for t, o in by_tag.items()
+            if "plgc" in o
+        }
+        assert parts["plgc"] == full
+        assert parts["plgc-nobalance"] == {**full, "plgc-alpha": "0.5"}
+        assert parts["plgc-nocontrast"] == {**full, "plgc-decorrelation": 0.0}
+        assert parts["plgc-neither"] == {"plgc-alpha": "0.5", "plgc-decorrelation": 0.0}
+
+
+@pytest.mark.slow  # five end-to-end lab runs of 2 rounds: the slow tier
+def test_a_tiny_plgc_ablation_runs_every_part_and_reports_it(tmp_path, monkeypatch) -> None:
+    from fedrec_lab.experiments.tables import plgc_ablation_rows
+
+    table = Table(
+        "tiny-plgc",
+        "tiny PLGC ablation",
+        lambda datasets: [
+            r for r in plgc_ablation_rows("strict", datasets) if r.preset == "pfedrec"
+        ],
+        ("synthetic",),
+        paired=True,
+    )
+    monkeypatch.setitem(TABLES, "tiny-plgc", table)
+    argv = ["tiny-plgc", "--rounds", "2", "--seeds", "0", "--out", str(tmp_path)]
+    assert main([*argv, "--set", *SYNTHETIC]) == 0
+    text = (tmp_path / "tiny-plgc.md").read_text()
+    for spec in table.build(("synthetic",)):
+        (cell,) = spec.cells([0])
+        config = json.loads((tmp_path / "runs" / cell.name / "config.json").read_text())
+        for key, value in spec.overrides:
+            if key != "num-server-rounds":  # --rounds 2 wins in a smoke test
+                assert config[key] == value, (cell.name, key)
+        assert f"| {spec.key} | 1 |" in text

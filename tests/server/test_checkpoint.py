@@ -20,7 +20,7 @@ from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.node.runtime import NodeRuntime
 from fedrec_flwr.node.state_store import NodeStateStore, StateMismatchError
 from fedrec_flwr.results import TIMING_COLUMNS
-from fedrec_flwr.resume import CheckpointError
+from fedrec_flwr.resume import CheckpointError, differing_keys
 from fedrec_flwr.server_app import run_federation
 from fedrec_lab import launch
 from fedrec_lab.local_grid import LocalGrid
@@ -364,3 +364,14 @@ def test_fedrec_resume_continues_a_run_stopped_with_ctrl_c(tmp_path):
     assert summary["resumed_from_round"] >= 4
     assert summary["num_nodes"] == 2
     assert without_seconds(results / "run") == without_seconds(tmp_path / "full" / "run")
+
+
+def test_a_key_declared_after_the_checkpoint_counts_only_away_from_its_default():
+    """A checkpoint written before a key existed lacks it: given at its default, the run
+    computes what it computed, so it may resume; at any other value it may not."""
+    given = {k: v for k, v in RunConfig.from_mapping({}).to_mapping().items()}
+    stored = {k: v for k, v in given.items() if k != "plgc-decorrelation"}
+    assert differing_keys(stored, given) == []
+    changed = {**given, "plgc-decorrelation": 0.5}
+    assert differing_keys(stored, changed) == ["plgc-decorrelation: '(absent)' -> 0.5"]
+    assert differing_keys(given, stored) == ["plgc-decorrelation: 0.0 -> '(absent)'"]
