@@ -30,6 +30,7 @@ import json
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,7 @@ from fedrec_flwr.privacy.bounded import report as rep
 from fedrec_flwr.privacy.bounded.circuit import Bounds
 from fedrec_flwr.privacy.bounded.encoding import clipped_sum
 from fedrec_flwr.privacy.bounded.helper import Helper, Schedule
+from fedrec_flwr.privacy.bounded.scaled import BoundSchedule
 from fedrec_flwr.server.model import ServerModel
 from fedrec_lab.presets import resolve
 
@@ -85,14 +87,15 @@ def fast_sum(bounds: Bounds, table: np.ndarray, per_user, seed: int, server_roun
 class Protocol:
     """The whole protocol for a few users of a round (each its own node)."""
 
-    def __init__(self, bounds: Bounds, seed: int, num_users: int) -> None:
-        self.bounds, self.seed = bounds, seed
+    def __init__(self, rounds: BoundSchedule, seed: int, num_users: int) -> None:
+        self.seed = seed
         schedule = Schedule(seed, num_users, 1.0, num_users, 1)
-        self.helper = Helper(bounds, schedule, secagg_trust.Roster(seed, "seeded"), "seeded")
+        self.helper = Helper(rounds, schedule, secagg_trust.Roster(seed, "seeded"), "seeded")
 
-    def decoded(self, table, per_user, server_round: int) -> np.ndarray:
-        """The users' decoded sum of changes, in fixed point (int64)."""
-        reports = []
+    def decoded(self, bounds: Bounds, table, per_user, server_round: int) -> np.ndarray:
+        """The users' decoded sum of changes, in fixed point (int64), proven against the
+        round's ``bounds`` (the helper computes its own from ``table``)."""
+        self.bounds, reports = bounds, []
         for user, items, rows in per_user:
             key = secagg.private_key(self.seed, user, "seeded")
             public = secagg.public_bytes(key)
@@ -114,21 +117,37 @@ class Protocol:
             )[0]
             reports.append((report, sender))
         total = leader.aggregate(
-            self.bounds, RUN_ID, server_round, reports, self.helper.answer, self.helper.verify_key
+            self.bounds,
+            RUN_ID,
+            server_round,
+            reports,
+            partial(self.helper.answer, table=table),
+            self.helper.verify_key,
         )
         if total.refused or len(total.accepted) != len(per_user):
             raise SystemExit(f"round {server_round}: honest reports refused: {total.refused}")
         return np.rint(total.changes * 2.0**self.bounds.frac_bits).astype(np.int64)
 
 
-def run(config: RunConfig, bound: float, max_rows: int, verify: int, eval_every: int) -> dict:
-    """One faithful-mode run; each evaluated round's test HR@10 and ER@10 (of one target)."""
+def run(
+    config: RunConfig,
+    bound: float,
+    max_rows: int,
+    verify: int,
+    eval_every: int,
+    scaled: tuple[float, float] = (0.0, 0.0),
+) -> dict:
+    """One faithful-mode run; each evaluated round's test HR@10 and ER@10 (of one target),
+    and each round's bound (``scaled``: the bound's scale and floor, 0: a fixed bound)."""
     prepared = prepare(config)
     runtime = NodeRuntime(config, prepared, 0, 1)
     runtime.protocol.target_items = malicious.target_items(prepared, config.training.seed, 1)
     model = ServerModel.initial(config, runtime.method, prepared.num_items)
-    bounds = Bounds.of(prepared.num_items, model.table.shape[1], bound, max_rows) if bound else None
-    protocol = Protocol(bounds, config.training.seed, prepared.num_users) if bounds else None
+    dim = model.table.shape[1]
+    ceiling = Bounds.of(prepared.num_items, dim, bound, max_rows) if bound else None
+    rounds = BoundSchedule(ceiling, *scaled) if ceiling else None
+    protocol = Protocol(rounds, config.training.seed, prepared.num_users) if rounds else None
+    bounds_used: list[float] = []
     bad = set(
         malicious.malicious_users(
             config.training.seed, prepared.num_users, config.group(MaliciousKeys).malicious_fraction
@@ -140,19 +159,22 @@ def run(config: RunConfig, bound: float, max_rows: int, verify: int, eval_every:
         for server_round in range(1, config.training.num_server_rounds + 1):
             observer.rows.clear()
             state, table = train_round(runtime, model, state, server_round)
-            if bounds is None:
+            if rounds is None:
                 one = np.ones
                 model.apply(
                     [RowUpload(i, r, one(len(i), np.int64), 1) for _, i, r in observer.rows]
                 )
             else:
+                bounds = rounds.at(table)
+                bounds_used.append(bounds.bound)
                 total, counts = fast_sum(
                     bounds, table, observer.rows, config.training.seed, server_round
                 )
                 sample = sorted(observer.rows, key=lambda u: (u[0] not in bad, u[0]))[:verify]
                 if sample:
                     fast, _ = fast_sum(bounds, table, sample, config.training.seed, server_round)
-                    if not np.array_equal(protocol.decoded(table, sample, server_round), fast):
+                    decoded = protocol.decoded(bounds, table, sample, server_round)
+                    if not np.array_equal(decoded, fast):
                         raise SystemExit(f"round {server_round}: the protocol's sum differs")
                     checked += len(sample)
                 touched = np.flatnonzero(counts)
@@ -163,23 +185,51 @@ def run(config: RunConfig, bound: float, max_rows: int, verify: int, eval_every:
                 history.append(evaluation(runtime, state, model, server_round))
     finally:
         uploads.OBSERVERS.remove(observer)
-    return {"history": history, "verified-users": checked}
+    return {"history": history, "verified-users": checked, "bounds": bounds_used}
 
 
 #: The settings every run of one result file shares (a JSON of other settings is refused).
-SETTINGS = ("rounds", "eval_every", "scale", "bound", "max_rows", "verify")
+SETTINGS = (
+    "rounds",
+    "eval_every",
+    "scale",
+    "bound",
+    "max_rows",
+    "verify",
+    "bound_scale",
+    "bound_floor",
+)
+#: Settings added later, as files written without them hold them.
+SETTING_DEFAULTS = {"bound_scale": 0.0, "bound_floor": 0.0}
+
+
+def bound_label(bound: float, max_rows: int, scaled: tuple[float, float]) -> str:
+    """The bound as run names give it."""
+    label = f"secure-aggregation-bound {bound:g}"
+    if scaled[0] > 0:
+        label += f" (scale {scaled[0]:g}, floor {scaled[1]:g})"
+    return label + (f", max-rows {max_rows}" if max_rows else "")
+
+
+#: The clean run's name: no attack, no bound.
+CLEAN = "clean, no bound"
 
 
 def runs_of(
-    fractions: list[float], scale: float, bound: float, max_rows: int, unbounded: list[float]
+    fractions: list[float],
+    scale: float,
+    bound: float,
+    max_rows: int,
+    unbounded: list[float],
+    scaled: tuple[float, float] = (0.0, 0.0),
 ) -> list[tuple]:
     """(name, overrides, bound) of each run of a method and seed, in the order they run:
     the clean run, each malicious share under the bound (in the order given), the clean run
     under the bound, then each share of ``unbounded`` without a bound (the attack with no
     defence)."""
     attack = {"malicious-attack": "promote", "malicious-scale": scale}
-    label = f"secure-aggregation-bound {bound:g}" + (f", max-rows {max_rows}" if max_rows else "")
-    out = [("clean, no bound", {}, 0.0)]
+    label = bound_label(bound, max_rows, scaled)
+    out = [(CLEAN, {}, 0.0)]
     for fraction in fractions:
         name = f"{100 * fraction:g} % promote, {label}"
         out.append((name, {**attack, "malicious-fraction": fraction}, bound))
@@ -212,13 +262,46 @@ def verdict(method: str, name: str, runs: list[dict], clean: list[dict]) -> str:
     cost = hr_cost(best, base)
     met = er <= 2 * er_clean and cost <= 2.0
     seeds = ",".join(str(r["seed"]) for r in runs)
+    above = rounds_above(runs, clean)
+    every = (
+        f"; rounds whose ER@10 passes 2x the clean run's at that round: {', '.join(above)}"
+        if above
+        else "; ER@10 <= 2x the clean run's at every evaluated round"
+    )
     return (
         f"- {method}, {name}, seeds {seeds}: ER@10 {100 * er:.2f} against 2x the clean "
         f"run's (no attack, no bound) {200 * er_clean:.2f}; test HR@10 {100 * hr:.2f} against "
         f"the clean run's (no attack, no bound) {100 * hr_clean:.2f}, a cost of {cost:+.1f} % "
         f"(mean over the seeds, at each run's best validation round): "
-        f"{'met' if met else 'not met'} (ER@10 <= 2x clean at <= 2 % HR@10 cost)"
+        f"{'met' if met else 'not met'} (ER@10 <= 2x clean at <= 2 % HR@10 cost){every}"
     )
+
+
+def rounds_above(runs: list[dict], clean: list[dict]) -> list[str]:
+    """``seed:round (ER@10 against the clean run's)`` of each evaluated round whose ER@10
+    passes twice the clean run's of the same seed and round."""
+    out = []
+    for r in runs:
+        base = next(c for c in clean if c["seed"] == r["seed"])
+        theirs = {h["round"]: h["er@10"] for h in base["history"]}
+        for h in r["history"]:
+            if h["round"] in theirs and h["er@10"] > 2 * theirs[h["round"]]:
+                out.append(
+                    f"{r['seed']}:{h['round']} ({100 * h['er@10']:.2f} against "
+                    f"{100 * theirs[h['round']]:.2f})"
+                )
+    return out
+
+
+def bound_lines(record: dict, names: list[str]) -> list[str]:
+    """Each run's bound by round, for runs whose bound follows the table."""
+    out = []
+    for r in sorted(record["runs"], key=lambda r: (r["method"], names.index(r["name"]), r["seed"])):
+        used = r.get("bounds") or []
+        if used and record["settings"].get("bound_scale", 0) > 0:
+            shown = ", ".join(f"{b:.3g}" for b in used)
+            out.append(f"- {r['method']}, {r['name']}, seed {r['seed']}: bound by round {shown}")
+    return out
 
 
 def summary(runs: list[dict], clean: list[dict]) -> list[str]:
@@ -258,7 +341,15 @@ def table(record: dict, names: list[str], shares: set[str]) -> str:
         f"{settings['eval_every']} rounds); cost: its drop against the clean run without a "
         "bound (% of it, negative: a gain); ER@10: the share (%) of users whose top 10 holds "
         "the target item, at that round, and the clean run's; max ER@10 over the evaluated rounds; "
-        "verified: users whose reports went through the protocol; s: median seconds a run.",
+        "verified: users whose reports went through the protocol; s: median seconds a run."
+        + (
+            f" The bound follows the table: each round's bound is {settings['bound_scale']:g} x "
+            "the median row norm of the table as sent, at least "
+            f"{settings['bound_floor']:g} and at most {settings['bound']:g} "
+            "(`secure-aggregation-bound-scale`)."
+            if settings.get("bound_scale", 0) > 0
+            else ""
+        ),
         "",
         "| method | run | seeds | best round | HR@10 | HR@10 cost % | ER@10 | clean ER@10 "
         "| max ER@10 | verified | s |",
@@ -277,6 +368,8 @@ def table(record: dict, names: list[str], shares: set[str]) -> str:
                 if name in shares:
                     verdicts.append(verdict(method, name, these, base))
     lines += ["", *verdicts]
+    shown = bound_lines(record, names)
+    lines += ["", *shown] if shown else []
     lines += [
         "",
         "Commands: "
@@ -290,25 +383,28 @@ def table(record: dict, names: list[str], shares: set[str]) -> str:
 POISONING_CLEAN = ("pfedrec", "clean (no malicious user)")
 
 
-def clean_runs(path: Path, settings: dict) -> dict[int, dict]:
-    """Each seed's clean PFedRec run of a ``bench/poisoning.py`` JSON, as a run of ours: the
-    same computation (no attack, no bound), so it need not run again. Its settings must hold
-    ours (rounds, evaluation rounds) and ER@10 of one target item."""
+def clean_runs(path: Path, settings: dict) -> dict[tuple[str, int], dict]:
+    """Each (method, seed)'s clean run of a ``bench/poisoning.py`` JSON (PFedRec's) or of
+    another JSON of ours (``clean, no bound``), as a run of ours: the same computation (no
+    attack, no bound), so it need not run again. Its settings must hold ours (rounds,
+    evaluation rounds) and ER@10 of one target item."""
     record = json.loads(path.read_text())
     theirs = record["settings"]
-    same = (theirs["rounds"], theirs["eval_every"], theirs["targets"])
+    ours = "bound" in theirs  # a JSON of this command
+    same = (theirs["rounds"], theirs["eval_every"], 1 if ours else theirs["targets"])
     if same != (settings["rounds"], settings["eval_every"], 1):
         raise SystemExit(f"{path} holds runs of {theirs}, not of {settings} and 1 target")
     name = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
+    wanted = CLEAN if ours else POISONING_CLEAN[1]
     return {
-        r["seed"]: {
+        (r.get("method", POISONING_CLEAN[0]), r["seed"]): {
             "history": r["history"],
             "verified-users": 0,
             "seconds": r["seconds"],
             "from": name,
         }
         for r in record["runs"]
-        if r["name"] == POISONING_CLEAN[1]
+        if r["name"] == wanted and r.get("from") is None
     }
 
 
@@ -322,6 +418,16 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=100.0, help="malicious-scale of promote")
     parser.add_argument("--bound", type=float, default=25.0, help="secure-aggregation-bound")
     parser.add_argument("--max-rows", type=int, default=0, help="secure-aggregation-max-rows")
+    parser.add_argument(
+        "--bound-scale",
+        type=float,
+        default=0.0,
+        help="secure-aggregation-bound-scale: each round's bound this times the table's median "
+        "row norm (0: the bound every round)",
+    )
+    parser.add_argument(
+        "--bound-floor", type=float, default=0.0, help="secure-aggregation-bound-floor"
+    )
     parser.add_argument("--verify", type=int, default=2, help="users a round through the protocol")
     parser.add_argument(
         "--bounded-clean",
@@ -333,7 +439,8 @@ def main() -> int:
         "--clean-from",
         type=Path,
         help="a bench/poisoning.py JSON whose clean runs stand for PFedRec's clean runs "
-        "without a bound (the same computation), of the seeds it holds",
+        "without a bound (the same computation), or a JSON of this command whose clean runs "
+        "without a bound stand for ours, of the methods and seeds it holds",
     )
     parser.add_argument(
         "--unbounded",
@@ -348,13 +455,14 @@ def main() -> int:
     )
     args = parser.parse_args()
     settings = {key: getattr(args, key) for key in SETTINGS}
+    scaled = (args.bound_scale, args.bound_floor)
     results = args.out.with_suffix(".json")
     record = {"settings": settings, "commands": [], "runs": []}
     if results.exists():
         record = json.loads(results.read_text())
-        if record["settings"] != settings:
+        if {**SETTING_DEFAULTS, **record["settings"]} != settings:
             raise SystemExit(f"{results} holds runs of {record['settings']}, not {settings}")
-    runs = runs_of(args.fractions, args.scale, args.bound, args.max_rows, args.unbounded)
+    runs = runs_of(args.fractions, args.scale, args.bound, args.max_rows, args.unbounded, scaled)
     bounded = [n for n, overrides, bound in runs if bound]
     shares = set(bounded[:-1])  # the malicious shares under the bound
     names = [runs[0][0], bounded[-1], *sorted(shares)]
@@ -377,15 +485,16 @@ def main() -> int:
                 ):
                     continue
                 clean = not overrides and not bound
-                if method == POISONING_CLEAN[0] and clean and seed in reused:
-                    run_ = {**reused[seed], "method": method, "name": name, "seed": seed}
+                if clean and (method, seed) in reused:
+                    found = reused[(method, seed)]
+                    run_ = {**found, "method": method, "name": name, "seed": seed}
                     record["runs"].append(run_)
                     write(results, json.dumps(record, indent=1) + "\n")
-                    print(method, name, seed, "from", reused[seed]["from"], flush=True)
+                    print(method, name, seed, "from", found["from"], flush=True)
                     continue
                 start = time.time()
                 config = RunConfig.from_mapping({**base, **overrides})
-                out = run(config, bound, args.max_rows, args.verify, args.eval_every)
+                out = run(config, bound, args.max_rows, args.verify, args.eval_every, scaled)
                 out.update(method=method, name=name, seed=seed, seconds=time.time() - start)
                 record["runs"].append(out)
                 write(results, json.dumps(record, indent=1) + "\n")

@@ -211,7 +211,7 @@ def train(msg: Message, context: Context) -> Message:
         roster = _roster(context, runtime)
         bounded = secure_node.bounded_upload(
             runtime.config,
-            (item_rows.shape[0], item_rows.shape[1]),
+            item_rows,
             _private(context),
             run_key,
             received,

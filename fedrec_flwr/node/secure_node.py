@@ -26,8 +26,7 @@ import numpy as np
 from fedrec_flwr.privacy import secagg, secagg_dropout, secagg_trust
 from fedrec_flwr.privacy.bounded import client as bounded_client
 from fedrec_flwr.privacy.bounded import report as bounded_report
-from fedrec_flwr.privacy.bounded.circuit import Bounds
-from fedrec_flwr.privacy.bounded.keys import BoundedKeys
+from fedrec_flwr.privacy.bounded.keys import round_bounds
 from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.stages import UserChanges
 
@@ -194,7 +193,7 @@ def _check_unmask(
 
 def bounded_upload(
     config: RunGroups,
-    table_shape: tuple[int, int],
+    table: np.ndarray,
     private: np.ndarray,
     round_key: tuple[int, int],
     received: Mapping[str, np.ndarray],
@@ -203,8 +202,10 @@ def bounded_upload(
 ) -> dict[str, np.ndarray]:
     """The train reply's arrays under ``secure-aggregation-bound``: each user's report
     (:func:`~fedrec_flwr.privacy.bounded.client.user_reports`), its seed sealed for the
-    helper. Refused (:class:`~fedrec_flwr.privacy.secagg_trust.SecureRoundRefused`) unless the
-    helper's key is signed by the helper's identity key (the roster's ``helper``)."""
+    helper, each proven against the round's bounds for ``table`` (the table as received:
+    :func:`~fedrec_flwr.privacy.bounded.keys.round_bounds`). Refused
+    (:class:`~fedrec_flwr.privacy.secagg_trust.SecureRoundRefused`) unless the helper's key is
+    signed by the helper's identity key (the roster's ``helper``)."""
     run_id, server_round = round_key
     helper_key = np.asarray(received["helper-key"], dtype=np.uint8)
     shown = received.get("helper-identity")
@@ -217,11 +218,7 @@ def bounded_upload(
             "secure aggregation: the helper's key is not signed by the helper's identity key: "
             "a server that substitutes it could open every report: refused"
         )
-    group = config.group(BoundedKeys)
-    num_items, row_dim = table_shape
-    bounds = Bounds.of(
-        num_items, row_dim, group.secure_aggregation_bound, group.secure_aggregation_max_rows
-    )
+    bounds = round_bounds(config, table)
     reports = bounded_client.user_reports(
         bounds,
         lambda user: bounded_report.context(run_id, server_round, user, bounds),

@@ -18,6 +18,7 @@ from fedrec_flwr.privacy.bounded import client as bounded_client
 from fedrec_flwr.privacy.bounded import report as bounded_report
 from fedrec_flwr.privacy.bounded.circuit import Bounds
 from fedrec_flwr.privacy.bounded.keys import BoundedKeys
+from fedrec_flwr.privacy.bounded.scaled import BoundSchedule
 from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.stages import (
     ModelShapes,
@@ -55,11 +56,14 @@ class SecureEncoding(UploadStage):
         num_users: int,
         fraction_train: float,
         bound: tuple[float, int] = (0.0, 0),
+        scaled: tuple[float, float] = (0.0, 0.0),
     ) -> None:
         self.seed, self.key_source = seed, secagg.KeySource(key_source)
         self.num_users, self.fraction_train = num_users, fraction_train
         #: (secure-aggregation-bound, -max-rows); a bound > 0: each user's changes, proven
         self.bound = bound
+        #: (secure-aggregation-bound-scale, -floor): the round's bound from the table
+        self.scaled = scaled
 
     @property
     def bounded(self) -> bool:
@@ -71,7 +75,8 @@ class SecureEncoding(UploadStage):
         training, keys = config.training, config.group(secagg.SecAggKeys).secure_aggregation_keys
         group = config.group(BoundedKeys)
         bound = (group.secure_aggregation_bound, group.secure_aggregation_max_rows)
-        return cls(training.seed, keys, data.num_users, training.fraction_train, bound)
+        scaled = (group.secure_aggregation_bound_scale, group.secure_aggregation_bound_floor)
+        return cls(training.seed, keys, data.num_users, training.fraction_train, bound, scaled)
 
     def finish(self, uploads: Uploads, upload_round: UploadRound) -> TrainResult:
         if self.bounded:
@@ -117,7 +122,8 @@ class SecureEncoding(UploadStage):
         observers that want it: the leader's share of its report (the user its own node,
         the helper's key the seeded one; the audit's view has no run: run 0)."""
         table, server_round = upload_round.table, upload_round.server_round
-        bounds = Bounds.of(table.shape[0], table.shape[1], *self.bound)
+        ceiling = Bounds.of(table.shape[0], table.shape[1], *self.bound)
+        bounds = BoundSchedule(ceiling, *self.scaled).at(table)
         helper = secagg.public_bytes(
             secagg.private_key(self.seed, secagg_trust.HELPER_ID, self.key_source)
         )

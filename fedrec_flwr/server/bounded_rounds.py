@@ -20,6 +20,7 @@ server that does, the helper must run as a party apart (``docs/privacy.md``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import partial
 from logging import WARNING
 from typing import Any
 
@@ -32,8 +33,8 @@ from fedrec_flwr.aggregation import RowUpload
 from fedrec_flwr.privacy import secagg_trust
 from fedrec_flwr.privacy.bounded import client, leader
 from fedrec_flwr.privacy.bounded import report as rep
-from fedrec_flwr.privacy.bounded.circuit import Bounds
 from fedrec_flwr.privacy.bounded.helper import Helper, Schedule
+from fedrec_flwr.privacy.bounded.scaled import BoundSchedule, ScaleError
 from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.server.payloads import TrainOrder
@@ -41,10 +42,10 @@ from fedrec_flwr.stages import NodeUpload
 
 
 class BoundedRounds:
-    """The round's bounds, the helper, and the table the users' changes apply to."""
+    """The bounds of every round, the helper, and the table the users' changes apply to."""
 
     def __init__(
-        self, bounds: Bounds, config: RunGroups, num_users: int, num_partitions: int
+        self, bounds: BoundSchedule, config: RunGroups, num_users: int, num_partitions: int
     ) -> None:
         training, secure = config.training, config.group(SecAggKeys)
         schedule = Schedule(
@@ -55,7 +56,8 @@ class BoundedRounds:
             secure.secure_aggregation_min_peers + 1,
         )
         keys = secure.secure_aggregation_keys
-        self.bounds = bounds
+        #: The bounds of every round, and the ceiling's (the fixed point every round uses).
+        self.schedule, self.bounds = bounds, bounds.ceiling
         self.helper = Helper(bounds, schedule, secagg_trust.Roster(training.seed, keys), keys)
 
     def helper_arrays(self) -> dict[str, np.ndarray]:
@@ -82,14 +84,14 @@ def bounded_uploads(
     try:
         helper = rounds.helper
         total = leader.aggregate(
-            rounds.bounds,
+            rounds.schedule.at(table),  # the helper computes the round's bounds on its own
             int(TaskIdentity.run_id),
             server_round,
             reports,
-            helper.answer,
+            partial(helper.answer, table=table),
             helper.verify_key,
         )
-    except leader.RoundVoid as error:
+    except (leader.RoundVoid, ScaleError) as error:
         log(WARNING, "round %d: bounded secure aggregation void: %s", server_round, error)
         return []
     for user, why in sorted(total.refused.items()):

@@ -18,9 +18,8 @@ from fedrec_flwr.data.prepared import PreparedData
 from fedrec_flwr.node.runtime import NodeRuntime
 from fedrec_flwr.partition import participants
 from fedrec_flwr.privacy import secagg
-from fedrec_flwr.privacy.bounded.circuit import Bounds
 from fedrec_flwr.privacy.bounded.encoding import clipped_sum
-from fedrec_flwr.privacy.bounded.keys import BoundedKeys
+from fedrec_flwr.privacy.bounded.keys import round_bounds
 from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.server.model import ServerModel
 from fedrec_flwr.stages import NodeUpload, SecureSum, Upload, UserChanges
@@ -82,13 +81,7 @@ def run_plain(config: RunConfig, prepared: PreparedData) -> dict:
 def _bounded_sum(config: RunConfig, changes: UserChanges, table, server_round: int) -> RowUpload:
     """The users' proven changes summed, as the server's sum of their verified reports
     (:func:`~fedrec_flwr.privacy.bounded.encoding.clipped_sum`), one upload."""
-    group = config.group(BoundedKeys)
-    bounds = Bounds.of(
-        table.shape[0],
-        table.shape[1],
-        group.secure_aggregation_bound,
-        group.secure_aggregation_max_rows,
-    )
+    bounds = round_bounds(config, np.asarray(table))
     total, counts = clipped_sum(
         bounds, changes.users, changes.blocks, config.training.seed, server_round
     )

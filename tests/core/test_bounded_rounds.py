@@ -99,16 +99,25 @@ def test_a_bounded_run_gives_the_plain_runs_metrics(tmp_path):
         assert summary["test"][name] == pytest.approx(value, abs=1e-9)
 
 
+SCALED = {"secure-aggregation-bound-scale": 0.2, "secure-aggregation-bound-floor": 0.05}
+
+
 @pytest.mark.usefixtures("private_cache")
-def test_the_audits_loop_gives_the_bounded_runs_metrics(tmp_path):
-    """A bound that clips (B = 3): the audit's Flower-free loop, which sums each user's
-    clipped change, gives the metrics of the Flower run whose reports are proven."""
-    mapping = {**SMALL, "results-dir": str(tmp_path), "item-lr": 8.0, **BOUNDED}
+@pytest.mark.parametrize("scaled", [{}, SCALED], ids=["fixed", "scaled"])
+def test_the_audits_loop_gives_the_bounded_runs_metrics(tmp_path, scaled):
+    """A bound that clips (B = 3, or each round's bound 0.2 x the table's median row norm, at
+    most 3): the audit's Flower-free loop, which sums each user's clipped change, gives the
+    metrics of the Flower run whose reports are proven (the nodes, the server and the
+    helper each compute the round's bound from the table)."""
+    mapping = {**SMALL, "results-dir": str(tmp_path), "item-lr": 8.0, **BOUNDED, **scaled}
     config = RunConfig.from_mapping(mapping)
     summary = run_federation(LocalGrid(client_app, config.to_mapping(), num_nodes=3), config)
     plain = run_plain(config, prepare(config))["test"]
     unbounded = run_plain(RunConfig.from_mapping({**SMALL, "item-lr": 8.0}), prepare(config))
     assert plain != unbounded["test"]  # the bound moves the table
+    if scaled:  # the schedule moves it again
+        fixed = {**SMALL, "item-lr": 8.0, **BOUNDED}
+        assert plain != run_plain(RunConfig.from_mapping(fixed), prepare(config))["test"]
     for name, value in plain.items():
         assert summary["test"][name] == pytest.approx(value, abs=1e-9)
 

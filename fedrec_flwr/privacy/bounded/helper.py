@@ -9,6 +9,8 @@ verifier share, and the client's claim of the helper's parts (:class:`Request`).
 - checks each sending node's key against its identity key (the roster, as nodes check
   their peers: :class:`~fedrec_flwr.privacy.secagg_trust.Roster`), and each user against
   the public schedule (a participant of the round, held by that node, once);
+- computes the round's bound itself from the public table the round trains on, when the
+  bound follows the table (:class:`~fedrec_flwr.privacy.bounded.scaled.BoundSchedule`);
 - opens each seed, computes its verifier share and decides with the leader's;
 - answers **once per round**, and only when at least ``min_reports`` reports were accepted:
   the sum of the accepted reports' output shares (:class:`Answer`), so that the leader
@@ -31,6 +33,7 @@ from fedrec_flwr.privacy import secagg, secagg_trust
 from fedrec_flwr.privacy.bounded import field as gf
 from fedrec_flwr.privacy.bounded import report as rep
 from fedrec_flwr.privacy.bounded.circuit import Bounds, output_of
+from fedrec_flwr.privacy.bounded.scaled import BoundSchedule, ScaleError
 from fedrec_flwr.seeding import keyed_rng
 
 HELPER_ID = secagg_trust.HELPER_ID
@@ -89,13 +92,15 @@ class Helper:
 
     def __init__(
         self,
-        bounds: Bounds,
+        bounds: Bounds | BoundSchedule,
         schedule: Schedule,
         roster: secagg_trust.Roster,
         key_source: str,
         verify_key: bytes = b"",
     ) -> None:
-        self.bounds, self.schedule, self.roster = bounds, schedule, roster
+        #: The bounds of each round (a fixed bound: its own every round).
+        self.rounds = bounds if isinstance(bounds, BoundSchedule) else BoundSchedule(bounds)
+        self.bounds, self.schedule, self.roster = self.rounds.ceiling, schedule, roster
         self.key = secagg.private_key(schedule.seed, HELPER_ID, key_source)
         self.identity = secagg_trust.identity_key(schedule.seed, HELPER_ID, key_source)
         self.verify_key = verify_key or verification_key(schedule.seed, key_source)
@@ -111,9 +116,17 @@ class Helper:
             "helper-identity": np.frombuffer(secagg_trust.public_identity(self.identity), np.uint8),
         }
 
-    def answer(self, run_id: int, server_round: int, requests: list[Request]) -> Answer:
+    def answer(
+        self,
+        run_id: int,
+        server_round: int,
+        requests: list[Request],
+        table: np.ndarray | None = None,
+    ) -> Answer:
         """The round's answer (:class:`Answer`); refused (:class:`HelperRefused`) for a round
-        answered already or with fewer than ``min_reports`` accepted."""
+        answered already, with fewer than ``min_reports`` accepted, or without the round's
+        public ``table`` when the bound follows it."""
+        bounds = self.round_bounds(table)
         if (run_id, server_round) in self.answered:
             raise HelperRefused(
                 f"round {server_round} of this run was answered already: a second sum over "
@@ -123,19 +136,19 @@ class Helper:
         s = self.schedule
         chosen = set(participants(s.seed, server_round, s.num_users, s.fraction_train).tolist())
         verifiers, accepted, refused = {}, [], {}
-        total = np.zeros(self.bounds.output_length, dtype=np.uint64)
+        total = np.zeros(bounds.output_length, dtype=np.uint64)
         for request in requests:
             try:
                 self._check_sender(run_id, request, chosen)
                 chosen.discard(request.user)  # each user once
-                verifier, share = self._verify(run_id, server_round, request)
+                verifier, share = self._verify(bounds, run_id, server_round, request)
             except (rep.ReportRefused, secagg_trust.SecureRoundRefused, ValueError) as why:
                 refused[request.user] = str(why)
                 continue
             verifiers[request.user] = verifier
-            if rep.accepts(self.bounds, request.leader.verifier, verifier):
+            if rep.accepts(bounds, request.leader.verifier, verifier):
                 accepted.append(request.user)
-                total = gf.add(total, output_of(self.bounds, share))
+                total = gf.add(total, output_of(bounds, share))
             else:
                 refused[request.user] = "the report does not verify"
         if len(accepted) < s.min_reports:
@@ -144,6 +157,20 @@ class Helper:
                 f"{s.min_reports} whose sum the helper may reveal"
             )
         return Answer(verifiers, tuple(accepted), total, refused)
+
+    def round_bounds(self, table: np.ndarray | None) -> Bounds:
+        """The round's bounds, computed from the public ``table`` the round trains on."""
+        if self.rounds.scale <= 0:
+            return self.bounds
+        if table is None:
+            raise HelperRefused(
+                "the bound follows the table (secure-aggregation-bound-scale), and the round's "
+                "table was not shown: no bound to verify against"
+            )
+        try:
+            return self.rounds.at(table)
+        except ScaleError as why:
+            raise HelperRefused(str(why)) from why
 
     def _check_sender(self, run_id: int, request: Request, chosen: set[int]) -> None:
         if (
@@ -161,10 +188,10 @@ class Helper:
                 f"the key of partition {request.partition} is not signed by its identity key"
             )
 
-    def _verify(self, run_id: int, server_round: int, request: Request):
-        ctx = rep.context(run_id, server_round, request.user, self.bounds)
+    def _verify(self, bounds: Bounds, run_id: int, server_round: int, request: Request):
+        ctx = rep.context(run_id, server_round, request.user, bounds)
         sigma = rep.open_sealed(request.sealed, self.key, request.node_key, ctx)
         verifier, expanded = rep.helper_share(
-            self.bounds, ctx, sigma, request.leader, request.claimed, self.verify_key
+            bounds, ctx, sigma, request.leader, request.claimed, self.verify_key
         )
         return verifier, expanded.share
