@@ -184,8 +184,18 @@ def cmd_fedrap(args) -> int:
 def cmd_radius_sweep(args) -> int:
     from fedrec_lab.analysis import sweep
 
+    unknown = sorted(set(args.protocols or ()) - set(sweep.SCHEDULE))
+    if unknown:
+        raise SystemExit(
+            f"--protocols: {', '.join(unknown)}; the sweep's: {', '.join(sweep.SCHEDULE)}"
+        )
     if not args.report_only:
-        sweep.run_missing(args.runs, args.data_dir)
+        sweep.run_missing(
+            args.runs,
+            args.data_dir,
+            protocols=tuple(args.protocols or ()),
+            seeds=tuple(args.seeds or ()),
+        )
     command = "python -m fedrec_lab.analysis radius-sweep --data-dir DIR --out " + shlex.quote(
         str(args.out)
     )
@@ -241,6 +251,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=Path, default=Path(RUNS))
     add_out(p, "analyze", "the report")
     p.add_argument("--report-only", action="store_true", help="write the report, run nothing")
+    p.add_argument(
+        "--protocols", nargs="+", default=None, help="run only these protocols' missing cells"
+    )
+    p.add_argument("--seeds", nargs="+", type=int, default=None, help="run only these seeds")
     p.set_defaults(run=cmd_radius_sweep)
 
     p = sub.add_parser("sam-table", help="each method with and without SAM")

@@ -63,10 +63,17 @@ def rows(protocol: str) -> list[runner.RowSpec]:
     return out
 
 
-def run_missing(runs: Path, data_dir: str, nodes: int = 2) -> None:
-    for protocol in SCHEDULE:
+def run_missing(
+    runs: Path,
+    data_dir: str,
+    nodes: int = 2,
+    protocols: tuple[str, ...] | None = None,
+    seeds: tuple[int, ...] | None = None,
+) -> None:
+    """Run the sweep's missing cells (of ``protocols`` and ``seeds`` only, if given)."""
+    for protocol in protocols or tuple(SCHEDULE):
         for row in rows(protocol):
-            for cell in row.cells(list(SEEDS)):
+            for cell in row.cells(list(seeds or SEEDS)):
                 if (runs / cell.name / "summary.json").exists():
                     continue
                 if (runs / cell.name).exists():

@@ -405,3 +405,31 @@ def test_an_unfinished_sam_cell_continues_from_its_checkpoint_else_runs_again(
     else:  # set aside, kept, and run from round 1
         assert how == "run" and started == [str(folder.resolve()), ""]
         assert len(list(runs.glob(f"{cell.name}.incomplete-*"))) == 1
+
+
+@pytest.mark.slow  # five end-to-end lab runs of 2 rounds: the slow tier
+def test_a_tiny_radius_sweep_runs_its_missing_cells_and_reports_them(tmp_path, monkeypatch):
+    from fedrec_lab.analysis import sweep
+    from fedrec_lab.analysis.command import main
+
+    tiny = {"num-server-rounds": 2, "synthetic-users": 30, "synthetic-items": 400}
+    monkeypatch.setattr(sweep, "DATASET", "synthetic")
+    monkeypatch.setattr(sweep, "SCHEDULE", {"strict": tiny, "paper": tiny})
+    monkeypatch.setattr(sweep, "GRID", (0.0, 1.0))
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    argv = ["radius-sweep", "--data-dir", str(tmp_path), "--runs", str(runs), "--out", str(out)]
+    assert main([*argv, "--protocols", "strict", "--seeds", "0"]) == 0
+    found = json.loads((out / "fedrecgel-radius-sweep.json").read_text())
+    strict = [p for p in found if p["protocol"] == "strict"]
+    assert len(strict) == len(sweep.rows("strict")) and all(p["seeds"] == 1 for p in strict)
+    assert all(p["seeds"] == 0 for p in found if p["protocol"] == "paper")  # not asked for
+    for point in strict:  # each run at its row's radii
+        name = f"fedrecgel+{point['tag']}-synthetic-strict-seed0"
+        config = json.loads((runs / name / "config.json").read_text())
+        assert (config["sam-rho-private"], config["sam-rho-shared"]) == (
+            point["private"],
+            point["shared"],
+        )
+    assert (out / "fedrecgel-radius-sweep.png").stat().st_size > 0
+    with pytest.raises(SystemExit, match="--protocols: other"):
+        main([*argv, "--protocols", "other"])
