@@ -13,6 +13,11 @@ W0, W1 = np.uint64(0x9E3779B9), np.uint64(0xBB67AE85)
 MASK = np.uint64(MASK32)
 SHIFT = np.uint64(32)
 PHILOX_ROUNDS = 10
+ONE, SHIFT_58 = np.uint64(1), np.uint64(58)
+#: The de Bruijn sequence whose top six bits, times a power of two, name the power.
+DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
+BIT_OF = np.zeros(64, dtype=np.int64)
+BIT_OF[[((1 << b) * 0x03F79D71B4CB0A89 >> 58) & 63 for b in range(64)]] = np.arange(64)
 
 jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 
@@ -84,50 +89,64 @@ def negatives(key, counter, users, sizes, counts, exclusions, num_items, max_att
 @jit
 def shuffled(key, counter, users, counts):
     """Each user's sample positions ordered by their words, ties by position: flat
-    indices, users in order."""
+    indices, users in order. Each sample's key is its word above its position (distinct
+    keys: any sort gives the stable order of the words)."""
     k0, k1 = np.uint64(key[0]), np.uint64(key[1])
     c2, c3 = np.uint64(counter[0]), np.uint64(counter[1])
     out = np.empty(counts.sum(), dtype=np.int64)
+    keys = np.empty(counts.max() if len(counts) else 0, dtype=np.uint64)
     at = 0
     for j in range(len(users)):
         size = counts[j]
         c1 = np.uint64(users[j] & MASK32)
-        words = np.empty(size, dtype=np.int64)
         for block in range((size + 3) // 4):
             four = philox(np.uint64(block), c1, c2, c3, k0, k1)
             for k in range(min(4, size - 4 * block)):
-                words[4 * block + k] = np.int64(lane(four, k))
-        order = np.argsort(words, kind="mergesort")
+                keys[4 * block + k] = (lane(four, k) << SHIFT) | np.uint64(4 * block + k)
+        mine = keys[:size]
+        mine.sort()
         for k in range(size):
-            out[at + k] = at + order[k]
+            out[at + k] = at + np.int64(mine[k] & MASK)
         at += size
     return out
 
 
 @jit
+def lowest_bit(word):
+    """The index of the lowest set bit of a non-zero uint64 (a de Bruijn multiply)."""
+    return BIT_OF[((word & (~word + ONE)) * DE_BRUIJN) >> SHIFT_58]
+
+
+@jit
 def distinct(bounds, items, num_items):
     """Each user's distinct items (sorted, users in order) and each entry's place
-    among them."""
-    where = np.full(num_items, -1, dtype=np.int64)
+    among them: the items marked in a bitmap, read back in order."""
+    bits = np.zeros((num_items + 63) >> 6, dtype=np.uint64)
+    where = np.empty(num_items, dtype=np.int64)
     found = np.empty(len(items), dtype=np.int64)
     inverse = np.empty(len(items), dtype=np.int64)
     row_counts = np.zeros(len(bounds) - 1, dtype=np.int64)
     total = 0
     for j in range(len(bounds) - 1):
-        first = total
+        first, low, high = total, len(bits), -1
         for k in range(bounds[j], bounds[j + 1]):
             item = items[k]
-            if where[item] < 0:
-                where[item] = 0
-                found[total] = item
+            word, bit = item >> 6, ONE << np.uint64(item & 63)
+            if not bits[word] & bit:
+                bits[word] |= bit
                 total += 1
-        found[first:total].sort()
-        for k in range(first, total):
-            where[found[k]] = k
+                low, high = min(low, word), max(high, word)
+        at = first
+        for word in range(low, high + 1):
+            marks = bits[word]
+            while marks:
+                found[at] = (word << 6) + lowest_bit(marks)
+                where[found[at]] = at
+                marks &= marks - ONE
+                at += 1
+            bits[word] = 0
         for k in range(bounds[j], bounds[j + 1]):
             inverse[k] = where[items[k]]
-        for k in range(first, total):
-            where[found[k]] = -1
         row_counts[j] = total - first
     return found[:total].copy(), inverse, row_counts
 
@@ -195,3 +214,19 @@ def repeated_sources(table, source, rows, repeated):
             if table[rows[entry], c] == -0x80000000:
                 negative_zero = True
     return keep, negative_zero
+
+
+@jit
+def candidate_rows(offsets, items, candidates, num_items):
+    """Which of user ``j``'s rows ``items[offsets[j]:offsets[j + 1]]`` are among its
+    candidates ``candidates[j]`` (a scratch of marks over the items)."""
+    marked = np.zeros(num_items, dtype=np.bool_)
+    keep = np.empty(len(items), dtype=np.bool_)
+    for j in range(len(offsets) - 1):
+        for c in range(candidates.shape[1]):
+            marked[candidates[j, c]] = True
+        for k in range(offsets[j], offsets[j + 1]):
+            keep[k] = marked[items[k]]
+        for c in range(candidates.shape[1]):
+            marked[candidates[j, c]] = False
+    return keep

@@ -14,6 +14,12 @@ global sort.
 - :func:`repeated_entries` and :func:`repeated_sources`: the entries of repeated rows in a
   row update (:class:`fedrec_flwr.node.row_updates.RowAdder`), one pass over a scratch of
   counts, and which of them add anything (their sources' bits);
+- :func:`candidate_rows`: :meth:`fedrec_flwr.node.protocols.PaperProtocol.keep_personal_rows`,
+  each user's candidates marked in a scratch array over the items;
+- :func:`keyed_negatives` and :func:`keyed_permutations`: the ``keyed-numpy`` sampler's
+  draws (:func:`fedrec_flwr.node.samples.users_round_items`) and shuffles
+  (:func:`fedrec_flwr.node.training.shuffled_order`), each user's NumPy PCG64 generator
+  stepped in the loop (:mod:`fedrec_flwr.node.pcg_kernels`);
 - :func:`float64_row_sums`: :func:`fedrec_flwr.node.upload.float64_row_sums`, the float64
   sums of float32 rows added in row order, as ``index_add_`` adds them (float64 additions
   of exact conversions, one per element and row: no other rounding).
@@ -34,6 +40,13 @@ def _kernels():
     from fedrec_flwr.node import host_kernels
 
     return host_kernels
+
+
+def _pcg():
+    """The PCG64 loops' module (numba imported on first use)."""
+    from fedrec_flwr.node import pcg_kernels
+
+    return pcg_kernels
 
 
 def _key(seed: int) -> np.ndarray:
@@ -144,3 +157,46 @@ def repeated_sources(
         table.view(np.int32), source.view(np.int32), rows, repeated
     )
     return keep, bool(negative_zero)
+
+
+def candidate_rows(
+    offsets: np.ndarray, items: np.ndarray, candidates: np.ndarray, num_items: int
+) -> np.ndarray:
+    """Mask of the rows of user ``j`` (``items[offsets[j]:offsets[j + 1]]``, item ids below
+    ``num_items``) that are among its candidates ``candidates[j]``."""
+    return _kernels().candidate_rows(
+        np.ascontiguousarray(offsets, dtype=np.int64),
+        np.ascontiguousarray(items, dtype=np.int64),
+        np.ascontiguousarray(candidates, dtype=np.int64),
+        int(num_items),
+    )
+
+
+def keyed_negatives(
+    states: np.ndarray,
+    sizes: np.ndarray,
+    counts: np.ndarray,
+    exclusions: np.ndarray,
+    num_items: int,
+) -> np.ndarray:
+    """Each user's ``sample_excluding(rng, num_items, excluded, size)`` from its generator's
+    PCG64 state (``states[j]``, :func:`fedrec_flwr.seeding.keyed_pcg64_states`), users
+    after one another; user ``j``'s ``counts[j]`` sorted exclusions next in ``exclusions``
+    (fewer than ``num_items``)."""
+    as_int = lambda values: np.ascontiguousarray(values, dtype=np.int64)  # noqa: E731
+    return _pcg().negatives(
+        np.ascontiguousarray(states, dtype=np.uint64),
+        as_int(sizes),
+        as_int(counts),
+        as_int(exclusions),
+        int(num_items),
+    )
+
+
+def keyed_permutations(states: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Each user's ``rng.permutation(counts[j])`` from its generator's PCG64 state,
+    users after one another."""
+    return _pcg().permutations(
+        np.ascontiguousarray(states, dtype=np.uint64),
+        np.ascontiguousarray(counts, dtype=np.int64),
+    )

@@ -18,6 +18,7 @@ from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
 from fedrec_flwr.evaluation import ranks_from_scores, reported_metrics
 from fedrec_flwr.methods import Method
 from fedrec_flwr.methods.capabilities import linear_head
+from fedrec_flwr.node import host_loops
 from fedrec_flwr.node.full_ranking import DeviceTable, linear_full_ranks
 from fedrec_flwr.node.layered import RowStore
 from fedrec_flwr.node.malicious import target_exposure
@@ -43,6 +44,10 @@ class Ranks:
     sampled_val: np.ndarray | None = None
     sampled_test: np.ndarray | None = None
     exposed: np.ndarray | None = None  # float64 [a]: a target item in the top 10 (strict)
+
+
+#: Rows from which :meth:`PaperProtocol.keep_personal_rows` takes the compiled loop.
+COMPILED_ROWS = 1 << 14
 
 
 class EvalProtocol:
@@ -153,6 +158,8 @@ class PaperProtocol(EvalProtocol):
             return np.zeros(len(items), dtype=bool)
         span = self.prepared.num_items
         candidates = self.candidates_of(users)
+        if len(items) >= COMPILED_ROWS:  # each user's candidates marked, its rows read
+            return host_loops.candidate_rows(row_offsets, items, candidates, span)
         owner = np.arange(len(users), dtype=np.int64)
         wanted = np.sort((owner[:, None] * span + candidates).reshape(-1))
         offsets: np.ndarray = np.asarray(row_offsets, np.int64)

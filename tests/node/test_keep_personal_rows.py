@@ -68,10 +68,11 @@ def test_keep_personal_rows_is_refused_where_it_cannot_apply():
     RunConfig.from_mapping({**SMALL, "plgc": True, "keep-personal-rows": "positives"})
 
 
-def test_paper_protocol_vectorised_candidates_and_kept_rows_are_the_per_user_ones():
+def test_paper_protocol_vectorised_candidates_and_kept_rows_are_the_per_user_ones(monkeypatch):
     """The paper protocol's candidates and kept-row mask for many users at once are those
     of :meth:`candidates` and :meth:`keep_personal`, user by user (users with no rows and
-    rows outside the candidates included)."""
+    rows outside the candidates included), by the sort and by the compiled loop."""
+    from fedrec_flwr.node import protocols
     from fedrec_flwr.node.protocols import PaperProtocol
 
     config = RunConfig.from_mapping({**SMALL, "protocol": "paper"})
@@ -90,5 +91,7 @@ def test_paper_protocol_vectorised_candidates_and_kept_rows_are_the_per_user_one
     items = np.concatenate(blocks).astype(np.int64)
     pairs = zip(users, blocks, strict=True)
     want = np.concatenate([protocol.keep_personal(int(u), b) for u, b in pairs])
-    got = protocol.keep_personal_rows(users, offsets, items)
-    assert got.dtype == bool and np.array_equal(got, want) and want.any() and not want.all()
+    for compiled_rows in (1 << 62, 0):  # the sort, then the compiled loop
+        monkeypatch.setattr(protocols, "COMPILED_ROWS", compiled_rows)
+        got = protocol.keep_personal_rows(users, offsets, items)
+        assert got.dtype == bool and np.array_equal(got, want) and want.any() and not want.all()
