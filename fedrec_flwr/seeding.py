@@ -128,4 +128,25 @@ def keyed_rngs(seed: int, stream: str, keys: np.ndarray) -> list[np.random.Gener
     return generators
 
 
+def keyed_pcg64_states(seed: int, stream: str, keys: np.ndarray) -> np.ndarray:
+    """The PCG64 states of :func:`keyed_rngs`' generators, as uint64 [n, 4]: the state's
+    high and low words, the increment's high and low words (for compiled loops that step
+    them: :mod:`fedrec_flwr.node.pcg_kernels`)."""
+    keys = np.asarray(keys, dtype=np.int64).reshape(len(keys), -1)
+    if (keys < 0).any() or (keys >= 1 << 32).any() or not 0 <= int(seed) < 1 << 32:
+        states = []
+        for row in keys.tolist():
+            state = keyed_rng(seed, stream, *row).bit_generator.state["state"]
+            states.append((state["state"], state["inc"]))
+    else:
+        words = np.empty((len(keys), 2 + keys.shape[1]), dtype=np.uint32)
+        words[:, 0], words[:, 1], words[:, 2:] = int(seed), STREAMS[stream], keys
+        with np.errstate(over="ignore"):
+            states = _pcg64_states(words)
+    low = (1 << 64) - 1
+    return np.array(
+        [(s >> 64, s & low, i >> 64, i & low) for s, i in states], dtype=np.uint64
+    ).reshape(len(keys), 4)
+
+
 _BITS = threading.local()  # each thread's PCG64 bit generators for keyed_rngs

@@ -22,7 +22,7 @@ from fedrec_flwr.node.counter_rng import counter_negatives
 from fedrec_flwr.privacy.decoys import DecoyKeys, DecoyUpdates, with_trained_decoys
 from fedrec_flwr.run_keys import TrainNegatives
 from fedrec_flwr.sampling import NegativeSampler, is_member, sample_excluding
-from fedrec_flwr.seeding import STREAMS, keyed_rng, keyed_rngs
+from fedrec_flwr.seeding import STREAMS, keyed_pcg64_states, keyed_rng, keyed_rngs
 
 
 def user_round_items(
@@ -74,6 +74,8 @@ def distinct_items(items: np.ndarray, num_items: int) -> tuple[np.ndarray, np.nd
     return ids, where[items]
 
 
+#: Draws from which :func:`users_round_items` (``keyed-numpy``) takes the compiled loop.
+COMPILED_DRAWS = 1 << 14
 #: Entries from which :func:`user_rows` takes the compiled loop (below: one sort).
 COMPILED_KEYS = 1 << 16
 
@@ -120,8 +122,9 @@ def users_round_items(
     prepared: PreparedData, config: RunConfig, users: np.ndarray, server_round: int
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """:func:`user_round_items` of each of ``users``, the same draws from the same keyed
-    generators, with the membership tests against the exclusion sets made for all of them
-    at once (a Python loop remains only over the generators)."""
+    generators: from ``COMPILED_DRAWS`` draws each generator stepped in a compiled loop
+    (:func:`fedrec_flwr.node.host_loops.keyed_negatives`), below it the membership tests
+    against the exclusion sets made for all users at once (:func:`lockstep_negatives`)."""
     users = np.asarray(users, dtype=np.int64)
     if len(users) < 2:  # one user (a faithful-mode node): no batching to gain
         return [user_round_items(prepared, config, int(u), server_round) for u in users]
@@ -133,22 +136,38 @@ def users_round_items(
         flat = counter_round_negatives(config, users, server_round, sizes, counts, excluded, n)
         return assembled(prepared, config, users, positives, np.split(flat, np.cumsum(sizes)[:-1]))
     fallback = (sizes == 0) | (counts >= n)  # nothing to draw, or the per-user error
-    keyed = keyed_rngs(
-        config.training.seed,
-        "train-negatives",
-        np.stack([users, np.full_like(users, server_round)], 1),
-    )
-    rngs = [None if fallback[j] else rng for j, rng in enumerate(keyed)]
     sizes[fallback] = 0  # those draw user by user below
+    key_rows = np.stack([users, np.full_like(users, server_round)], 1)
+    if int(sizes.sum()) >= COMPILED_DRAWS:  # each generator stepped in a compiled loop
+        states = keyed_pcg64_states(config.training.seed, "train-negatives", key_rows)
+        flat = host_loops.keyed_negatives(states, sizes, counts, excluded, n)
+    else:
+        flat = lockstep_negatives(config.training.seed, key_rows, sizes, counts, excluded, n)
+    draws = np.split(flat, np.cumsum(sizes)[:-1])
+    result = assembled(prepared, config, users, positives, draws)
+    for j in np.flatnonzero(fallback):
+        result[j] = user_round_items(prepared, config, int(users[j]), server_round)
+    return result
+
+
+def lockstep_negatives(
+    seed: int,
+    key_rows: np.ndarray,
+    sizes: np.ndarray,
+    counts: np.ndarray,
+    excluded: np.ndarray,
+    n: int,
+) -> np.ndarray:
+    """Each user's ``sample_excluding`` draws (generator keyed by its row of ``key_rows``),
+    flat, with the membership tests made for all of them at once."""
+    rngs = keyed_rngs(seed, "train-negatives", key_rows)
     draws = [
-        rng.integers(0, n, size=int(size), dtype=np.int64)
-        if rng is not None and size
-        else np.empty(0, np.int64)
+        rng.integers(0, n, size=int(size), dtype=np.int64) if size else np.empty(0, np.int64)
         for rng, size in zip(rngs, sizes, strict=True)
     ]
     # (position in users, item) keys: the exclusion sets' are sorted, as the users' order is.
-    excluded_keys = np.repeat(np.arange(len(users), dtype=np.int64), counts) * n + excluded
-    draw_owner = np.repeat(np.arange(len(users), dtype=np.int64), sizes)
+    excluded_keys = np.repeat(np.arange(len(sizes), dtype=np.int64), counts) * n + excluded
+    draw_owner = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
     flat = np.concatenate(draws)
     # sample_excluding's rejection loop, every user's in lockstep: each redraws its rejected
     # entries from its own generator, in the same order, until none is excluded.
@@ -162,11 +181,7 @@ def users_round_items(
             ]
         )
         wrong = wrong[is_member(draw_owner[wrong] * n + flat[wrong], excluded_keys)]
-    draws = np.split(flat, np.cumsum(sizes)[:-1])
-    result = assembled(prepared, config, users, positives, draws)
-    for j in np.flatnonzero(fallback):
-        result[j] = user_round_items(prepared, config, int(users[j]), server_round)
-    return result
+    return flat
 
 
 def assembled(

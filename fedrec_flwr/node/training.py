@@ -16,6 +16,7 @@ import torch
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.methods.base import ROWS, Method, RoundContext, Step, bce_losses
 from fedrec_flwr.methods.layout import layout
+from fedrec_flwr.node import host_loops
 from fedrec_flwr.node.lockstep import (
     BatchPlan,
     padded_width,
@@ -27,9 +28,10 @@ from fedrec_flwr.node.optim import local_optimizer
 from fedrec_flwr.node.samples import RoundSamples
 from fedrec_flwr.node.schedule import LocalSchedule
 from fedrec_flwr.sampling import NegativeSampler
-from fedrec_flwr.seeding import keyed_rngs
+from fedrec_flwr.seeding import keyed_pcg64_states, keyed_rngs
 
 MAX_STEP_ENTRIES = 1 << 20  # users x padded batch of one step; more are cut into several steps
+COMPILED_SHUFFLE = 1 << 14  # samples from which the keyed-numpy shuffle takes the compiled loop
 
 
 def epoch_steps(
@@ -84,7 +86,9 @@ def shuffled_order(
     samples: RoundSamples, seed: int, server_round: int, epoch: int, stage: int = 0
 ) -> np.ndarray:
     """Each user's samples in its own shuffled order (keyed by (seed, user, round, epoch
-    and, past the first, the stage)): positions into the flat samples, user after user."""
+    and, past the first, the stage)): positions into the flat samples, user after user.
+    From ``COMPILED_SHUFFLE`` samples the generators' permutations come from a compiled
+    loop (:func:`fedrec_flwr.node.host_loops.keyed_permutations`: the same ones)."""
     users = np.asarray(samples.users, dtype=np.int64)
     if not len(users):
         return np.empty(0, dtype=np.int64)
@@ -92,6 +96,10 @@ def shuffled_order(
     keys = (epoch,) if stage == 0 else (epoch, stage)
     key_rows = np.empty((len(users), 2 + len(keys)), dtype=np.int64)
     key_rows[:, 0], key_rows[:, 1], key_rows[:, 2:] = users, server_round, keys
+    if int(samples.sample_offsets[-1]) >= COMPILED_SHUFFLE:  # the generators in a loop
+        states = keyed_pcg64_states(seed, "shuffle", key_rows)
+        order = host_loops.keyed_permutations(states, counts)
+        return order + np.repeat(np.asarray(samples.sample_offsets[:-1], np.int64), counts)
     return np.concatenate(
         [
             samples.sample_offsets[j] + rng.permutation(int(counts[j]))
