@@ -12,13 +12,17 @@ and counted in ``rejected_replies``; the others' sum becomes one upload for
 void when the helper refuses (fewer reports verified than ``secure-aggregation-min-peers``
 + 1, a repeated round) or the two aggregators disagree.
 
-The helper runs in the ServerApp's process here: the bounds hold against every client, and
-each report stays hidden from a server that does not read the helper's key; against a
-server that does, the helper must run as a party apart (``docs/privacy.md``).
+By default the helper runs in the ServerApp's process: the bounds hold against every
+client, and each report stays hidden from a server that does not read the helper's key.
+With ``secure-aggregation-helper = "process"`` it runs as an OS process of its own
+(:class:`~fedrec_flwr.privacy.bounded.helper_process.HelperProcess`), its private key never
+in the ServerApp's process; a party apart on another machine is not shipped
+(``docs/privacy.md``).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Mapping
 from functools import partial
 from logging import WARNING
@@ -33,7 +37,9 @@ from fedrec_flwr.aggregation import RowUpload
 from fedrec_flwr.privacy import secagg_trust
 from fedrec_flwr.privacy.bounded import client, leader
 from fedrec_flwr.privacy.bounded import report as rep
-from fedrec_flwr.privacy.bounded.helper import Helper, Schedule
+from fedrec_flwr.privacy.bounded.helper import Helper, Schedule, verification_key
+from fedrec_flwr.privacy.bounded.helper_process import HelperProcess
+from fedrec_flwr.privacy.bounded.keys import BoundedKeys, HelperPlace
 from fedrec_flwr.privacy.bounded.scaled import BoundSchedule, ScaleError
 from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.run_keys import RunGroups
@@ -58,7 +64,14 @@ class BoundedRounds:
         keys = secure.secure_aggregation_keys
         #: The bounds of every round, and the ceiling's (the fixed point every round uses).
         self.schedule, self.bounds = bounds, bounds.ceiling
-        self.helper = Helper(bounds, schedule, secagg_trust.Roster(training.seed, keys), keys)
+        roster = secagg_trust.Roster(training.seed, keys)
+        self.helper: Helper | HelperProcess
+        if config.group(BoundedKeys).secure_aggregation_helper == HelperPlace.PROCESS:
+            shared = verification_key(training.seed, keys)  # both aggregators hold it
+            self.helper = HelperProcess(bounds, schedule, roster, keys, shared)
+            weakref.finalize(self, self.helper.close)  # the process ends with the run's rounds
+        else:
+            self.helper = Helper(bounds, schedule, roster, keys)
 
     def helper_arrays(self) -> dict[str, np.ndarray]:
         """The helper's key, its signature and identity key, for every train message."""

@@ -59,8 +59,16 @@ FIXED: dict[str, Scalar] = {
 #: ``secagg-bounded-promote``: the same beside 5 % ``promote`` clients (scale 100, one
 #: target item: ``bench/poisoning_secagg.py``'s attack), evaluated every round so that the
 #: report holds the target's ER@10 at each (``strict`` only: ER@10 is a full ranking's).
+#: ``secagg-scaled``: each round's bound 20 x the table's median row norm, between 1 and 25
+#: (``secure-aggregation-bound-scale``); ``-promote`` beside 5 % ``promote`` clients,
+#: ``-promote1`` beside 1 %.
 SECAGG: dict[str, Scalar] = {"secure-aggregation": True, "secure-aggregation-keys": "seeded"}
 BOUNDED: dict[str, Scalar] = {**SECAGG, "secure-aggregation-bound": 25.0}
+SCALED: dict[str, Scalar] = {
+    **BOUNDED,
+    "secure-aggregation-bound-scale": 20.0,
+    "secure-aggregation-bound-floor": 1.0,
+}
 PROMOTE: dict[str, Scalar] = {
     "malicious-fraction": 0.05,
     "malicious-attack": "promote",
@@ -78,6 +86,9 @@ CONFIGS: dict[str, dict[str, Scalar]] = {
     "secagg-ldp": {**SECAGG, **LDP},
     "secagg-bounded": BOUNDED,
     "secagg-bounded-promote": {**BOUNDED, **PROMOTE, "eval-every": 1},
+    "secagg-scaled": SCALED,
+    "secagg-scaled-promote": {**SCALED, **PROMOTE, "eval-every": 1},
+    "secagg-scaled-promote1": {**SCALED, **PROMOTE, "malicious-fraction": 0.01, "eval-every": 1},
 }
 #: The configurations run when ``--configs`` is not given (the earlier table's four).
 DEFAULT_CONFIGS = ["none", "ldp", "decoys", "both"]

@@ -103,12 +103,17 @@ SCALED = {"secure-aggregation-bound-scale": 0.2, "secure-aggregation-bound-floor
 
 
 @pytest.mark.usefixtures("private_cache")
-@pytest.mark.parametrize("scaled", [{}, SCALED], ids=["fixed", "scaled"])
+@pytest.mark.parametrize(
+    "scaled",
+    [{}, SCALED, {**SCALED, "secure-aggregation-helper": "process"}],
+    ids=["fixed", "scaled", "helper-process"],
+)
 def test_the_audits_loop_gives_the_bounded_runs_metrics(tmp_path, scaled):
     """A bound that clips (B = 3, or each round's bound 0.2 x the table's median row norm, at
     most 3): the audit's Flower-free loop, which sums each user's clipped change, gives the
     metrics of the Flower run whose reports are proven (the nodes, the server and the
-    helper each compute the round's bound from the table)."""
+    helper each compute the round's bound from the table; the helper in the ServerApp's
+    process, or in its own)."""
     mapping = {**SMALL, "results-dir": str(tmp_path), "item-lr": 8.0, **BOUNDED, **scaled}
     config = RunConfig.from_mapping(mapping)
     summary = run_federation(LocalGrid(client_app, config.to_mapping(), num_nodes=3), config)

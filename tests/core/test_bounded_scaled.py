@@ -144,3 +144,17 @@ def test_the_keys_give_the_rounds_bounds():
     assert round_bounds(config, table).bound == BoundSchedule(
         Bounds.of(ITEMS, DIM, 8.0), 4.0, 0.5
     ).bound_of(table)
+
+
+@pytest.mark.parametrize(
+    "name", ["secagg-scaled", "secagg-scaled-promote", "secagg-scaled-promote1"]
+)
+def test_the_audits_scaled_configurations_are_valid_runs(name):
+    from fedrec_lab.audit.command import CONFIGS
+
+    config = RunConfig.from_mapping({"protocol": "strict", **CONFIGS[name]})
+    table = table_of(np.full(ITEMS, 0.25))
+    assert round_bounds(config, table).bound == 5.0  # 20 x 0.25, within [1, 25]
+    if "promote" in name:
+        fraction = 0.01 if name.endswith("1") else 0.05
+        assert CONFIGS[name]["malicious-fraction"] == fraction

@@ -5,6 +5,7 @@ need the method and the table (:func:`bounds_of`), and each round's bounds
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,13 @@ from fedrec_flwr.privacy.bounded.scaled import BoundSchedule
 from fedrec_flwr.privacy.secagg import SecAggKeys
 from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.schema import NON_NEGATIVE, ConfigError, Group, RunValues, key
+
+
+class HelperPlace(StrEnum):
+    """``secure-aggregation-helper``: where the helper (the second aggregator) runs."""
+
+    IN_PROCESS = "in-process"
+    PROCESS = "process"
 
 
 def check_bounded(config: RunValues) -> None:
@@ -44,6 +52,12 @@ def check_bounded(config: RunValues) -> None:
             f"secure-aggregation-bound-floor = {floor:g}: with secure-aggregation-bound-scale "
             f"the round's bound needs a floor above 0 and at most secure-aggregation-bound "
             f"= {bound:g} (a bound of 0 refuses every change): set it in (0, {bound:g}]."
+        )
+    if keys.secure_aggregation_helper != HelperPlace.IN_PROCESS and bound <= 0:
+        raise ConfigError(
+            "secure-aggregation-helper places the helper of bounded secure aggregation: set "
+            "secure-aggregation-bound (> 0) too, or leave secure-aggregation-helper = "
+            "'in-process'."
         )
     if floor > 0 and scale <= 0:
         raise ConfigError(
@@ -84,6 +98,14 @@ class BoundedKeys(Group):
         help="with secure-aggregation-bound-scale: the least bound of a round (> 0, at most "
         "secure-aggregation-bound)",
         range=NON_NEGATIVE,
+    )
+    secure_aggregation_helper: str = key(
+        default=HelperPlace.IN_PROCESS.value,
+        help="with secure-aggregation-bound: where the helper (the second aggregator) runs: "
+        "`in-process` (an object of the ServerApp's process) or `process` (an OS process of "
+        "its own, reached through a pipe: its private key never enters the ServerApp's "
+        "process)",
+        choices=HelperPlace,
     )
 
 
