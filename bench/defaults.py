@@ -6,7 +6,8 @@ A cell is (method, target): one run, the strict protocol, seed ``--seed``, at mo
 ``--rounds`` rounds (no more than the preset sets), early stopping after ``--patience``
 evaluated rounds without a better validation HR@10 (0: none), the test HR@10 of the best
 validation round. Each finished cell is cached as ``<cache>/cells/<cell>.json``, so a stopped
-run resumes where it stopped::
+run resumes where it stopped (a cell cached under other ``--rounds`` or ``--patience`` is
+refused)::
 
     python bench/defaults.py --data-dir DIR --targets small-dense \
         --write bench/results/defaults-small-dense
@@ -20,7 +21,7 @@ import sys
 from pathlib import Path
 
 from fedrec_lab.transfer.cells import SHAPES
-from fedrec_lab.transfer.defaults import default_methods, markdown, measure
+from fedrec_lab.transfer.defaults import CENTRAL, default_methods, markdown, measure
 from fedrec_lab.transfer.report import command_line
 
 
@@ -34,6 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--patience", type=int, default=0, help="0: no early stopping")
+    parser.add_argument(
+        "--central",
+        nargs="+",
+        default=list(CENTRAL),
+        choices=list(CENTRAL),
+        help="the centralized rows (popularity and itemknn at least: the checks read them)",
+    )
     parser.add_argument("--write", default=None, help="write <stem>.md and <stem>.json")
     args = parser.parse_args(argv)
     summary = measure(args, Path(args.cache))

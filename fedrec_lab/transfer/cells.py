@@ -205,8 +205,9 @@ def run_config(name: str, config: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def finish(path, name, method, candidate, target, summary, users, hits, source) -> dict:
-    """The record of a finished cell, checked against its summary and cached."""
+def finish(path, name, method, candidate, target, summary, users, hits, source, limits=None):
+    """The record of a finished cell, checked against its summary and cached; ``limits``:
+    the settings that bound its run (kept in the record)."""
     record = {
         "method": method,
         "candidate": candidate,
@@ -220,6 +221,7 @@ def finish(path, name, method, candidate, target, summary, users, hits, source) 
         "run": source,
         "users": users,
         "hits": hits,
+        **(limits or {}),
     }
     if not np.isclose(np.mean(hits), record["test_hr10"]):
         raise SystemExit(f"{name}: per-user.csv does not match summary.json")

@@ -42,21 +42,35 @@ def default_cell(method: str, target: str, args: argparse.Namespace, cache: Path
 
     name = cell_name(method, DEFAULT, target)
     path = cache / "cells" / f"{name}.json"
+    limits = {"max_rounds": args.rounds, "patience": args.patience}
     if path.exists():
-        return json.loads(path.read_text())
+        record = json.loads(path.read_text())
+        made = {k: record.get(k, v) for k, v in {"max_rounds": 100, "patience": 0}.items()}
+        if made != limits:
+            raise SystemExit(
+                f"{path} was run with at most {made['max_rounds']} rounds and patience "
+                f"{made['patience']}, not {args.rounds} and {args.patience}: give those, or "
+                "another --cache"
+            )
+        return record
     keys = candidate_keys(method, DEFAULT)
     config = cell_config(method, DEFAULT, target, args, cache / "runs", keys)
     config["num-server-rounds"] = min(args.rounds, int(keys.get("num-server-rounds", args.rounds)))
     print(f"{name}: running", flush=True)
     summary = run_config(name, config)
     users, hits = hits_of(cache / "runs" / name)
-    return finish(path, name, method, DEFAULT, target, summary, users, hits, "")
+    return finish(path, name, method, DEFAULT, target, summary, users, hits, "", limits)
 
 
 def measure(args: argparse.Namespace, cache: Path) -> dict[str, Any]:
-    """Every default and every centralized row on every target, each with its interval and
-    its paired difference to the centralized rows."""
-    central = {t: {n: central_cell(n, t, args, cache) for n in CENTRAL} for t in args.targets}
+    """Every default and the centralized rows ``args.central`` (popularity and ItemKNN, the
+    two the checks read, at least) on every target, each with its interval and its paired
+    difference to the centralized rows."""
+    rows = getattr(args, "central", CENTRAL)
+    missing = {"popularity", "itemknn"} - set(rows)
+    if missing:
+        raise SystemExit(f"--central must include {' and '.join(sorted(missing))}: the checks")
+    central = {t: {n: central_cell(n, t, args, cache) for n in rows} for t in args.targets}
     cells = [default_cell(m, t, args, cache) for t in args.targets for m in args.methods]
     return summarise(cells, central, args.seed)
 

@@ -61,3 +61,27 @@ def test_the_default_candidate_reads_the_default_preset():
     assert keys["method"] == "pfedrec" and "dataset" not in keys
     assert set(defaults.default_methods()) >= {"pfedrec", "fedmf", "itemitem"}
     assert set(transfer_cells.SHAPES) == {"small-dense", "long-tail", "large"}
+
+
+def test_a_cell_cached_under_other_limits_is_refused(tmp_path):
+    import argparse
+    import json
+
+    name = transfer_cells.cell_name("fedmf", transfer_cells.DEFAULT, "long-tail")
+    (tmp_path / "cells").mkdir()
+    record = {**cell("fedmf", "long-tail", 0.2), "max_rounds": 100, "patience": 0}
+    (tmp_path / "cells" / f"{name}.json").write_text(json.dumps(record))
+    same = argparse.Namespace(rounds=100, patience=0)
+    assert defaults.default_cell("fedmf", "long-tail", same, tmp_path) == record
+    with pytest.raises(SystemExit, match="at most 100 rounds and patience 0, not 30 and 10"):
+        defaults.default_cell(
+            "fedmf", "long-tail", argparse.Namespace(rounds=30, patience=10), tmp_path
+        )
+
+
+def test_the_checks_need_popularity_and_itemknn():
+    import argparse
+
+    args = argparse.Namespace(central=["popularity", "ease"], targets=["long-tail"])
+    with pytest.raises(SystemExit, match="must include itemknn"):
+        defaults.measure(args, cache=None)
