@@ -7,7 +7,7 @@ A cell is (method, target): one run, the strict protocol, seed ``--seed``, at mo
 evaluated rounds without a better validation HR@10 (0: none), the test HR@10 of the best
 validation round. Each finished cell is cached as ``<cache>/cells/<cell>.json``, so a stopped
 run resumes where it stopped (a cell cached under other ``--rounds`` or ``--patience`` is
-refused)::
+refused, as under another ``--eval-every``)::
 
     python bench/defaults.py --data-dir DIR --targets small-dense \
         --write bench/results/defaults-small-dense
@@ -36,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--patience", type=int, default=0, help="0: no early stopping")
     parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=1,
+        help="evaluate every N rounds and after the last (the best round is one of those)",
+    )
+    parser.add_argument(
         "--central",
         nargs="+",
         default=list(CENTRAL),
@@ -46,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     summary = measure(args, Path(args.cache))
     command = command_line(argv, script="defaults.py")
-    settings = {k: getattr(args, k) for k in ("seed", "rounds", "patience", "targets")}
+    keys = ("seed", "rounds", "patience", "eval_every", "targets")
+    settings = {k: getattr(args, k) for k in keys}
     text = markdown(summary, command, settings)
     print(text)
     if args.write:

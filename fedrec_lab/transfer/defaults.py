@@ -42,20 +42,23 @@ def default_cell(method: str, target: str, args: argparse.Namespace, cache: Path
 
     name = cell_name(method, DEFAULT, target)
     path = cache / "cells" / f"{name}.json"
-    limits = {"max_rounds": args.rounds, "patience": args.patience}
+    every = getattr(args, "eval_every", 1)
+    limits = {"max_rounds": args.rounds, "patience": args.patience, "eval_every": every}
     if path.exists():
         record = json.loads(path.read_text())
-        made = {k: record.get(k, v) for k, v in {"max_rounds": 100, "patience": 0}.items()}
+        unset = {"max_rounds": 100, "patience": 0, "eval_every": 1}
+        made = {k: record.get(k, v) for k, v in unset.items()}
         if made != limits:
             raise SystemExit(
-                f"{path} was run with at most {made['max_rounds']} rounds and patience "
-                f"{made['patience']}, not {args.rounds} and {args.patience}: give those, or "
-                "another --cache"
+                f"{path} was run with at most {made['max_rounds']} rounds, patience "
+                f"{made['patience']}, evaluated every {made['eval_every']}, not "
+                f"{args.rounds}, {args.patience} and {every}: give those, or another --cache"
             )
         return record
     keys = candidate_keys(method, DEFAULT)
     config = cell_config(method, DEFAULT, target, args, cache / "runs", keys)
     config["num-server-rounds"] = min(args.rounds, int(keys.get("num-server-rounds", args.rounds)))
+    config["eval-every"] = every
     print(f"{name}: running", flush=True)
     summary = run_config(name, config)
     users, hits = hits_of(cache / "runs" / name)
@@ -139,6 +142,11 @@ def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) ->
         "",
         f"Strict protocol, seed {settings['seed']}, one node, at most {settings['rounds']} "
         "rounds (no more than the preset sets), "
+        + (
+            f"evaluated every {settings['eval_every']} rounds and after the last, "
+            if settings.get("eval_every", 1) > 1
+            else ""
+        )
         + (
             f"early stopping after {settings['patience']} evaluated rounds without a better "
             "validation HR@10"

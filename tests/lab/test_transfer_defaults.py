@@ -70,10 +70,13 @@ def test_a_cell_cached_under_other_limits_is_refused(tmp_path):
     name = transfer_cells.cell_name("fedmf", transfer_cells.DEFAULT, "long-tail")
     (tmp_path / "cells").mkdir()
     record = {**cell("fedmf", "long-tail", 0.2), "max_rounds": 100, "patience": 0}
+    record["eval_every"] = 1
     (tmp_path / "cells" / f"{name}.json").write_text(json.dumps(record))
     same = argparse.Namespace(rounds=100, patience=0)
     assert defaults.default_cell("fedmf", "long-tail", same, tmp_path) == record
-    with pytest.raises(SystemExit, match="at most 100 rounds and patience 0, not 30 and 10"):
+    with pytest.raises(
+        SystemExit, match="100 rounds, patience 0, evaluated every 1, not 30, 10 and 1"
+    ):
         defaults.default_cell(
             "fedmf", "long-tail", argparse.Namespace(rounds=30, patience=10), tmp_path
         )
@@ -85,3 +88,10 @@ def test_the_checks_need_popularity_and_itemknn():
     args = argparse.Namespace(central=["popularity", "ease"], targets=["long-tail"])
     with pytest.raises(SystemExit, match="must include itemknn"):
         defaults.measure(args, cache=None)
+
+
+def test_the_report_says_how_often_the_runs_were_evaluated():
+    summary = defaults.summarise(CELLS, CENTRAL, seed=0)
+    settings = {"seed": 0, "rounds": 40, "patience": 0, "eval_every": 4, "targets": []}
+    text = defaults.markdown(summary, "python bench/defaults.py --data-dir DIR", settings)
+    assert "at most 40 rounds (no more than the preset sets), evaluated every 4 rounds" in text
