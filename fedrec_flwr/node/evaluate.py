@@ -18,6 +18,7 @@ from fedrec_flwr.node.losses import user_losses
 from fedrec_flwr.node.scoring import held_items, user_rows
 from fedrec_flwr.node.state import NodeState
 from fedrec_flwr.partition import eval_sample
+from fedrec_flwr.sampling import is_member
 from fedrec_flwr.spectrum import effective_rank, erank_users
 
 if TYPE_CHECKING:
@@ -170,10 +171,19 @@ class NodeEvaluation:
         it holds personal or private rows of (among the rows evaluation received)."""
         position = int(positions[j])
         items = held_items(state.personal, state.private_rows, position)
-        if item_ids is not None:
-            items = items[np.isin(items, item_ids)]
+        received = is_member(items, item_ids) if item_ids is not None else None  # ids sorted
+        if received is not None:
+            items = items[received]
         if len(items) < 2:
             return None
+        user = {n: v[j : j + 1] for n, v in params.items()}
+        plain = layout(self.method)
+        if not (state.private_rows or plain.private_rows or plain.global_rows):
+            # it holds a personal row of each item and reads nothing else: those rows
+            held = state.personal.of(position)[1]
+            rows = held.copy() if received is None else held[received]
+            reps = self.method.represent(user, torch.from_numpy(rows[None]).to(self.device))[0]
+            return effective_rank(reps.cpu())
         rows, extras = user_rows(
             self.method,
             state.personal,
@@ -183,7 +193,6 @@ class NodeEvaluation:
             item_ids,
             item_rows,
         )
-        user = {n: v[j : j + 1] for n, v in params.items()}
         user.update({n: torch.from_numpy(v).to(self.device) for n, v in extras.items()})
         reps = self.method.represent(user, torch.from_numpy(rows).to(self.device))[0]
         return effective_rank(reps.cpu())

@@ -230,3 +230,24 @@ def candidate_rows(offsets, items, candidates, num_items):
         for c in range(candidates.shape[1]):
             marked[candidates[j, c]] = False
     return keep
+
+
+@jit
+def stored_pairs(indptr, stored, positions, items):
+    """Where each (position, item) pair lies in a CSR store (``stored[indptr[p]:indptr[p
+    + 1]]``: position ``p``'s sorted items), by a binary search in its own items; whether
+    it is held (where not, the index is 0)."""
+    where = np.zeros(len(items), dtype=np.int64)
+    held = np.zeros(len(items), dtype=np.bool_)
+    for k in range(len(items)):
+        low, end, item = indptr[positions[k]], indptr[positions[k] + 1], items[k]
+        high = end
+        while low < high:
+            middle = (low + high) >> 1
+            if stored[middle] < item:
+                low = middle + 1
+            else:
+                high = middle
+        if low < end and stored[low] == item:
+            where[k], held[k] = low, True
+    return where, held

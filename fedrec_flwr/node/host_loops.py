@@ -20,6 +20,8 @@ global sort.
   draws (:func:`fedrec_flwr.node.samples.users_round_items`) and shuffles
   (:func:`fedrec_flwr.node.training.shuffled_order`), each user's NumPy PCG64 generator
   stepped in the loop (:mod:`fedrec_flwr.node.pcg_kernels`);
+- :func:`stored_pairs`: :meth:`fedrec_flwr.node.personal.PersonalRows.find`, each pair
+  searched among its own user's items instead of among every stored key;
 - :func:`float64_row_sums`: :func:`fedrec_flwr.node.upload.float64_row_sums`, the float64
   sums of float32 rows added in row order, as ``index_add_`` adds them (float64 additions
   of exact conversions, one per element and row: no other rounding).
@@ -200,3 +202,12 @@ def keyed_permutations(states: np.ndarray, counts: np.ndarray) -> np.ndarray:
         np.ascontiguousarray(states, dtype=np.uint64),
         np.ascontiguousarray(counts, dtype=np.int64),
     )
+
+
+def stored_pairs(
+    indptr: np.ndarray, stored: np.ndarray, positions: np.ndarray, items: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(storage index, held mask) of (position, item) pairs in the CSR store ``indptr``,
+    ``stored`` (each position's items sorted); the index is 0 where not held."""
+    as_int = lambda values: np.ascontiguousarray(values, dtype=np.int64)  # noqa: E731
+    return _kernels().stored_pairs(as_int(indptr), as_int(stored), as_int(positions), as_int(items))

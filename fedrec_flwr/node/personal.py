@@ -14,7 +14,11 @@ from functools import cached_property
 
 import numpy as np
 
+from fedrec_flwr.node import host_loops
+
 KEY_STRIDE = 1 << 32  # (position, item) -> position * KEY_STRIDE + item
+#: Pairs from which :meth:`PersonalRows.find` takes the compiled search.
+COMPILED_PAIRS = 1 << 14
 
 
 def run_indices(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -175,6 +179,8 @@ class PersonalRows:
     def find(self, positions: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(storage index, held mask) of the given (position, item) pairs; the index is
         meaningful only where held."""
+        if len(items) >= COMPILED_PAIRS and len(self.items):  # each among its user's items
+            return host_loops.stored_pairs(self.indptr, self.items, positions, items)
         keys = self.keys()
         if not len(keys) or not len(items):
             return np.zeros(len(items), dtype=np.int64), np.zeros(len(items), dtype=bool)

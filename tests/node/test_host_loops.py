@@ -101,3 +101,31 @@ def test_user_rows_are_the_same_on_both_paths(seed, monkeypatch):
         np.testing.assert_array_equal(sort, loop)
     counts, row_items, inverse = got[True]
     assert counts.sum() == len(row_items) and np.array_equal(row_items[inverse], items)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_pair_search_finds_what_the_keys_find(seed, monkeypatch):
+    from fedrec_flwr.node import personal
+
+    rng = np.random.default_rng(seed)
+    users, num_items = int(rng.integers(1, 30)), int(rng.integers(1, 400))
+    held = [
+        np.sort(rng.choice(num_items, rng.integers(0, num_items + 1), replace=False))
+        for _ in range(users)
+    ]
+    counts = np.array([len(h) for h in held])
+    store = personal.PersonalRows(
+        indptr=np.r_[0, np.cumsum(counts)].astype(np.int64),
+        items=np.concatenate(held).astype(np.int64),
+        rows=rng.normal(size=(int(counts.sum()), 3)).astype(np.float32),
+    )
+    positions = rng.integers(0, users, 5000)
+    items = rng.integers(0, num_items, 5000)
+    got = {}
+    for compiled in (False, True):
+        monkeypatch.setattr(personal, "COMPILED_PAIRS", 0 if compiled else 1 << 62)
+        got[compiled] = store.find(positions, items)
+    (where, hit), (want_where, want_hit) = got[True], got[False]
+    np.testing.assert_array_equal(hit, want_hit)
+    np.testing.assert_array_equal(where[hit], want_where[want_hit])
+    assert hit.any() or not len(store.items)
