@@ -12,8 +12,10 @@ M0, M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 W0, W1 = np.uint64(0x9E3779B9), np.uint64(0xBB67AE85)
 MASK = np.uint64(MASK32)
 SHIFT = np.uint64(32)
+#: Most keys :func:`sorted_keys` sorts by buckets (each bucket holds size / 256 keys).
+BUCKETED_KEYS = 1 << 12
 PHILOX_ROUNDS = 10
-ONE, SHIFT_58 = np.uint64(1), np.uint64(58)
+ONE, SHIFT_58, S56 = np.uint64(1), np.uint64(58), np.uint64(56)
 #: The de Bruijn sequence whose top six bits, times a power of two, name the power.
 DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
 BIT_OF = np.zeros(64, dtype=np.int64)
@@ -87,6 +89,32 @@ def negatives(key, counter, users, sizes, counts, exclusions, num_items, max_att
 
 
 @jit
+def sorted_keys(keys, size, buckets, out):
+    """``out[:size]``: ``keys[:size]`` (distinct uint64, uniform top bytes) in ascending
+    order: spread by their top byte (a counting pass), then an insertion sort, which has
+    little left to move; above ``BUCKETED_KEYS`` keys, a quicksort."""
+    if size > BUCKETED_KEYS:
+        out[:size] = np.sort(keys[:size])
+        return
+    for k in range(size):
+        buckets[keys[k] >> S56] += 1
+    total = 0
+    for b in range(256):
+        total, buckets[b] = total + buckets[b], total
+    for k in range(size):
+        top = keys[k] >> S56
+        out[buckets[top]] = keys[k]
+        buckets[top] += 1
+    buckets[:] = 0
+    for k in range(1, size):
+        key, at = out[k], k
+        while at > 0 and out[at - 1] > key:
+            out[at] = out[at - 1]
+            at -= 1
+        out[at] = key
+
+
+@jit
 def shuffled(key, counter, users, counts):
     """Each user's sample positions ordered by their words, ties by position: flat
     indices, users in order. Each sample's key is its word above its position (distinct
@@ -94,7 +122,9 @@ def shuffled(key, counter, users, counts):
     k0, k1 = np.uint64(key[0]), np.uint64(key[1])
     c2, c3 = np.uint64(counter[0]), np.uint64(counter[1])
     out = np.empty(counts.sum(), dtype=np.int64)
-    keys = np.empty(counts.max() if len(counts) else 0, dtype=np.uint64)
+    most = counts.max() if len(counts) else 0
+    keys, ordered = np.empty(most, dtype=np.uint64), np.empty(most, dtype=np.uint64)
+    buckets = np.zeros(256, dtype=np.int64)
     at = 0
     for j in range(len(users)):
         size = counts[j]
@@ -103,10 +133,9 @@ def shuffled(key, counter, users, counts):
             four = philox(np.uint64(block), c1, c2, c3, k0, k1)
             for k in range(min(4, size - 4 * block)):
                 keys[4 * block + k] = (lane(four, k) << SHIFT) | np.uint64(4 * block + k)
-        mine = keys[:size]
-        mine.sort()
+        sorted_keys(keys, size, buckets, ordered)
         for k in range(size):
-            out[at + k] = at + np.int64(mine[k] & MASK)
+            out[at + k] = at + np.int64(ordered[k] & MASK)
         at += size
     return out
 

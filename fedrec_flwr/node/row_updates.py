@@ -21,6 +21,8 @@ its own).
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import torch
 
@@ -31,11 +33,21 @@ from fedrec_flwr.node import host_loops
 COMPILED_ENTRIES = 1 << 12
 
 
-class RowAdder:
-    """:meth:`add_` with a scratch array kept between calls (one per table size)."""
+#: Each thread's scratch of zeros over a table's rows (see :func:`_zeros`).
+_SCRATCH = threading.local()
 
-    def __init__(self) -> None:
-        self._last = np.empty(0, dtype=np.int64)
+
+def _zeros(size: int) -> np.ndarray:
+    """This thread's int64 scratch of at least ``size`` zeros, grown as tables grow and
+    left zero by every use: one allocation for all the rounds of a process."""
+    zeros = getattr(_SCRATCH, "zeros", None)
+    if zeros is None or len(zeros) < size:
+        zeros = _SCRATCH.zeros = np.zeros(size, dtype=np.int64)
+    return zeros
+
+
+class RowAdder:
+    """:meth:`add_`: ``index_add_`` by whole-tensor operations on the CPU."""
 
     def add_(
         self,
@@ -80,15 +92,15 @@ class RowAdder:
 
     def _repeated_entries(self, rows: np.ndarray, size: int) -> np.ndarray:
         """Indices of the entries whose row occurs more than once in ``rows``, in order."""
-        if len(self._last) < size:
-            self._last = np.zeros(size, dtype=np.int64)
+        last = _zeros(size)
         if len(rows) >= COMPILED_ENTRIES:  # one pass over the entries, the scratch left zero
-            return host_loops.repeated_entries(rows, self._last)
-        last = self._last  # only the slots of ``rows`` are written, then read (and zeroed)
+            return host_loops.repeated_entries(rows, last)
         entry = np.arange(len(rows))
-        last[rows] = entry  # one entry of each row wins
-        shadowed = last[rows] != entry
-        last[rows] = 0
+        try:  # only the slots of ``rows`` are written, then read, and zeroed whatever happens
+            last[rows] = entry  # one entry of each row wins
+            shadowed = last[rows] != entry
+        finally:
+            last[rows] = 0
         if not shadowed.any():
             return entry[:0]
         twice = np.zeros(size, dtype=bool)

@@ -30,7 +30,7 @@ from fedrec_flwr.node.accelerator import torch_device
 from fedrec_flwr.node.dense_decay import DenseDecay
 from fedrec_flwr.node.evaluate import NodeEvaluation
 from fedrec_flwr.node.layered import LayeredRows
-from fedrec_flwr.node.personal import PersonalRows
+from fedrec_flwr.node.personal import PersonalRows, whole_rows
 from fedrec_flwr.node.protocols import build_protocol, lookup_rows
 from fedrec_flwr.node.round_params import round_params, zero_small_rows
 from fedrec_flwr.node.samples import (
@@ -263,6 +263,7 @@ class NodeRuntime(NodeEvaluation):
         if self.config.evaluation.keep_personal_rows == "positives":  # rows of sampled negatives go
             keep &= samples.positive_row_mask()
         positions, items = samples.row_positions(), samples.row_items
-        if not keep.all():
-            positions, items, tuned = positions[keep], items[keep], tuned[keep]
+        if not keep.all():  # the kept rows copied whole (one copy per row)
+            positions, items = positions[keep], items[keep]
+            tuned = whole_rows(tuned)[keep].view(np.float32).reshape(-1, tuned.shape[1])
         return LayeredRows.of_store(personal).replaced(samples.positions, positions, items, tuned)

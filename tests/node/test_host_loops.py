@@ -56,6 +56,15 @@ def test_compiled_shuffle_equals_the_tensor_ops(seed, monkeypatch):
     np.testing.assert_array_equal(lockstep.shuffled_order(*args).numpy(), tensor_ops)
 
 
+def test_compiled_shuffle_of_users_past_the_bucketed_sort(monkeypatch):
+    users, sizes = np.array([3, 9, 12, 40]), np.array([5000, 3, 4097, 4096])
+    args = (11, torch.from_numpy(users), torch.from_numpy(sizes), 2, 0)
+    monkeypatch.setattr(lockstep, "COMPILED_SAMPLES", 1 << 62)
+    tensor_ops = lockstep.shuffled_order(*args).numpy()
+    compiled = host_loops.shuffled_order(11, STREAMS["shuffle"], users, sizes, 2, 0)
+    np.testing.assert_array_equal(compiled, tensor_ops)
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_compiled_distinct_items_equal_np_unique(seed):
     rng, users, sizes, _, _, num_items = _case(seed)
