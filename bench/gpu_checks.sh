@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU checks, as ONE prepared script for a lent GPU machine (16 cores, one NVIDIA GPU,
-# PyTorch with CUDA, no internet, no Ray), run from the repository root in one call of at most
-# 8 minutes (each step has its timeout; a case cut short leaves the cases before it):
+# The GPU checks and the profile of a CUDA round, as ONE prepared script for a lent GPU
+# machine (16 cores, one NVIDIA GPU, PyTorch with CUDA, no internet, no Ray), run from the
+# repository root in one call of at most 8 minutes (each step has its timeout; a case cut
+# short leaves the cases before it):
 #
 #   OUT=/tmp/gpu bash bench/gpu_checks.sh [quick]
 #
