@@ -145,13 +145,13 @@ def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) ->
         + (
             f"evaluated every {settings['eval_every']} rounds and after the last, "
             if settings.get("eval_every", 1) > 1
-            else ""
+            else "every round evaluated, "
         )
         + (
             f"early stopping after {settings['patience']} evaluated rounds without a better "
             "validation HR@10"
             if settings["patience"]
-            else "every round evaluated, no early stopping"
+            else "no early stopping"
         )
         + "; test HR@10 / NDCG@10 (%) at the best validation round. Each row is "
         "`conf/<method>-default.toml` with the dataset's keys. The centralized rows are "

@@ -94,4 +94,7 @@ def test_the_report_says_how_often_the_runs_were_evaluated():
     summary = defaults.summarise(CELLS, CENTRAL, seed=0)
     settings = {"seed": 0, "rounds": 40, "patience": 0, "eval_every": 4, "targets": []}
     text = defaults.markdown(summary, "python bench/defaults.py --data-dir DIR", settings)
-    assert "at most 40 rounds (no more than the preset sets), evaluated every 4 rounds" in text
+    assert "sets), evaluated every 4 rounds and after the last, no early stopping;" in text
+    settings["eval_every"] = 1
+    text = defaults.markdown(summary, "python bench/defaults.py --data-dir DIR", settings)
+    assert "sets), every round evaluated, no early stopping;" in text
