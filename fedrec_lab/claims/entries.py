@@ -8,7 +8,7 @@ abstract only), and SAM itself (Foret et al., ICLR 2021), the mechanism FedRecGE
 
 from __future__ import annotations
 
-from fedrec_lab.claims import analyses
+from fedrec_lab.claims import ablation, analyses
 from fedrec_lab.claims.sources import Runs, first_number, table_cell
 from fedrec_lab.claims.verdicts import (
     CONTRADICTED,
@@ -352,4 +352,4 @@ def plgc() -> list[Claim]:
 
 
 def claims() -> list[Claim]:
-    return [*pfedrec(), *fedrap(), *fedrecgel(), *analyses.sam(), *plgc()]
+    return [*pfedrec(), *fedrap(), *fedrecgel(), *analyses.sam(), *plgc(), *ablation.plgc_parts()]
