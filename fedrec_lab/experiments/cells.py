@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from fedrec_flwr.data.registry import DATASETS
 from fedrec_flwr.results import INCOMPLETE
+from fedrec_lab.child_process import child_env
 from fedrec_lab.presets import resolve
 from fedrec_lab.project import conf_dir, lazy_paths, project_root
 
@@ -46,9 +47,12 @@ DETERMINISTIC = ("popularity", "itemknn", "ease")
 
 # In a fresh process, one run on the in-process grid (the ServerApp's run_federation and the
 # ClientApp, without Ray): the metrics do not depend on the packing of users into nodes.
-# Its last line of output is the run's summary (``SUMMARY {json}``).
+# Its last line of output is the run's summary (``SUMMARY {json}``). It ends with the process
+# that started it (:mod:`fedrec_lab.child_process`).
 RUNNER = """
 import json, sys
+from fedrec_lab.child_process import die_with_parent
+die_with_parent()
 from fedrec_flwr.client_app import app
 from fedrec_flwr.config import RunConfig
 from fedrec_lab.local_grid import LocalGrid
@@ -242,6 +246,7 @@ def run_federated(config: dict[str, Any], nodes: int, use_flwr: bool) -> str:
         capture_output=True,
         text=True,
         cwd=project_root(),
+        env=child_env(),
     )
     if done.returncode:
         return "failed: " + done.stderr[-1500:]

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from fedrec_lab.child_process import child_env
 from fedrec_lab.experiments.cells import RUNNER
 from fedrec_lab.project import conf_dir, project_root
 
@@ -191,6 +192,7 @@ def run_config(name: str, config: dict[str, Any]) -> dict[str, Any]:
         capture_output=True,
         text=True,
         cwd=project_root(),
+        env=child_env(),
     )
     summary = next(
         (

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fedrec_lab.child_process import child_env
 from fedrec_lab.experiments.cells import RUNNER
 from fedrec_lab.project import project_root
 
@@ -91,6 +92,7 @@ def run_trial(run_config: dict[str, Any], watch: Watch | None = None) -> dict[st
             stderr=err,
             text=True,
             cwd=project_root(),
+            env=child_env(),
         )
         reason = None
         try:
