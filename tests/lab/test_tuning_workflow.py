@@ -85,6 +85,11 @@ def test_a_pruned_trial_is_killed_after_the_rounds_it_ran(tmp_path, private_cach
     space = tuning.space_for(config)
     fixed = {"seed": 0, "num-server-rounds": 5000, "checkpoint-every": 0}
     study = optuna.create_study(direction="maximize", pruner=PruneAtRound(0, 2))
+    # the method's defaults, as `fedrec tune` runs first: a sampled point may diverge or stop
+    # early and end its process before the watcher reads round 2
+    point = tuning.preset_point(config, space)
+    assert point is not None
+    study.enqueue_trial(point)
     objective = tuning.objective_for(config, space, fixed, tmp_path / "runs", prune=True)
     study.optimize(objective, n_trials=1)
     trial = study.trials[0]
