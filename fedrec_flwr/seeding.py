@@ -100,19 +100,29 @@ def _pcg64_states(words: np.ndarray) -> list[tuple[int, int]]:
     return states
 
 
+def _keyed_states(seed: int, stream: str, keys: np.ndarray) -> list[tuple[int, int]]:
+    """(state, inc) of :func:`keyed_rng`'s PCG64 for each row of ``keys`` (int [n, k]): in
+    array operations where every key and the seed are below 2**32, else row by row."""
+    keys = np.asarray(keys, dtype=np.int64).reshape(len(keys), -1)
+    if (keys < 0).any() or (keys >= 1 << 32).any() or not 0 <= int(seed) < 1 << 32:
+        states = []
+        for row in keys.tolist():  # multi-word keys
+            state = keyed_rng(seed, stream, *row).bit_generator.state["state"]
+            states.append((int(state["state"]), int(state["inc"])))
+        return states
+    words = np.empty((len(keys), 2 + keys.shape[1]), dtype=np.uint32)
+    words[:, 0], words[:, 1], words[:, 2:] = int(seed), STREAMS[stream], keys
+    with np.errstate(over="ignore"):
+        return _pcg64_states(words)
+
+
 def keyed_rngs(seed: int, stream: str, keys: np.ndarray) -> list[np.random.Generator]:
     """``[keyed_rng(seed, stream, *row) for row in keys]`` (``keys`` int [n, k]), built in
     array operations: each generator is the one :func:`keyed_rng` gives, bit for bit.
 
     The generators are borrowed: their bit generators are this thread's, reset by the next
     call (draw from them before calling again)."""
-    keys = np.asarray(keys, dtype=np.int64).reshape(len(keys), -1)
-    if (keys < 0).any() or (keys >= 1 << 32).any() or not 0 <= int(seed) < 1 << 32:
-        return [keyed_rng(seed, stream, *row) for row in keys.tolist()]  # multi-word keys
-    words = np.empty((len(keys), 2 + keys.shape[1]), dtype=np.uint32)
-    words[:, 0], words[:, 1], words[:, 2:] = int(seed), STREAMS[stream], keys
-    with np.errstate(over="ignore"):
-        states = _pcg64_states(words)
+    states = _keyed_states(seed, stream, keys)
     pool = _BITS.__dict__.setdefault("pool", [])
     while len(pool) < len(states):
         pool.append(np.random.PCG64(0))
@@ -132,21 +142,11 @@ def keyed_pcg64_states(seed: int, stream: str, keys: np.ndarray) -> np.ndarray:
     """The PCG64 states of :func:`keyed_rngs`' generators, as uint64 [n, 4]: the state's
     high and low words, the increment's high and low words (for compiled loops that step
     them: :mod:`fedrec_flwr.node.pcg_kernels`)."""
-    keys = np.asarray(keys, dtype=np.int64).reshape(len(keys), -1)
-    if (keys < 0).any() or (keys >= 1 << 32).any() or not 0 <= int(seed) < 1 << 32:
-        states = []
-        for row in keys.tolist():
-            state = keyed_rng(seed, stream, *row).bit_generator.state["state"]
-            states.append((state["state"], state["inc"]))
-    else:
-        words = np.empty((len(keys), 2 + keys.shape[1]), dtype=np.uint32)
-        words[:, 0], words[:, 1], words[:, 2:] = int(seed), STREAMS[stream], keys
-        with np.errstate(over="ignore"):
-            states = _pcg64_states(words)
+    states = _keyed_states(seed, stream, keys)
     low = (1 << 64) - 1
     return np.array(
         [(s >> 64, s & low, i >> 64, i & low) for s, i in states], dtype=np.uint64
-    ).reshape(len(keys), 4)
+    ).reshape(len(states), 4)
 
 
 _BITS = threading.local()  # each thread's PCG64 bit generators for keyed_rngs

@@ -51,6 +51,11 @@ def _pcg():
     return pcg_kernels
 
 
+def _ints(values: np.ndarray) -> np.ndarray:
+    """``values`` as a contiguous int64 array (what the compiled loops take)."""
+    return np.ascontiguousarray(values, dtype=np.int64)
+
+
 def _key(seed: int) -> np.ndarray:
     return np.array([seed & MASK32, (seed >> 32) & MASK32], dtype=np.int64)
 
@@ -72,10 +77,10 @@ def counter_negatives(
     out, failed = _kernels().negatives(
         _key(seed),
         counter,
-        np.ascontiguousarray(users, dtype=np.int64),
-        np.ascontiguousarray(sizes, dtype=np.int64),
-        np.ascontiguousarray(counts, dtype=np.int64),
-        np.ascontiguousarray(exclusions, dtype=np.int64),
+        _ints(users),
+        _ints(sizes),
+        _ints(counts),
+        _ints(exclusions),
         int(num_items),
         int(max_attempts),
     )
@@ -92,8 +97,8 @@ def shuffled_order(
     return _kernels().shuffled(
         _key(seed),
         counter,
-        np.ascontiguousarray(users, dtype=np.int64),
-        np.ascontiguousarray(counts, dtype=np.int64),
+        _ints(users),
+        _ints(counts),
     )
 
 
@@ -103,8 +108,8 @@ def user_rows(
     """(each user's number of distinct items, those items (sorted, users in order), each
     entry's place among them) for user ``j`` owning ``items[offsets[j]:offsets[j+1]]``."""
     found, inverse, row_counts = _kernels().distinct(
-        np.ascontiguousarray(offsets, dtype=np.int64),
-        np.ascontiguousarray(items, dtype=np.int64),
+        _ints(offsets),
+        _ints(items),
         int(num_items),
     )
     return row_counts, found, inverse
@@ -113,7 +118,7 @@ def user_rows(
 def float64_row_sums(inverse: np.ndarray, rows: np.ndarray, num_out: int) -> np.ndarray:
     """``out[inverse[k]] += rows[k]`` in float64, rows in order."""
     return _kernels().row_sums(
-        np.ascontiguousarray(inverse, dtype=np.int64),
+        _ints(inverse),
         np.ascontiguousarray(rows, dtype=np.float32),
         int(num_out),
     )
@@ -137,13 +142,12 @@ def batch_entries(
     """(rows int64, labels float32) of ``total`` entries: batch ``b``'s ``size[b]`` samples,
     the flat samples ``source[start[b]:start[b] + size[b]]``, at entries ``base[b]`` on;
     zero elsewhere."""
-    as_int = lambda values: np.ascontiguousarray(values, dtype=np.int64)  # noqa: E731
     return _kernels().batch_entries(
-        as_int(base),
-        as_int(start),
-        as_int(size),
-        as_int(source),
-        as_int(sample_rows),
+        _ints(base),
+        _ints(start),
+        _ints(size),
+        _ints(source),
+        _ints(sample_rows),
         np.ascontiguousarray(sample_labels, dtype=np.float32),
         int(total),
     )
@@ -167,9 +171,9 @@ def candidate_rows(
     """Mask of the rows of user ``j`` (``items[offsets[j]:offsets[j + 1]]``, item ids below
     ``num_items``) that are among its candidates ``candidates[j]``."""
     return _kernels().candidate_rows(
-        np.ascontiguousarray(offsets, dtype=np.int64),
-        np.ascontiguousarray(items, dtype=np.int64),
-        np.ascontiguousarray(candidates, dtype=np.int64),
+        _ints(offsets),
+        _ints(items),
+        _ints(candidates),
         int(num_items),
     )
 
@@ -185,12 +189,11 @@ def keyed_negatives(
     PCG64 state (``states[j]``, :func:`fedrec_flwr.seeding.keyed_pcg64_states`), users
     after one another; user ``j``'s ``counts[j]`` sorted exclusions next in ``exclusions``
     (fewer than ``num_items``)."""
-    as_int = lambda values: np.ascontiguousarray(values, dtype=np.int64)  # noqa: E731
     return _pcg().negatives(
         np.ascontiguousarray(states, dtype=np.uint64),
-        as_int(sizes),
-        as_int(counts),
-        as_int(exclusions),
+        _ints(sizes),
+        _ints(counts),
+        _ints(exclusions),
         int(num_items),
     )
 
@@ -200,7 +203,7 @@ def keyed_permutations(states: np.ndarray, counts: np.ndarray) -> np.ndarray:
     users after one another."""
     return _pcg().permutations(
         np.ascontiguousarray(states, dtype=np.uint64),
-        np.ascontiguousarray(counts, dtype=np.int64),
+        _ints(counts),
     )
 
 
@@ -209,5 +212,4 @@ def stored_pairs(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(storage index, held mask) of (position, item) pairs in the CSR store ``indptr``,
     ``stored`` (each position's items sorted); the index is 0 where not held."""
-    as_int = lambda values: np.ascontiguousarray(values, dtype=np.int64)  # noqa: E731
-    return _kernels().stored_pairs(as_int(indptr), as_int(stored), as_int(positions), as_int(items))
+    return _kernels().stored_pairs(_ints(indptr), _ints(stored), _ints(positions), _ints(items))

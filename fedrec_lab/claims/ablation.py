@@ -38,9 +38,7 @@ def higher_erank(a: Runs, b: Runs, what: str) -> Measure:
 
     def measure() -> Measured:
         ea, eb = erank_at_best(a), erank_at_best(b)
-        files = tuple(
-            f"bench/results/runs/{r.family}-ml100k-{PROTOCOL}-seed*/rounds.csv" for r in (a, b)
-        )
+        files = tuple(r.files("rounds.csv") for r in (a, b))
         verdict = REPRODUCED if ea > eb else NOT_REPRODUCED
         return Measured(f"{what}: {eb:.1f} -> {ea:.1f}", files, verdict, "mean over 3 seeds")
 

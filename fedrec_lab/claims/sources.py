@@ -102,9 +102,9 @@ class Runs:
             for folder in self.folders()
         ]
 
-    def files(self) -> str:
+    def files(self, name: str = "per-user.csv") -> str:
         short = SHORT[self.dataset]
-        return f"bench/results/runs/{self.family}-{short}-{self.protocol}-seed*/per-user.csv"
+        return f"bench/results/runs/{self.family}-{short}-{self.protocol}-seed*/{name}"
 
 
 def paired(a: Runs, b: Runs, column: str = "test-hr@10") -> dict[str, float]:
