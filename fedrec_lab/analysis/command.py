@@ -20,7 +20,13 @@ from pathlib import Path
 
 from fedrec_lab.analysis import cells as sam_cells
 from fedrec_lab.analysis import item_views, landscape, sam_plot, sam_table
-from fedrec_lab.analysis.state import has_state, load_best_state, replay, replay_difference
+from fedrec_lab.analysis.state import (
+    has_state,
+    load_best_state,
+    replay,
+    replay_column_equal,
+    replay_difference,
+)
 from fedrec_lab.scratch import HelpFormatter, add_data_dir, add_out, scratch_out, wrote
 from fedrec_lab.stats import PER_USER_FILE, read_per_user
 
@@ -78,16 +84,25 @@ def cmd_item_views(args) -> int:
 
 def _take_user_hr(record: dict, run_dir: Path, folder: Path) -> None:
     """A run without ``per-user.csv``: its record takes each user's test HR@10 from the
-    replay's, when that replay gave the run's validation and test metrics exactly."""
+    replay's, when that replay gave the run's validation and test metrics exactly
+    (``equal``: ``metrics``), or its test HR@10 exactly while another metric differs in the
+    last digits (``equal``: ``test-hr@10``; the table names those rows)."""
     check = record.get("replay")
     if (run_dir / PER_USER_FILE).exists() or not (folder / PER_USER_FILE).exists():
         return
-    if check is None or not check["metrics_equal"]:
+    if check is None:
+        return
+    if check["metrics_equal"]:
+        equal = "metrics"
+    elif replay_column_equal(run_dir, folder, "test-hr@10"):
+        equal = "test-hr@10"
+    else:
         return
     users, columns = read_per_user(folder)
     record["user_test_hr"] = {
         "users": [int(u) for u in users],
         "test-hr@10": [float(v) for v in columns["test-hr@10"]],
+        "equal": equal,
     }
 
 

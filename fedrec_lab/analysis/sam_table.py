@@ -48,8 +48,8 @@ def record_path(records: Path, cell: SamCell) -> Path:
 
 def user_test_hr(run_dir: Path, record: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
     """Each user's test HR@10 at the run's best round: its ``per-user.csv``, else the one its
-    record took from a replay that gave the run's metrics exactly (``user_test_hr``), else None
-    (the row then has no HR@10 interval)."""
+    record took from a replay that gave the run's test HR@10 exactly (``user_test_hr``), else
+    None (the row then has no HR@10 interval)."""
     if (run_dir / stats.PER_USER_FILE).exists():
         users, columns = stats.read_per_user(run_dir)
         return users, columns["test-hr@10"]
@@ -89,7 +89,15 @@ def run_figures(cell: SamCell, runs: Path, records: Path) -> dict[str, Any] | No
         },
         "radii": record["radii"],
         "replay": record.get("replay"),
+        "hr_from_replay": replay_hr_only(run_dir=runs / cell.name, record=record),
     }
+
+
+def replay_hr_only(run_dir: Path, record: dict[str, Any]) -> bool:
+    """Whether a run's users' test HR@10 come from a replay that gave the run's test HR@10
+    exactly but another of its metrics only to the last digits."""
+    taken = record.get("user_test_hr") or {}
+    return not (run_dir / stats.PER_USER_FILE).exists() and taken.get("equal") == "test-hr@10"
 
 
 def _mean_std(values: list[float], scale: float) -> str:
@@ -137,6 +145,12 @@ def row(
             "with": [f["best_round"] for f in sides[True]],
         },
         "replays": [f["replay"] for side in sides.values() for f in side],
+        "hr_from_replays": [
+            {"side": "with" if sam else "without", "seed": seed}
+            for sam in (False, True)
+            for seed, f in zip(seeds_done, sides[sam], strict=True)
+            if f["hr_from_replay"]
+        ],
         "early_best": [
             {"side": "with" if sam else "without", "seed": seed, "round": f["best_round"]}
             for sam in (False, True)
@@ -275,6 +289,28 @@ def early_lines(rows: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
     ]
 
 
+def replayed_hr_lines(rows: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
+    """The note on the rows whose HR@10 interval pairs users' values from replays (runs
+    made without ``per-user.csv``) that gave the run's test HR@10 but not every metric to the
+    last digit (empty when none)."""
+    flagged = [r for r in rows if r.get("hr_from_replays")]
+    if not flagged:
+        return []
+    which = "; ".join(
+        f"{r['method']} {names[r['dataset']]} {r['protocol']} ("
+        + ", ".join(f"{e['side']} SAM seed {e['seed']}" for e in r["hr_from_replays"])
+        + ")"
+        for r in flagged
+    )
+    return [
+        "",
+        f"HR@10 intervals with users' values from replays: {which}. Those runs have no "
+        "per-user file; each replay of their best round gives the run's test HR@10 exactly, "
+        "its other metrics to the last digits only (its `replay` record says by how much), so "
+        "the users' hits are the replayed model's.",
+    ]
+
+
 def row_command(r: dict[str, Any]) -> str:
     """The command that makes a row's records (runs or replays what is missing)."""
     return (
@@ -317,6 +353,7 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
             ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += early_lines(done, names)
+    lines += replayed_hr_lines(done, names)
     missing = [
         f"{r['method']} {names[r['dataset']]} {r['protocol']}" for r in rows if not r["seeds"]
     ]

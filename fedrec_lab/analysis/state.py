@@ -141,6 +141,14 @@ def replay_difference(run_dir: Path, replay_dir: Path) -> dict[str, Any]:
     }
 
 
+def replay_column_equal(run_dir: Path, replay_dir: Path, column: str) -> bool:
+    """Whether the replay's ``column`` at the best round is the run's, to the last digit."""
+    target = best_round(run_dir)
+    (old,) = [r for r in rounds(Path(run_dir) / "rounds.csv") if int(r["round"]) == target]
+    new = rounds(Path(replay_dir) / "rounds.csv")[-1]
+    return old.get(column, "") != "" and old[column] == new.get(column)
+
+
 def replay(
     run_dir: Path, work: Path, data_dir: str | Path | None = None, nodes: int | None = None
 ) -> Path:

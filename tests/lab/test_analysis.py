@@ -325,6 +325,7 @@ def test_sam_table_pairs_seeds_lists_them_and_says_what_is_missing(tmp_path):
     assert "Not measured (19 of 20 rows)" in text and "FedRAP Last.fm-2K paper" in text
     assert "--methods PFedRec --datasets ml-100k --protocols strict --seeds 0 1" in text
     assert done["early_best"] == [] and "†" not in text
+    assert done["hr_from_replays"] == [] and "from replays" not in text
     # a SAM run whose best round is its first of 10 (the first tenth): flagged in the row,
     # under the table and in the verdict, from its summary alone
     summary_file = runs / SamCell("PFedRec", True, "ml-100k", "strict", 1).name / "summary.json"
@@ -339,6 +340,15 @@ def test_sam_table_pairs_seeds_lists_them_and_says_what_is_missing(tmp_path):
     summary_file.write_text(json.dumps({**summary, "best_round": 2}))
     (late,) = [r for r in sam_table.table_rows(runs, records) if r["seeds"]]
     assert late["early_best"] == [] and late["best_rounds"]["with"] == [8, 2]
+    # its users' HR@10 from a replay with the run's test HR@10 only: the table says so
+    taken_file = records / f"{SamCell('PFedRec', True, 'ml-100k', 'strict', 1).name}.json"
+    taken = json.loads(taken_file.read_text())
+    taken["user_test_hr"]["equal"] = "test-hr@10"
+    taken_file.write_text(json.dumps(taken))
+    (noted,) = [r for r in sam_table.table_rows(runs, records) if r["seeds"]]
+    assert noted["hr_from_replays"] == [{"side": "with", "seed": 1}]
+    text = sam_table.markdown([noted], "cmd")
+    assert "from replays: PFedRec ML-100K strict (with SAM seed 1)." in text
     sam_plot.plot(rows_, runs, tmp_path / "sam-table.png")
     assert (tmp_path / "sam-table.png").stat().st_size > 0
     # a run with neither a per-user file nor its users' HR@10 in its record: no HR@10 interval
@@ -354,19 +364,34 @@ def test_sam_table_pairs_seeds_lists_them_and_says_what_is_missing(tmp_path):
     assert (tmp_path / "sam-table.png").stat().st_size > 0
 
 
-def test_a_record_takes_its_users_hr_only_from_an_exact_replay(tmp_path):
+def test_a_record_takes_its_users_hr_only_from_a_replay_with_the_runs_test_hr(tmp_path):
+    from fedrec_lab.analysis import sam_table
     from fedrec_lab.analysis.command import _take_user_hr
 
     run, replayed = tmp_path / "run", tmp_path / "replay"
     run.mkdir()
     replayed.mkdir()
+    (run / "summary.json").write_text(json.dumps({"best_round": 2}))
+    head = "round,test-hr@10,test-ndcg@10\n"
+    (run / "rounds.csv").write_text(head + "1,0.25,0.1\n2,0.5,0.3\n")
+    (replayed / "rounds.csv").write_text(head + "2,0.4,0.3\n")
     (replayed / "per-user.csv").write_text("user,test-hr@10\n3,1.0\n5,0.0\n")
     record: dict = {"replay": {"metrics_equal": False}}
-    _take_user_hr(record, run, replayed)
+    _take_user_hr(record, run, replayed)  # its test HR@10 is not the run's
     assert "user_test_hr" not in record
+    (replayed / "rounds.csv").write_text(head + "2,0.5,0.30001\n")
+    _take_user_hr(record, run, replayed)  # the run's test HR@10, NDCG@10 in the last digits
+    assert record["user_test_hr"]["equal"] == "test-hr@10"
+    assert sam_table.replay_hr_only(run, record)
+    del record["user_test_hr"]
     record["replay"] = {"metrics_equal": True}
     _take_user_hr(record, run, replayed)
-    assert record["user_test_hr"] == {"users": [3, 5], "test-hr@10": [1.0, 0.0]}
+    assert record["user_test_hr"] == {
+        "users": [3, 5],
+        "test-hr@10": [1.0, 0.0],
+        "equal": "metrics",
+    }
+    assert not sam_table.replay_hr_only(run, record)
     (run / "per-user.csv").write_text("user,test-hr@10\n3,1.0\n5,0.0\n")
     del record["user_test_hr"]
     _take_user_hr(record, run, replayed)  # the run's own file is read by the table
