@@ -260,6 +260,7 @@ def verdict(method: str, name: str, runs: list[dict], clean: list[dict]) -> str:
     hr = statistics.mean(b["test-hr@10"] for b in best)
     hr_clean = statistics.mean(b["test-hr@10"] for b in base)
     cost = hr_cost(best, base)
+    points = 100 * (hr_clean - hr)
     met = er <= 2 * er_clean and cost <= 2.0
     seeds = ",".join(str(r["seed"]) for r in runs)
     above = rounds_above(runs, clean)
@@ -272,7 +273,8 @@ def verdict(method: str, name: str, runs: list[dict], clean: list[dict]) -> str:
         f"- {method}, {name}, seeds {seeds}: ER@10 {100 * er:.2f} against 2x the clean "
         f"run's (no attack, no bound) {200 * er_clean:.2f}; test HR@10 {100 * hr:.2f} against "
         f"the clean run's (no attack, no bound) {100 * hr_clean:.2f}, a cost of {cost:+.1f} % "
-        f"(mean over the seeds, at each run's best validation round): "
+        f"of it ({points:+.2f} points; mean over the seeds, at each run's best validation "
+        "round): "
         f"{'met' if met else 'not met'} (ER@10 <= 2x clean at <= 2 % HR@10 cost){every}"
     )
 
@@ -290,6 +292,59 @@ def rounds_above(runs: list[dict], clean: list[dict]) -> list[str]:
                     f"{r['seed']}:{h['round']} ({100 * h['er@10']:.2f} against "
                     f"{100 * theirs[h['round']]:.2f})"
                 )
+    return out
+
+
+#: The evaluated rounds at the end of a run whose test HR@10 the seed lines average.
+LAST = 5
+
+
+def seed_line(run: dict, clean: dict) -> str:
+    """A run's test HR@10 on one seed: at its best validation round (with the rounds whose
+    validation HR@10 ties it: the earliest is taken), at the last round and over the last
+    :data:`LAST` evaluated rounds, against the clean run's of the same seed."""
+
+    def figures(r: dict) -> tuple[dict, list[int], float, float]:
+        history = r["history"]
+        best = max(history, key=lambda h: (h["val-hr@10"], -h["round"]))
+        tied = [h["round"] for h in history if h["val-hr@10"] == best["val-hr@10"]]
+        tail = statistics.mean(h["test-hr@10"] for h in history[-LAST:])
+        return best, tied, history[-1]["test-hr@10"], tail
+
+    best, tied, last, tail = figures(run)
+    text = (
+        f"- {run['method']}, {run['name']}, seed {run['seed']}: test HR@10 "
+        f"{100 * best['test-hr@10']:.2f} at the best validation round {best['round']}"
+        + (
+            f" (validation HR@10 tied at rounds {', '.join(map(str, tied))})"
+            if len(tied) > 1
+            else ""
+        )
+        + f", {100 * last:.2f} at the last round, {100 * tail:.2f} over the last {LAST} "
+        "evaluated rounds"
+    )
+    if run is clean:
+        return text
+    base, _, base_last, base_tail = figures(clean)
+    clean_hr = base["test-hr@10"]
+    return text + (
+        f"; the clean run's (no attack, no bound) {100 * clean_hr:.2f} (round {base['round']}),"
+        f" {100 * base_last:.2f} and {100 * base_tail:.2f}: a cost of "
+        f"{100 * (clean_hr - best['test-hr@10']) / clean_hr:+.1f} % "
+        f"({100 * (clean_hr - best['test-hr@10']):+.2f} points) at the best validation round, "
+        f"{100 * (base_tail - tail) / base_tail:+.1f} % over the last {LAST} rounds"
+    )
+
+
+def seed_lines(record: dict, names: list[str]) -> list[str]:
+    """:func:`seed_line` of each run beside the clean run of its method and seed."""
+    out = []
+    for method in PRESETS:
+        mine = [r for r in record["runs"] if r["method"] == method]
+        clean = {r["seed"]: r for r in mine if r["name"] == names[0]}
+        for r in sorted(mine, key=lambda r: (names.index(r["name"]), r["seed"])):
+            if r["seed"] in clean:
+                out.append(seed_line(r, clean[r["seed"]]))
     return out
 
 
@@ -367,7 +422,7 @@ def table(record: dict, names: list[str], shares: set[str]) -> str:
                 lines.append("| " + " | ".join([method, name, *summary(these, base)]) + " |")
                 if name in shares:
                     verdicts.append(verdict(method, name, these, base))
-    lines += ["", *verdicts]
+    lines += ["", *verdicts, "", "Seed by seed:", "", *seed_lines(record, names)]
     shown = bound_lines(record, names)
     lines += ["", *shown] if shown else []
     lines += [
