@@ -11,9 +11,10 @@ global sort.
   (:func:`fedrec_flwr.node.lockstep.planned_steps`), each sample copied to its entry;
 - :func:`user_rows`: :func:`fedrec_flwr.node.samples.user_rows`, each user's distinct
   items marked in a scratch array and sorted on their own;
-- :func:`repeated_entries` and :func:`repeated_sources`: the entries of repeated rows in a
-  row update (:class:`fedrec_flwr.node.row_updates.RowAdder`), one pass over a scratch of
-  counts, and which of them add anything (their sources' bits);
+- :func:`add_rows`: a row update (:class:`fedrec_flwr.node.row_updates.RowAdder`), each
+  entry added to its row in place, in order, as ``index_add_`` adds it;
+- :func:`repeated_entries`: the entries of repeated rows in the row update's tensor form,
+  one pass over a scratch of counts;
 - :func:`candidate_rows`: :meth:`fedrec_flwr.node.protocols.PaperProtocol.keep_personal_rows`,
   each user's candidates marked in a scratch array over the items;
 - :func:`keyed_negatives` and :func:`keyed_permutations`: the ``keyed-numpy`` sampler's
@@ -153,16 +154,10 @@ def batch_entries(
     )
 
 
-def repeated_sources(
-    table: np.ndarray, source: np.ndarray, rows: np.ndarray, repeated: np.ndarray
-) -> tuple[np.ndarray, bool]:
-    """(does ``source[e]`` hold a value other than ``0.0``/``-0.0``, for each ``e`` of
-    ``repeated``; does ``table[rows[repeated]]`` hold a ``-0.0``): C-contiguous float32
-    [*, r] arrays, read as their bits."""
-    keep, negative_zero = _kernels().repeated_sources(
-        table.view(np.int32), source.view(np.int32), rows, repeated
-    )
-    return keep, bool(negative_zero)
+def add_rows(table: np.ndarray, index: np.ndarray, source: np.ndarray, alpha: float) -> None:
+    """``table[index[k]] += alpha * source[k]`` in place, entries in order, one fused
+    multiply-add per value (C-contiguous float32 [*, r] ``table`` and ``source``)."""
+    _kernels().add_rows(table, _ints(index), source, np.float32(alpha))
 
 
 def candidate_rows(

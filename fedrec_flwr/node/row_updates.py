@@ -3,17 +3,19 @@ bit, faster on the CPU.
 
 PyTorch's CPU ``index_add_`` with ``alpha`` adds one row at a time (``table[index[k]] =
 table[index[k]] + alpha * source[k]``, one fused multiply-add per element, entries in
-order), each row a kernel call of its own. :class:`RowAdder` computes the same values with a
-few whole-tensor operations:
+order), each row a kernel call of its own. :class:`RowAdder` computes the same values:
 
-- every entry's row plus ``alpha`` times its source (the same fused multiply-add,
-  ``torch.add``), written back at once;
-- a row that occurs more than once (padding entries all point at row 0) then takes its later
-  entries in order, each from the previous one's result. An entry whose source is all zeros
-  leaves a value unchanged unless that value is ``-0.0`` (``-0.0 + 0.0 = +0.0``), and a
-  ``-0.0`` can only come from a ``-0.0``: when no repeated row starts with one, those
-  entries are skipped, so the chains are as long as a user's repeated samples, not as the
-  padding. (A repeated row holding a ``-0.0`` falls back to ``index_add_``.)
+- float32 tables and sources in C order, from ``COMPILED_ENTRIES`` entries: a compiled loop
+  (:func:`fedrec_flwr.node.host_loops.add_rows`) adds each entry to its row in place, in
+  order, by the same fused multiply-add;
+- otherwise by a few whole-tensor operations: every entry's row plus ``alpha`` times its
+  source (the same fused multiply-add, ``torch.add``), written back at once; a row that
+  occurs more than once (padding entries all point at row 0) then takes its later entries
+  in order, each from the previous one's result. An entry whose source is all zeros leaves
+  a value unchanged unless that value is ``-0.0`` (``-0.0 + 0.0 = +0.0``), and a ``-0.0``
+  can only come from a ``-0.0``: when no repeated row starts with one, those entries are
+  skipped, so the chains are as long as a user's repeated samples, not as the padding. (A
+  repeated row holding a ``-0.0`` falls back to ``index_add_``.)
 
 On other devices it calls ``index_add_`` (CUDA's deterministic one sums in a fixed order of
 its own).
@@ -28,8 +30,8 @@ import torch
 
 from fedrec_flwr.node import host_loops
 
-#: Entries from which :meth:`RowAdder.add_` finds the repeated rows and their sources by
-#: compiled loops (:func:`fedrec_flwr.node.host_loops.repeated_entries`, ``repeated_sources``).
+#: Entries from which :meth:`RowAdder.add_` takes the compiled loops
+#: (:func:`fedrec_flwr.node.host_loops.add_rows`, else ``repeated_entries``).
 COMPILED_ENTRIES = 1 << 12
 
 
@@ -64,6 +66,9 @@ class RowAdder:
         if table.device.type != "cpu" or table.dim() != 2 or not len(index):
             return table.index_add_(0, index, source, alpha=alpha)
         rows = index.numpy()
+        if len(rows) >= COMPILED_ENTRIES and _float32_rows(table, source):
+            host_loops.add_rows(table.numpy(), rows, source.numpy(), alpha)
+            return table
         repeated = self._repeated_entries(rows, len(table))
         if len(repeated):
             keep, negative_zero = self._repeated_sources(table, source, rows, repeated)
@@ -82,10 +87,6 @@ class RowAdder:
     ) -> tuple[np.ndarray, bool]:
         """(which ``repeated`` entries have a source other than zeros, does any of their
         rows hold a ``-0.0``)."""
-        float32 = table.dtype == source.dtype == torch.float32
-        contiguous = table.is_contiguous() and source.is_contiguous()
-        if len(rows) >= COMPILED_ENTRIES and float32 and contiguous:
-            return host_loops.repeated_sources(table.numpy(), source.numpy(), rows, repeated)
         keep = (source.index_select(0, torch.from_numpy(repeated)) != 0).any(1).numpy()
         starts = table.index_select(0, torch.from_numpy(np.unique(rows[repeated])))
         return keep, bool((starts == 0).logical_and_(starts.signbit()).any())
@@ -128,6 +129,17 @@ class RowAdder:
             values[at] = torch.add(values[at - 1], later, alpha=alpha)
         last = np.r_[keys[1:] != keys[:-1], True]
         _put_rows(table, keys[last], values[torch.from_numpy(last)])
+
+
+def _float32_rows(table: torch.Tensor, source: torch.Tensor) -> bool:
+    """Are ``table`` and ``source`` C-contiguous float32 [*, r] tensors (what
+    :func:`fedrec_flwr.node.host_loops.add_rows` takes)?"""
+    return (
+        table.dtype == source.dtype == torch.float32
+        and source.dim() == 2
+        and table.is_contiguous()
+        and source.is_contiguous()
+    )
 
 
 def _put_rows(table: torch.Tensor, rows: np.ndarray, values: torch.Tensor) -> None:

@@ -50,3 +50,23 @@ def test_one_adder_serves_tables_of_any_size(monkeypatch):
         expected = table.clone().index_add_(0, index, source, alpha=alpha)
         got = adder.add_(table.clone(), index, source, alpha)
         assert torch.equal(got.view(torch.int32), expected.view(torch.int32))
+
+
+@pytest.mark.parametrize("width", [1, 5, 8, 16, 32, 33])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_wide_rows_of_a_round_equal_index_add_(width, dtype, monkeypatch):
+    """Rows as wide as a model's, values of every scale, a learning rate that rounds: the
+    compiled loop (float32) and the repeated entries' loop (float64) bit for bit."""
+    monkeypatch.setattr(row_updates, "COMPILED_ENTRIES", 0)
+    rng = np.random.default_rng(width)
+    n, m = 50, 2000  # many entries per row: long chains of repeats
+    scale = 10.0 ** rng.integers(-4, 4, size=(n, 1))
+    table = torch.from_numpy(rng.standard_normal((n, width)) * scale).to(dtype)
+    table[0, 0] = -0.0
+    index = torch.from_numpy(rng.integers(0, n, m))
+    source = torch.from_numpy(rng.standard_normal((m, width))).to(dtype)
+    source[rng.random(m) < 0.2] = 0.0
+    for alpha in (-0.0123456789, -8.0 * 1682, 1.0):
+        expected = table.clone().index_add_(0, index, source, alpha=alpha)
+        got = RowAdder().add_(table.clone(), index, source, alpha)
+        assert torch.equal(got, expected) and torch.equal(got.signbit(), expected.signbit())
