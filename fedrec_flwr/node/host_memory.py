@@ -1,17 +1,21 @@
-"""Freed host memory kept for the next round (:func:`keep_freed_memory`).
+"""How a node's process takes host memory (:func:`tune_host_memory`).
 
 A round's tensors and arrays (gathered rows, products, gradients, the step's scratch) are
 allocated and freed step after step, round after round. glibc's ``malloc`` serves the large
 ones by ``mmap`` and gives them back on ``free``, or gives back the top of its heap once more
 than a few of them are free (its thresholds follow the largest block freed so far): every
 new block is then fresh pages that the kernel must map and zero on first touch, the same
-bytes each round. :func:`keep_freed_memory` fixes the thresholds instead, so that freed
+bytes each round. :func:`tune_host_memory` fixes the thresholds instead, so that freed
 blocks up to ``MMAP_THRESHOLD`` stay in the heap and serve the next allocations without a
-page fault. Larger blocks (a round's new personal-row segment, which the store keeps) are
-still mapped and given back as before. Values do not change: no array here reads memory it
-did not write.
+page fault.
 
-Only on Linux with glibc (elsewhere it does nothing); once per process.
+Larger blocks are still mapped afresh, and some of them stay: a round's rows become the
+personal-row segment the store keeps, new memory every round. NumPy advises the kernel to
+back its large arrays with huge pages; on a machine whose memory is fragmented (other
+processes, the page cache) each huge page then waits for the kernel to compact memory,
+several times the cost of zeroing small pages, and varying from round to round. Without the
+advice a fresh page costs the same every round. Values do not change: no array here reads
+memory it did not write.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import sys
+
+import numpy as np
 
 #: ``mallopt`` parameters (glibc's ``malloc.h``).
 M_TRIM_THRESHOLD = -1
@@ -30,8 +36,13 @@ TRIM_THRESHOLD = 1 << 30
 
 
 @functools.cache
-def keep_freed_memory() -> bool:
-    """Fix glibc's thresholds (see the module's doc); True when they were set."""
+def tune_host_memory() -> tuple[bool, bool]:
+    """Once per process: fix glibc's thresholds and turn NumPy's huge-page advice off (see
+    the module's doc); whether each was done (glibc's only on Linux with glibc)."""
+    return _fix_malloc_thresholds(), _no_huge_page_advice()
+
+
+def _fix_malloc_thresholds() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -45,3 +56,14 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
         mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     )
+
+
+def _no_huge_page_advice() -> bool:
+    """NumPy's runtime switch of its ``madvise(MADV_HUGEPAGE)`` (``numpy._core`` from NumPy
+    2, ``numpy.core`` before)."""
+    core = getattr(np, "_core", None) or getattr(np, "core", None)
+    switch = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
+    if switch is None:
+        return False
+    switch(False)
+    return True

@@ -32,7 +32,7 @@ from fedrec_flwr.node import host_loops
 
 #: Entries from which :meth:`RowAdder.add_` takes the compiled loops
 #: (:func:`fedrec_flwr.node.host_loops.add_rows`, else ``repeated_entries``).
-COMPILED_ENTRIES = 1 << 12
+COMPILED_ENTRIES = 1 << 8
 
 
 #: Each thread's scratch of zeros over a table's rows (see :func:`_zeros`).

@@ -29,7 +29,7 @@ from fedrec_flwr.node import malicious
 from fedrec_flwr.node.accelerator import torch_device
 from fedrec_flwr.node.dense_decay import DenseDecay
 from fedrec_flwr.node.evaluate import NodeEvaluation
-from fedrec_flwr.node.host_memory import keep_freed_memory
+from fedrec_flwr.node.host_memory import tune_host_memory
 from fedrec_flwr.node.layered import LayeredRows
 from fedrec_flwr.node.personal import PersonalRows, whole_rows
 from fedrec_flwr.node.protocols import build_protocol, lookup_rows
@@ -76,7 +76,7 @@ class NodeRuntime(NodeEvaluation):
         self.protocol.target_items = malicious.exposure_targets(prepared, attack)
         self.protocol.scores_train_rows = config.evaluation.eval_loss
         self.device = torch_device(config)
-        keep_freed_memory()  # the rounds' blocks reused, not mapped afresh each round
+        tune_host_memory()  # freed blocks reused, fresh pages without huge-page compaction
         self._planned: tuple[int, RoundDraws | None] = (0, None)  # (round, its draws)
         self._selected: tuple[int, np.ndarray] = (-1, self.users[:0])
         self.uploads = upload_chain(config, prepared)  # request, transform, finish
