@@ -60,7 +60,7 @@ def cell_metrics(mapping: dict) -> tuple[dict, dict]:
     config = RunConfig.from_mapping(mapping)
     data_key, prepared, history = shared_data(mapping)
     method = build_method(config, prepared.num_items)
-    upload_key = (*data_key, method.keys.itemitem_max_degree)
+    upload_key = (*data_key, method.upload_limit)
     if upload_key not in _UPLOADS:
         baskets = [method.uploaded_items(prepared, u) for u in range(prepared.num_users)]
         _UPLOADS[upload_key] = StatisticsUpload(

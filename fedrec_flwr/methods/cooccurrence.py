@@ -25,9 +25,17 @@ counts as absent. With ``itemitem-gram-rank`` = ``r`` > 0 every model reads, in 
 positive semidefinite and, on real data, close to low-rank, while the mechanism's noise
 spreads evenly over every direction, so the projection drops the noise outside the top
 directions. It reads the released sums only (post-processing: no privacy cost).
+
+The mechanism's noise on the released Gram is a symmetric Gaussian matrix of standard
+deviation ``sigma`` per entry, whose eigenvalues lie within ``+-2 sigma sqrt(m)`` over ``m``
+items: with ``itemitem-dp-ridge`` = ``c`` > 0, EASE's lambda is ``itemitem-lambda + c 2 sigma
+sqrt(m)``, so that ``c >= 1`` keeps ``G + lambda I`` positive definite (:func:`noise_ridge`;
+post-processing too).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -135,16 +143,30 @@ def low_rank_gram(gram: np.ndarray, rank: int, seed: int) -> np.ndarray:
     return (vectors * np.clip(values, 0.0, None)) @ vectors.T
 
 
+def noise_ridge(keys: ItemItemKeys, noise_std: float, size: int) -> float:
+    """EASE's lambda: ``itemitem-lambda`` plus ``itemitem-dp-ridge`` times the largest
+    eigenvalue of the mechanism's symmetric noise over ``size`` items, ``2 sigma sqrt(size)``
+    (a Wigner matrix's spectral edge), so that ``G + lambda I`` stays positive definite
+    whatever the noise (the module doc)."""
+    return keys.itemitem_lambda + keys.itemitem_dp_ridge * 2.0 * noise_std * math.sqrt(size)
+
+
 def model_weights(
-    kind: str, gram: np.ndarray, counts: np.ndarray, keys: ItemItemKeys, seed: int
+    kind: str,
+    gram: np.ndarray,
+    counts: np.ndarray,
+    keys: ItemItemKeys,
+    seed: int,
+    noise_std: float = 0.0,
 ) -> np.ndarray:
     """The item-item matrix ``W`` of ``kind`` (``itemitem-model``) from the sums, with the
     run's item-item keys and seed (the randomised eigenvectors of GF-CF and of a large
-    catalogue's ``itemitem-gram-rank`` projection)."""
+    catalogue's ``itemitem-gram-rank`` projection) and the standard deviation of the noise
+    on each released entry (``itemitem-dp-ridge``)."""
     if keys.itemitem_gram_rank > 0:
         gram = low_rank_gram(gram, keys.itemitem_gram_rank, seed)
     if kind == "ease":
-        return ease_weights(gram, keys.itemitem_lambda)
+        return ease_weights(gram, noise_ridge(keys, noise_std, len(gram)))
     if kind == "itemknn":
         return itemknn_weights(gram, keys.itemitem_neighbours, keys.itemitem_shrink)
     if kind == "gfcf":

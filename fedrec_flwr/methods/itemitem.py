@@ -18,6 +18,7 @@ with a user vector. The node's upload and the server's sums are in
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from typing import TypeGuard
 
@@ -51,6 +52,17 @@ class ItemItemModel(StrEnum):
     GFCF = "gfcf"
 
 
+class DegreeBound(StrEnum):
+    """``itemitem-degree-bound``: how ``itemitem-max-degree`` = ``k`` bounds a user's
+    contribution. ``sample``: a keyed subset of at most ``k`` of its items; ``scale``: every
+    item, its co-occurrences scaled by ``w_u = min(1, sqrt(k (k + 1) / (d (d + 1))))`` (``d``:
+    its items), so that their upper triangle's L2 norm is at most that of ``k`` items (the
+    per-user clipping of DP-FedAvg, McMahan et al., ICLR 2018)."""
+
+    SAMPLE = "sample"
+    SCALE = "scale"
+
+
 def check_itemitem(config: RunValues) -> None:
     if config.value("method") != "itemitem":
         return
@@ -68,6 +80,27 @@ def check_itemitem(config: RunValues) -> None:
             "itemitem-dp-epsilon > 0 calibrates the Gaussian noise to one user's largest "
             "contribution, which needs a bound on its number of items: set "
             "itemitem-max-degree (e.g. 100), or itemitem-dp-epsilon = 0."
+        )
+    if keys.itemitem_degree_bound == DegreeBound.SCALE:
+        if keys.itemitem_model == ItemItemModel.GFCF or keys.itemitem_min_count > 1:
+            raise ConfigError(
+                "itemitem-degree-bound = 'scale' weighs the co-occurrences of EASE and ItemKNN, "
+                "whose item counts are the weighted Gram's diagonal: GF-CF's degrees and the "
+                "support of itemitem-min-count > 1 count every item unweighted. Set "
+                "itemitem-degree-bound = 'sample', or itemitem-model = 'ease' or 'itemknn' with "
+                "itemitem-min-count <= 1."
+            )
+        if keys.itemitem_max_degree <= 0:
+            raise ConfigError(
+                "itemitem-degree-bound = 'scale' scales a user's co-occurrences down to those "
+                "of itemitem-max-degree items: set itemitem-max-degree (e.g. 25)."
+            )
+    if keys.itemitem_dp_ridge > 0 and (
+        keys.itemitem_dp_epsilon <= 0 or keys.itemitem_model != ItemItemModel.EASE
+    ):
+        raise ConfigError(
+            "itemitem-dp-ridge raises EASE's lambda with the noise of itemitem-dp-epsilon: "
+            "set itemitem-model = 'ease' and itemitem-dp-epsilon > 0, or itemitem-dp-ridge = 0."
         )
 
 
@@ -124,6 +157,20 @@ class ItemItemKeys(Group):
         default=0,
         help="each user uploads at most this many of its items (a subset keyed by seed and "
         "user; it still scores with all of them): bounds one user's contribution",
+        range=NON_NEGATIVE,
+        why=OFF,
+    )
+    itemitem_degree_bound: str = key(
+        default=DegreeBound.SAMPLE.value,
+        help="how itemitem-max-degree bounds a user's contribution: `sample` uploads a subset "
+        "of that many of its items (keyed by seed and user); `scale` uploads every item and "
+        "scales its co-occurrences down to the L2 norm of that many items' (EASE, ItemKNN)",
+        choices=DegreeBound,
+    )
+    itemitem_dp_ridge: float = key(
+        default=0.0,
+        help="EASE under itemitem-dp-epsilon: lambda is raised by this many times the noise's "
+        "largest eigenvalue, 2 sigma sqrt(m) for m items (post-processing: no privacy cost)",
         range=NON_NEGATIVE,
         why=OFF,
     )
@@ -211,11 +258,20 @@ class ItemItem(Method):
             history[j, torch.from_numpy(np.array(data.train_positives(user), np.int64))] = 1.0
         return private
 
+    @property
+    def upload_limit(self) -> int:
+        """The most items a user uploads (0: no bound): ``itemitem-max-degree`` when it
+        bounds a contribution by sampling (``itemitem-degree-bound`` = ``scale`` uploads every
+        item, weighed by :meth:`basket_weight`)."""
+        if self.keys.itemitem_degree_bound == DegreeBound.SCALE:
+            return 0
+        return int(self.keys.itemitem_max_degree)
+
     def uploaded_items(self, data, user: int) -> np.ndarray:
         """The items user ``user`` uploads (sorted): its train positives, at most
-        ``itemitem-max-degree`` of them (a subset keyed by (seed, user))."""
+        :attr:`upload_limit` of them (a subset keyed by (seed, user))."""
         items = np.unique(np.asarray(data.train_positives(user), dtype=np.int64))
-        limit = self.keys.itemitem_max_degree
+        limit = self.upload_limit
         if limit <= 0 or len(items) <= limit:
             return items
         rng = keyed_rng(self.config.training.seed, "itemitem-degree", user)
@@ -230,10 +286,13 @@ class ItemItem(Method):
         return "gram"
 
     def basket_weight(self, size: int) -> float:
-        """``w_u`` of a user who uploads ``size`` items: 1, or ``1 / size`` for GF-CF (the
-        user-degree normalisation of ``R~``)."""
+        """``w_u`` of a user who uploads ``size`` items: 1, ``1 / size`` for GF-CF (the
+        user-degree normalisation of ``R~``), or :func:`scaled_weight` under
+        ``itemitem-degree-bound`` = ``scale``."""
         if self.model_kind == ItemItemModel.GFCF:
             return 1.0 / size if size else 0.0
+        if self.keys.itemitem_degree_bound == DegreeBound.SCALE:
+            return scaled_weight(size, self.keys.itemitem_max_degree)
         return 1.0
 
     # --------------------------------------------------------------------- scoring
@@ -252,6 +311,17 @@ class ItemItem(Method):
             if len(items):
                 out[j] = (table[:, items] * weights[items]).sum(1)
         return out
+
+
+def scaled_weight(size: int, max_degree: int) -> float:
+    """``min(1, sqrt(k (k + 1) / (d (d + 1))))`` for ``d = size`` items and ``k =
+    max_degree``, rounded down to a multiple of ``2^-32`` (the secure vector's fixed point
+    carries it exactly, and the L2 norm of the weighted upper triangle stays within the
+    bound): :class:`DegreeBound`'s ``scale``."""
+    if size <= max_degree:
+        return 1.0
+    ratio = math.sqrt(max_degree * (max_degree + 1.0) / (size * (size + 1.0)))
+    return math.floor(ratio * 2.0**32) * 2.0**-32
 
 
 def uploads_statistics(method: Method) -> TypeGuard[ItemItem]:

@@ -8,8 +8,10 @@ other (as the LDP accountant's ``2C``), so the sensitivities are the L2 distance
 users' contributions:
 
 - the co-occurrences of EASE and ItemKNN, the upper triangle of ``x_u x_u^T`` (its diagonal
-  is the item counts): 0/1 entries on at most ``k (k + 1) / 2`` positions each,
-  ``sqrt(k (k + 1))``;
+  is the item counts): 0/1 entries on at most ``k (k + 1) / 2`` positions each, or, under
+  ``itemitem-degree-bound`` = ``scale``, ``w_u`` on the ``d (d + 1) / 2`` positions of all
+  ``d`` items with ``w_u^2 d (d + 1) / 2 <= k (k + 1) / 2``: non-negative vectors of L2 norm
+  at most ``sqrt(k (k + 1) / 2)`` either way, so ``sqrt(k (k + 1))``;
 - those of GF-CF, the upper triangle of ``x_u x_u^T / d_u`` (L2 norm at most 1 for any
   ``d_u``): 2, by the triangle inequality;
 - the item counts ``x_u`` (GF-CF's degrees, and the support of ``itemitem-min-count``): 0/1
@@ -103,6 +105,7 @@ class SumNoise:
     delta: float
     releases: int  # 1: the sums at once; 2: the counts, then the co-occurrences (support)
     seed: int
+    degree_bound: str = "sample"  # itemitem-degree-bound
 
     @classmethod
     def of(cls, config: RunGroups) -> SumNoise | None:
@@ -117,6 +120,7 @@ class SumNoise:
             keys.itemitem_dp_delta,
             2 if keys.itemitem_min_count > 1 else 1,
             config.training.seed,
+            str(keys.itemitem_degree_bound),
         )
 
     @property
@@ -177,5 +181,6 @@ class SumNoise:
             "gram_noise_std": self.gram_std,
             "counts_noise_std": self.counts_std,
             "max_degree": self.max_degree,
+            "degree_bound": self.degree_bound,
             "accountant": "dp-accounting analytic Gaussian",
         }

@@ -273,8 +273,9 @@ class StatisticsModel:
         block = np.ix_(support, support)
         weights = np.zeros((self.num_items, self.num_items), dtype=np.float32)
         if len(support):
+            noise_std = 0.0 if self.noise is None else self.noise.gram_std
             part = model_weights(
-                self.kind, self.gram[block], self.counts[support], self.keys, self.seed
+                self.kind, self.gram[block], self.counts[support], self.keys, self.seed, noise_std
             )
             weights[block] = part
         self.table = np.ascontiguousarray(weights.T)

@@ -21,7 +21,7 @@ from fedrec_flwr.aggregation import RowUpload
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.messages import DENSE_PREFIX
 from fedrec_flwr.methods import Method
-from fedrec_flwr.methods.itemitem import ItemItemKeys, uploads_statistics
+from fedrec_flwr.methods.itemitem import uploads_statistics
 from fedrec_flwr.server.payloads import TrainOrder
 
 __all__ = [
@@ -62,7 +62,7 @@ class ReplySchema:
     row_dim: int
     dense_shapes: Mapping[str, tuple[int, ...]]
     #: A method that sums co-occurrences (its uploads: :mod:`fedrec_flwr.server.statistics`)
-    #: and the most items one user may upload (``itemitem-max-degree``; 0: no bound).
+    #: and the most items one user may upload (``ItemItem.upload_limit``; 0: no bound).
     statistics: bool = False
     max_degree: int = 0
     #: Their secure vectors' layout this round (a ``StatisticsLayout``; None: none).
@@ -78,7 +78,7 @@ def reply_schema(config: RunConfig, method: Method, model: Any) -> ReplySchema:
     that sums co-occurrences, its uploads and their bound on a user's items)."""
     shapes = {name: value.shape for name, value in model.dense.items()}
     if uploads_statistics(method):
-        degree, layout = config.group(ItemItemKeys).itemitem_max_degree, model.secure_layout()
+        degree, layout = method.upload_limit, model.secure_layout()
         return ReplySchema(model.num_items, model.row_dim, shapes, True, degree, layout)
     return ReplySchema(model.num_items, model.row_dim, shapes)
 

@@ -26,7 +26,7 @@ from fedrec_flwr.methods.cooccurrence import (
     model_weights,
     symmetric_from_upper,
 )
-from fedrec_flwr.methods.itemitem import ItemItemKeys
+from fedrec_flwr.methods.itemitem import ItemItemKeys, scaled_weight
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node import runtime as node_runtime
 from fedrec_flwr.node.runtime import NodeRuntime
@@ -378,6 +378,80 @@ def test_the_server_applies_co_occurrence_uploads_only():
     rows = RowUpload(np.array([0]), np.ones((1, 5), np.float32), np.array([1]), 1)
     with pytest.raises(TypeError, match="RowUpload where StatisticsUpload"):
         model.apply([rows])
+
+
+# ------------------------------------------------------------------ the scaled degree bound
+@pytest.mark.parametrize("k", [1, 5, 25])
+def test_a_scaled_users_co_occurrences_have_at_most_the_norm_of_k_items(k):
+    for size in range(1, 400):
+        weight = scaled_weight(size, k)
+        assert weight == 1.0 if size <= k else 0.0 < weight < 1.0
+        assert weight * 2.0**32 == int(weight * 2.0**32)  # exact in the secure fixed point
+        assert weight**2 * size * (size + 1) <= k * (k + 1)  # the upper triangle's norm
+    assert scaled_weight(k + 1, k) == pytest.approx(np.sqrt(k / (k + 2)), abs=2.0**-31)
+
+
+def test_scaled_users_upload_every_item_and_the_secure_sum_equals_the_plain_one():
+    keys = {"itemitem-max-degree": 3, "itemitem-degree-bound": "scale"}
+    node = runtime(**keys)
+    secure = runtime(**keys, **{"secure-aggregation": True})
+    data, method = node.prepared, node.method
+    for user in range(data.num_users):
+        assert np.array_equal(
+            method.uploaded_items(data, user), np.unique(data.train_positives(user))
+        )
+    plain = statistics_upload(node, node.users, 1).statistics
+    items, offsets = plain["basket_items"], plain["basket_offsets"]
+    assert np.diff(offsets).max() > 3 and method.upload_limit == 0
+    num = data.num_items
+    model = StatisticsModel(node.config, method, num)
+    model.start_round()
+    model.apply([StatisticsUpload(len(node.users), items, offsets)])
+    gram = np.zeros((num, num))
+    for lo, hi in itertools.pairwise(offsets):
+        basket = items[lo:hi]
+        gram[np.ix_(basket, basket)] += min(1.0, np.sqrt(12 / ((hi - lo) * (hi - lo + 1))))
+    np.testing.assert_allclose(model.gram, gram, atol=1e-8)
+    decoded = StatisticsLayout(num).decode(statistics_upload(secure, node.users, 1).secure)
+    assert np.array_equal(symmetric_from_upper(decoded.upper, num), model.gram)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"itemitem-model": "gfcf"}, "GF-CF's degrees"),
+        ({"itemitem-min-count": 5}, "itemitem-min-count"),
+        ({"itemitem-max-degree": 0}, "set itemitem-max-degree"),
+    ],
+)
+def test_the_scaled_degree_bound_is_refused_where_it_would_not_bound(changes, message):
+    keys = {"itemitem-max-degree": 3, "itemitem-degree-bound": "scale", **changes}
+    with pytest.raises(ConfigError, match=message):
+        config(**keys)
+
+
+def test_the_dp_ridge_raises_eases_lambda_by_the_noises_spectral_edge():
+    for changes in ({}, {"itemitem-model": "itemknn", "itemitem-dp-epsilon": 8.0}):
+        with pytest.raises(ConfigError, match="itemitem-dp-ridge"):
+            config(**{"itemitem-dp-ridge": 1.0, "itemitem-max-degree": 3, **changes})
+    keys = {"itemitem-max-degree": 3, "itemitem-dp-epsilon": 8.0, "itemitem-lambda": 2.0}
+    ridged = config(**keys, **{"itemitem-dp-ridge": 1.5})
+    model = StatisticsModel(ridged, build_method(ridged, 6), 6)
+    model.start_round()
+    items = np.array([0, 1, 2, 1, 2, 3, 3, 4, 5, 0, 5], np.int64)
+    model.apply([StatisticsUpload(4, items, np.array([0, 3, 6, 9, 11]))])
+    support = model.support  # the items of a released count of at least 1
+    assert support is not None and 0 < len(support) < 6
+    lam = 2.0 + 1.5 * 2.0 * model.noise.gram_std * np.sqrt(len(support))
+    expected = np.zeros((6, 6), dtype=np.float32)
+    expected[np.ix_(support, support)] = ease_weights(model.gram[np.ix_(support, support)], lam)
+    np.testing.assert_allclose(model.table, expected.T, rtol=1e-5, atol=1e-6)
+    plain = config(**keys)
+    reference = StatisticsModel(plain, build_method(plain, 6), 6)
+    reference.start_round()
+    reference.apply([StatisticsUpload(4, items, np.array([0, 3, 6, 9, 11]))])
+    assert np.array_equal(model.gram, reference.gram)  # the same release, another lambda
+    assert not np.allclose(model.table, reference.table)
 
 
 # ------------------------------------------------------------------ the conformance suite
