@@ -155,8 +155,9 @@ class ItemItemKeys(Group):
     )
     itemitem_max_degree: int = key(
         default=0,
-        help="each user uploads at most this many of its items (a subset keyed by seed and "
-        "user; it still scores with all of them): bounds one user's contribution",
+        help="bounds one user's contribution to that of this many of its items (a subset "
+        "keyed by seed and user, or all of them scaled down: itemitem-degree-bound; it still "
+        "scores with all of them)",
         range=NON_NEGATIVE,
         why=OFF,
     )

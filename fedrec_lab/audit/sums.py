@@ -4,8 +4,9 @@ No attack is run: what each configuration reveals follows from what the server r
 computed from the data the way the run computes its sums
 (:mod:`fedrec_flwr.server.statistics`):
 
-- plain: every user's uploaded items (its train positives, at most ``itemitem-max-degree``),
-  each list as its node sent it;
+- plain: every user's uploaded items (its train positives, at most ``itemitem-max-degree``
+  under the sampled degree bound, all of them under the scaled one), each list as its node
+  sent it;
 - secure aggregation: the sum only, that is the count of every item and of every pair of items
   over the released coordinates (the catalogue; with ``itemitem-min-count`` > 1, a first sum
   of the counts of every item, then the pairs over the support). The sum still singles users
