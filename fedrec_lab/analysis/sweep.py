@@ -103,6 +103,11 @@ def points(runs: Path) -> list[dict[str, Any]]:
                     "private": overrides.get(KEYS["rp"], radii["rp"]),
                     "shared": overrides.get(KEYS["rs"], radii["rs"]),
                     "seeds": len(summaries),
+                    "seed_list": [
+                        c.seed
+                        for c in row.cells(list(SEEDS))
+                        if (runs / c.name / "summary.json").exists()
+                    ],
                     "hr": [100 * s["test"]["hr@10"] for s in summaries],
                     "ndcg": [100 * s["test"]["ndcg@10"] for s in summaries],
                     "best_rounds": [s["best_round"] for s in summaries],
@@ -119,6 +124,37 @@ def _ms(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
+def coverage(found: list[dict[str, Any]]) -> str:
+    """Which of the sweep's cells are measured, per protocol (a sweep with fewer seeds or rows
+    than its grid is a reduced one, and says so)."""
+    parts = []
+    for protocol in SCHEDULE:
+        points_ = [p for p in found if p["protocol"] == protocol]
+        done = [p for p in points_ if p["seeds"]]
+        seeds = sorted({s for p in points_ for s in p.get("seed_list", [])})
+        text = f"{protocol}: {len(done)} of {len(points_)} rows"
+        if seeds:
+            text += f", seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}"
+        parts.append(text)
+    full = all(p["seeds"] == len(SEEDS) for p in found)
+    line = f"Measured: {'; '.join(parts)} (the grid: seeds {SEEDS[0]}-{SEEDS[-1]} on every row)."
+    if not full:
+        line += (
+            " A reduced sweep: fewer rows or seeds than the grid (a row with one seed has no "
+            "spread to judge its differences by)."
+        )
+    return line
+
+
+def measured_flags(found: list[dict[str, Any]]) -> str:
+    """``--protocols ... --seeds ...`` of the measured cells (the command that runs them)."""
+    protocols = [p for p in SCHEDULE if any(x["protocol"] == p and x["seeds"] for x in found)]
+    seeds = sorted({s for x in found for s in x.get("seed_list", [])})
+    if not protocols:
+        return ""
+    return f" --protocols {' '.join(protocols)} --seeds {' '.join(map(str, seeds))}"
+
+
 def markdown(found: list[dict[str, Any]], command: str) -> str:
     lines = [
         "# FedRecGEL's radius sweep (its Figure 2), ML-100K",
@@ -126,6 +162,8 @@ def markdown(found: list[dict[str, Any]], command: str) -> str:
         "```bash",
         command,
         "```",
+        "",
+        coverage(found),
         "",
         "| protocol | row | rho private | rho shared | seeds | test HR@10 | test NDCG@10 | best "
         "rounds |",
@@ -187,7 +225,7 @@ def plot(found: list[dict[str, Any]], path: Path) -> None:
 def write(runs: Path, out: Path, command: str) -> Path:
     found = points(runs)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "fedrecgel-radius-sweep.md").write_text(markdown(found, command))
+    (out / "fedrecgel-radius-sweep.md").write_text(markdown(found, command + measured_flags(found)))
     (out / "fedrecgel-radius-sweep.json").write_text(json.dumps(found) + "\n")
     plot(found, out / "fedrecgel-radius-sweep.png")
     return out / "fedrecgel-radius-sweep.md"

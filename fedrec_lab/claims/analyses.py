@@ -1,4 +1,5 @@
-"""Judges of the analyses' reports (``fedrec analyze``): the SAM table and PFedRec's Figure 3.
+"""Judges of the analyses' reports (``fedrec analyze``): the SAM table, FedRecGEL's radius
+sweep and PFedRec's Figure 3.
 
 Each reads the rows of a committed JSON report and returns ``(ours, verdict, why)`` for
 :func:`fedrec_lab.claims.verdicts.json_values`. A row counts for a claim when its paired 95 %
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fedrec_lab.analysis.sam_table import EARLY_SHARE
+from fedrec_lab.analysis.sweep import SCHEDULE
 from fedrec_lab.claims.verdicts import (
     CONTRADICTED,
     NOT_MEASURABLE,
@@ -21,6 +23,7 @@ from fedrec_lab.claims.verdicts import (
 
 SAM_TABLE = "bench/results/sam-table.json"
 FIGURE3 = "bench/results/pfedrec-figure3.json"
+SWEEP = "bench/results/fedrecgel-radius-sweep.json"
 
 Judge = Callable[[list], tuple[str, str, str]]
 
@@ -115,6 +118,50 @@ def own_rows_help(protocol: str) -> Judge:
         return "; ".join(parts), _majority(wins, losses, len(rows)), why
 
     return judge
+
+
+def radius_spread(values: list) -> tuple[str, str, str]:
+    """FedRecGEL's Figure 2 on the sweep's measured rows: test HR@10 at each value of each
+    radius (the other at the preset's), per protocol, and how far it moves over the grid."""
+    parts, spans = [], []
+    for protocol in ("paper", "strict"):
+        found = [p for p in values[0] if p["protocol"] == protocol and p["hr"]]
+        if not found:
+            continue
+        seeds = sorted({s for p in found for s in p["seed_list"]})
+        rounds = f"{SCHEDULE[protocol]['num-server-rounds']} rounds"
+        curves = []
+        for varied, name, key in (("rp", "private", "private"), ("rs", "shared", "shared")):
+            preset = [p for p in found if p["varied"] == "preset"]
+            pts = sorted([p for p in found if p["varied"] == varied] + preset, key=lambda p: p[key])
+            hr = [sum(p["hr"]) / len(p["hr"]) for p in pts]
+            curves.append(
+                f"{name} " + ", ".join(f"{p[key]:g}: {h:.2f}" for p, h in zip(pts, hr, strict=True))
+            )
+            spans.append(f"{protocol} {name} {max(hr) - min(hr):.2f}")
+        parts.append(f"{protocol} ({_seeds(seeds)}, {rounds}): " + "; ".join(curves))
+    if not parts:
+        return "-", NOT_MEASURABLE, "the sweep has no measured row"
+    why = (
+        "Fig. 2 prints curves, no numbers to compare; ours moves over each radius's grid by "
+        + ", ".join(spans)
+        + " HR@10 points (the other radius at the preset's)"
+    )
+    return "; ".join(parts), NOT_MEASURABLE, why
+
+
+def sweep() -> list[Claim]:
+    """FedRecGEL's Figure 2 (its radius sweep), from the sweep's report."""
+    return [
+        Claim(
+            "FedRecGEL",
+            "Fig. 2",
+            "HR@10 and NDCG@10 against each SAM radius, rho_ur (private) and rho_co (shared), "
+            "the other held (four datasets)",
+            "curves",
+            json_values(SWEEP, [()], radius_spread),
+        )
+    ]
 
 
 def sam() -> list[Claim]:

@@ -352,4 +352,12 @@ def plgc() -> list[Claim]:
 
 
 def claims() -> list[Claim]:
-    return [*pfedrec(), *fedrap(), *fedrecgel(), *analyses.sam(), *plgc(), *ablation.plgc_parts()]
+    return [
+        *pfedrec(),
+        *fedrap(),
+        *fedrecgel(),
+        *analyses.sam(),
+        *analyses.sweep(),
+        *plgc(),
+        *ablation.plgc_parts(),
+    ]

@@ -448,6 +448,11 @@ def test_a_tiny_radius_sweep_runs_its_missing_cells_and_reports_them(tmp_path, m
     strict = [p for p in found if p["protocol"] == "strict"]
     assert len(strict) == len(sweep.rows("strict")) and all(p["seeds"] == 1 for p in strict)
     assert all(p["seeds"] == 0 for p in found if p["protocol"] == "paper")  # not asked for
+    report = (out / "fedrecgel-radius-sweep.md").read_text()
+    rows_each = len(sweep.rows("strict"))
+    assert f"Measured: strict: {rows_each} of {rows_each} rows, seed 0; paper: 0 of" in report
+    assert "A reduced sweep" in report
+    assert f"--out {out} --protocols strict --seeds 0\n" in report
     for point in strict:  # each run at its row's radii
         name = f"fedrecgel+{point['tag']}-synthetic-strict-seed0"
         config = json.loads((runs / name / "config.json").read_text())

@@ -68,3 +68,34 @@ def test_a_sam_row_without_per_user_values_is_listed_not_judged():
     ours, _, why = judge([[row("FedMF", higher), row("FedNCF", None)]])
     assert "FedNCF ml-100k paper (seed 0): no interval" in ours
     assert "in 1 of 1 rows" in why and "1 row without an interval" in why
+
+
+def test_the_radius_sweep_lists_each_radius_curve_and_how_far_it_moves():
+    from fedrec_lab.analysis.sweep import SCHEDULE
+    from fedrec_lab.claims.analyses import radius_spread
+
+    def point(varied, private, shared, hr):
+        return {
+            "protocol": "paper",
+            "varied": varied,
+            "private": private,
+            "shared": shared,
+            "hr": [hr],
+            "seed_list": [0],
+        }
+
+    values = [
+        point("preset", 0.01, 0.01, 44.0),
+        point("rp", 0.0, 0.01, 43.0),
+        point("rp", 1.0, 0.01, 40.5),
+        point("rs", 0.01, 0.0, 44.5),
+        {**point("rs", 0.01, 1.0, 0.0), "hr": [], "seed_list": []},  # not measured
+    ]
+    ours, verdict, why = radius_spread([values])
+    rounds = SCHEDULE["paper"]["num-server-rounds"]
+    assert ours == (
+        f"paper (seed 0, {rounds} rounds): private 0: 43.00, 0.01: 44.00, 1: 40.50; "
+        "shared 0: 44.50, 0.01: 44.00"
+    )
+    assert verdict == NOT_MEASURABLE and "paper private 3.50, paper shared 0.50" in why
+    assert radius_spread([[]])[0] == "-"
