@@ -123,9 +123,7 @@ def replay_difference(run_dir: Path, replay_dir: Path) -> dict[str, Any]:
     """How the replay's best round compares with the run's: ``metrics_equal`` (every
     validation and test metric the same text), ``max_abs`` (the largest difference over those
     and the train loss) and ``first`` (its column)."""
-    target = best_round(run_dir)
-    (old,) = [r for r in rounds(Path(run_dir) / "rounds.csv") if int(r["round"]) == target]
-    new = rounds(Path(replay_dir) / "rounds.csv")[-1]
+    target, old, new = _best_rows(run_dir, replay_dir)
     columns = [c for c in old if c.startswith(CHECKED) and c in new and old[c] != ""]
     worst, where = 0.0, ""
     for column in columns:
@@ -143,10 +141,15 @@ def replay_difference(run_dir: Path, replay_dir: Path) -> dict[str, Any]:
 
 def replay_column_equal(run_dir: Path, replay_dir: Path, column: str) -> bool:
     """Whether the replay's ``column`` at the best round is the run's, to the last digit."""
+    _, old, new = _best_rows(run_dir, replay_dir)
+    return old.get(column, "") != "" and old[column] == new.get(column)
+
+
+def _best_rows(run_dir: Path, replay_dir: Path) -> tuple[int, dict[str, str], dict[str, str]]:
+    """(the run's best round, its ``rounds.csv`` row, the replay's last row: that round)."""
     target = best_round(run_dir)
     (old,) = [r for r in rounds(Path(run_dir) / "rounds.csv") if int(r["round"]) == target]
-    new = rounds(Path(replay_dir) / "rounds.csv")[-1]
-    return old.get(column, "") != "" and old[column] == new.get(column)
+    return target, old, rounds(Path(replay_dir) / "rounds.csv")[-1]
 
 
 def replay(

@@ -89,11 +89,8 @@ def points(runs: Path) -> list[dict[str, Any]]:
     for protocol in SCHEDULE:
         radii = preset_radii(protocol)
         for row in rows(protocol):
-            summaries = [
-                json.loads((runs / c.name / "summary.json").read_text())
-                for c in row.cells(list(SEEDS))
-                if (runs / c.name / "summary.json").exists()
-            ]
+            done = [c for c in row.cells(list(SEEDS)) if (runs / c.name / "summary.json").exists()]
+            summaries = [json.loads((runs / c.name / "summary.json").read_text()) for c in done]
             overrides = dict(row.overrides)
             out.append(
                 {
@@ -103,11 +100,7 @@ def points(runs: Path) -> list[dict[str, Any]]:
                     "private": overrides.get(KEYS["rp"], radii["rp"]),
                     "shared": overrides.get(KEYS["rs"], radii["rs"]),
                     "seeds": len(summaries),
-                    "seed_list": [
-                        c.seed
-                        for c in row.cells(list(SEEDS))
-                        if (runs / c.name / "summary.json").exists()
-                    ],
+                    "seed_list": [c.seed for c in done],
                     "hr": [100 * s["test"]["hr@10"] for s in summaries],
                     "ndcg": [100 * s["test"]["ndcg@10"] for s in summaries],
                     "best_rounds": [s["best_round"] for s in summaries],

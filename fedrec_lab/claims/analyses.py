@@ -131,14 +131,14 @@ def radius_spread(values: list) -> tuple[str, str, str]:
         seeds = sorted({s for p in found for s in p["seed_list"]})
         rounds = f"{SCHEDULE[protocol]['num-server-rounds']} rounds"
         curves = []
-        for varied, name, key in (("rp", "private", "private"), ("rs", "shared", "shared")):
-            preset = [p for p in found if p["varied"] == "preset"]
+        preset = [p for p in found if p["varied"] == "preset"]
+        for varied, key in (("rp", "private"), ("rs", "shared")):
             pts = sorted([p for p in found if p["varied"] == varied] + preset, key=lambda p: p[key])
             hr = [sum(p["hr"]) / len(p["hr"]) for p in pts]
             curves.append(
-                f"{name} " + ", ".join(f"{p[key]:g}: {h:.2f}" for p, h in zip(pts, hr, strict=True))
+                f"{key} " + ", ".join(f"{p[key]:g}: {h:.2f}" for p, h in zip(pts, hr, strict=True))
             )
-            spans.append(f"{protocol} {name} {max(hr) - min(hr):.2f}")
+            spans.append(f"{protocol} {key} {max(hr) - min(hr):.2f}")
         parts.append(f"{protocol} ({_seeds(seeds)}, {rounds}): " + "; ".join(curves))
     if not parts:
         return "-", NOT_MEASURABLE, "the sweep has no measured row"
