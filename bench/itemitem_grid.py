@@ -2,7 +2,9 @@
 method's own server code (the users' uploads of one round, summed, noised if asked, and
 the model computed by :class:`~fedrec_flwr.server.statistics.StatisticsModel`), scored by
 the methods' evaluation code (:func:`fedrec_lab.baselines.scoring.evaluate_scores`). A
-cell is the federated run's round 1 without the messages: the same sums, the same model.
+cell is the federated run's round 1 without the messages: the same sums, the same model (with
+``secure-aggregation`` and ``itemitem-min-count`` > 1, its rounds 1 and 2: the counts, then the
+co-occurrences over the support).
 
     python bench/itemitem_grid.py --data-dir DIR --dataset ml-100k --set itemitem-model=gfcf \\
         --grid itemitem-rank=16,32,64,128,256 itemitem-alpha=0.3,1,2,5,10 \\
@@ -26,7 +28,9 @@ import numpy as np
 from fedrec_flwr.config import RunConfig
 from fedrec_flwr.data.prepared import prepare
 from fedrec_flwr.methods import build_method
-from fedrec_flwr.server.statistics import StatisticsModel, StatisticsUpload
+from fedrec_flwr.methods.itemitem import two_rounds
+from fedrec_flwr.node.statistics import positions_in
+from fedrec_flwr.server.statistics import StatisticsModel, StatisticsUpload, secure_statistics
 from fedrec_lab.baselines.scoring import evaluate_scores
 
 
@@ -69,8 +73,11 @@ def cell_metrics(mapping: dict) -> tuple[dict, dict]:
             np.r_[0, np.cumsum([len(b) for b in baskets])].astype(np.int64),
         )
     model = StatisticsModel(config, method, prepared.num_items)
-    model.start_round()
-    model.apply([_UPLOADS[upload_key]])
+    if two_rounds(config):
+        secure_rounds(model, _UPLOADS[upload_key])
+    else:
+        model.start_round()
+        model.apply([_UPLOADS[upload_key]])
     covered = np.flatnonzero(model.table.any(axis=0))  # rows of W outside the support are 0
     weights = model.table.T[covered].astype(np.float64)
     metrics = evaluate_scores(
@@ -78,6 +85,24 @@ def cell_metrics(mapping: dict) -> tuple[dict, dict]:
     )
     record = model.dp_record()
     return metrics, {} if record is None else record
+
+
+def secure_rounds(model: StatisticsModel, upload: StatisticsUpload) -> None:
+    """A two-round secure run's rounds 1 and 2 (``secure-aggregation`` with
+    ``itemitem-min-count`` > 1): the users' vectors of the counts, then of the co-occurrences
+    over the support the released counts fixed, each round's sum encoded and decoded as the
+    nodes and the server do (the noise keyed by the same rounds)."""
+    assert upload.items is not None and upload.offsets is not None
+    baskets = [upload.items[lo:hi] for lo, hi in itertools.pairwise(upload.offsets)]
+    weights = [model.method.basket_weight(len(b)) for b in baskets]
+    for _ in range(2):
+        model.start_round()
+        layout = model.secure_layout()
+        coords = baskets
+        if model.support is not None:
+            coords = [positions_in(model.support, b) for b in baskets]
+        total = layout.encode(coords, weights, upload.num_users)
+        model.apply([secure_statistics(total, layout)])
 
 
 def main() -> None:

@@ -57,7 +57,9 @@ class DegreeBound(StrEnum):
     contribution. ``sample``: a keyed subset of at most ``k`` of its items; ``scale``: every
     item, its co-occurrences scaled by ``w_u = min(1, sqrt(k (k + 1) / (d (d + 1))))`` (``d``:
     its items), so that their upper triangle's L2 norm is at most that of ``k`` items (the
-    per-user clipping of DP-FedAvg, McMahan et al., ICLR 2018)."""
+    per-user clipping of DP-FedAvg, McMahan et al., ICLR 2018), and its item counts by the
+    same ``w_u`` (the Gram's diagonal; L2 norm at most ``sqrt(k)``), so that the support of
+    ``itemitem-min-count`` counts the weighted users."""
 
     SAMPLE = "sample"
     SCALE = "scale"
@@ -82,13 +84,12 @@ def check_itemitem(config: RunValues) -> None:
             "itemitem-max-degree (e.g. 100), or itemitem-dp-epsilon = 0."
         )
     if keys.itemitem_degree_bound == DegreeBound.SCALE:
-        if keys.itemitem_model == ItemItemModel.GFCF or keys.itemitem_min_count > 1:
+        if keys.itemitem_model == ItemItemModel.GFCF:
             raise ConfigError(
-                "itemitem-degree-bound = 'scale' weighs the co-occurrences of EASE and ItemKNN, "
-                "whose item counts are the weighted Gram's diagonal: GF-CF's degrees and the "
-                "support of itemitem-min-count > 1 count every item unweighted. Set "
-                "itemitem-degree-bound = 'sample', or itemitem-model = 'ease' or 'itemknn' with "
-                "itemitem-min-count <= 1."
+                "itemitem-degree-bound = 'scale' weighs the co-occurrences and item counts of "
+                "EASE and ItemKNN (the counts are the weighted Gram's diagonal): GF-CF's degrees "
+                "count every item unweighted. Set itemitem-degree-bound = 'sample', or "
+                "itemitem-model = 'ease' or 'itemknn'."
             )
         if keys.itemitem_max_degree <= 0:
             raise ConfigError(
@@ -165,7 +166,8 @@ class ItemItemKeys(Group):
         default=DegreeBound.SAMPLE.value,
         help="how itemitem-max-degree bounds a user's contribution: `sample` uploads a subset "
         "of that many of its items (keyed by seed and user); `scale` uploads every item and "
-        "scales its co-occurrences down to the L2 norm of that many items' (EASE, ItemKNN)",
+        "scales its co-occurrences down to the L2 norm of that many items', its item counts "
+        "by the same weight (EASE, ItemKNN)",
         choices=DegreeBound,
     )
     itemitem_dp_ridge: float = key(
@@ -293,6 +295,20 @@ class ItemItem(Method):
         if self.model_kind == ItemItemModel.GFCF:
             return 1.0 / size if size else 0.0
         if self.keys.itemitem_degree_bound == DegreeBound.SCALE:
+            return scaled_weight(size, self.keys.itemitem_max_degree)
+        return 1.0
+
+    @property
+    def weighted_counts(self) -> bool:
+        """Are a user's item counts weighted by ``w_u`` (``itemitem-degree-bound`` =
+        ``scale``: the weighted Gram's diagonal) rather than 1 each?"""
+        return self.keys.itemitem_degree_bound == DegreeBound.SCALE
+
+    def count_weight(self, size: int) -> float:
+        """The weight of each item count of a user who uploads ``size`` items: ``w_u`` under
+        ``itemitem-degree-bound`` = ``scale`` (:attr:`weighted_counts`), else 1 (GF-CF's
+        degrees and the support count every item)."""
+        if self.weighted_counts:
             return scaled_weight(size, self.keys.itemitem_max_degree)
         return 1.0
 

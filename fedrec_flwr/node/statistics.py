@@ -4,7 +4,8 @@
 A user contributes once: in the first round it is selected (``fraction-train``; a pure
 function of the seed and the round, so the server knows it too). Its contribution is its
 uploaded items ``x_u`` (at most ``itemitem-max-degree``) and the weight ``w_u`` of its
-co-occurrences ``w_u x_u x_u^T``, which the server derives from the number of items:
+co-occurrences ``w_u x_u x_u^T`` (and, under ``itemitem-degree-bound`` = ``scale``, of its
+counts ``w_u x_u``), which the server derives from the number of items:
 
 - plain: the users' item lists, ``basket-items`` (int64, user after user) and
   ``basket-offsets`` (int64 [users + 1]): the server sees each user's items, exactly what its
@@ -85,11 +86,12 @@ def statistics_upload(
     if runtime.config.group(SecAggKeys).secure_aggregation:
         weights = [method.basket_weight(len(b)) for b in baskets]
         kind = method.upload_kind(server_round)
-        layout = StatisticsLayout(data.num_items, gram=kind == "gram")
+        weighted = method.weighted_counts
+        layout = StatisticsLayout(data.num_items, gram=kind == "gram", weighted=weighted)
         if kind == "gram" and two_rounds(runtime.config):
             if support is None:
                 raise RuntimeError("the server sent no support for the co-occurrence round")
-            layout = StatisticsLayout(len(support))
+            layout = StatisticsLayout(len(support), weighted=weighted)
             baskets = [positions_in(support, b) for b in baskets]
         vector = layout.encode(baskets, weights, data.num_users)
         rows = np.empty((0, method.row_dim), dtype=np.float32)

@@ -6,7 +6,8 @@ Under ``secure-aggregation`` a node uploads one dense vector over the ring of in
 - the upper triangle (diagonal included, ``np.triu_indices`` order) of the sum over its
   users of ``w_u x_u x_u^T``, each user's entries in fixed point, ``round(w_u * 2^32)``
   (:data:`~fedrec_flwr.privacy.secagg.FRACTION_BITS`; exact for ``w_u = 1``);
-- the item counts ``sum_u x_u`` (integers);
+- the item counts ``sum_u x_u`` (integers), or under ``itemitem-degree-bound`` = ``scale``
+  ``sum_u w_u x_u`` (``weighted``: the Gram's diagonal, in the same fixed point);
 - its number of users.
 
 A run with ``itemitem-min-count`` > 1 takes two rounds: the first sums the item counts only
@@ -51,7 +52,7 @@ def basket_pairs(items: np.ndarray, num_items: int) -> np.ndarray:
 @dataclass(frozen=True)
 class DecodedSums:
     """A round's decoded sum: the Gram's upper triangle (float64; None in a counts round),
-    the counts and the number of users."""
+    the counts (int64; float64 when weighted) and the number of users."""
 
     upper: np.ndarray | None
     counts: np.ndarray
@@ -62,10 +63,12 @@ class DecodedSums:
 class StatisticsLayout:
     """Where each part lies in the vector (see the module doc): over ``num_items``
     coordinates (the catalogue, or the support of a two-round run); ``gram`` False: a
-    counts round (the item counts and the number of users only)."""
+    counts round (the item counts and the number of users only); ``weighted``: each user's
+    counts are its ``w_u`` in fixed point, not 1."""
 
     num_items: int
     gram: bool = True
+    weighted: bool = False
 
     @property
     def triangle(self) -> int:
@@ -86,10 +89,10 @@ class StatisticsLayout:
         counts = out[self.triangle : self.triangle + self.num_items]
         for items, weight in zip(baskets, weights, strict=True):
             items = np.asarray(items, dtype=np.int64)
+            value = fixed(np.array([weight]), FRACTION_BITS, limit, "co-occurrence weight")
             if self.gram:
-                value = fixed(np.array([weight]), FRACTION_BITS, limit, "co-occurrence weight")
                 out[basket_pairs(items, self.num_items)] += value[0]  # distinct positions
-            counts[items] += np.uint64(1)
+            counts[items] += value[0] if self.weighted else np.uint64(1)
         out[-1] = np.uint64(len(baskets))
         return out
 
@@ -100,7 +103,8 @@ class StatisticsLayout:
             raise SecureAggregationError(f"the sum has {len(values)} entries, not {self.length}")
         num_users = int(values[-1])
         counts = values[self.triangle : self.triangle + self.num_items]
-        if num_users < 0 or counts.min(initial=0) < 0 or counts.max(initial=0) > num_users:
+        unit = 2**FRACTION_BITS if self.weighted else 1
+        if num_users < 0 or counts.min(initial=0) < 0 or counts.max(initial=0) > num_users * unit:
             raise SecureAggregationError(
                 f"the unmasked sum is not a round's ({num_users} users, counts "
                 f"{counts.min(initial=0)}..{counts.max(initial=0)}): a node's masks do not cancel"
@@ -108,4 +112,6 @@ class StatisticsLayout:
         upper = None
         if self.gram:
             upper = values[: self.triangle].astype(np.float64) * 2.0**-FRACTION_BITS
+        if self.weighted:
+            return DecodedSums(upper, counts.astype(np.float64) * 2.0**-FRACTION_BITS, num_users)
         return DecodedSums(upper, counts.astype(np.int64), num_users)

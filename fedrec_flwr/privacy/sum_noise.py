@@ -15,7 +15,9 @@ users' contributions:
 - those of GF-CF, the upper triangle of ``x_u x_u^T / d_u`` (L2 norm at most 1 for any
   ``d_u``): 2, by the triangle inequality;
 - the item counts ``x_u`` (GF-CF's degrees, and the support of ``itemitem-min-count``): 0/1
-  on at most ``k`` positions, ``sqrt(2k)``.
+  on at most ``k`` positions, or, under ``itemitem-degree-bound`` = ``scale``, ``w_u`` on all
+  ``d`` positions with ``w_u^2 d <= k (k + 1) / (d + 1) <= k``: non-negative vectors of L2
+  norm at most ``sqrt(k)`` either way, so ``sqrt(2k)``.
 
 One release (``itemitem-min-count`` <= 1): the co-occurrences (GF-CF: with the counts, at
 their joint sensitivity). Two (> 1): the counts, from which the support is fixed, then the
@@ -58,7 +60,8 @@ def gram_sensitivity(kind: str, max_degree: int) -> float:
 
 
 def counts_sensitivity(max_degree: int) -> float:
-    """L2 distance between two users' item counts (0/1, at most ``k`` each)."""
+    """L2 distance between two users' item counts (non-negative, L2 norm at most
+    ``sqrt(k)`` each: 0/1 on at most ``k`` items, or ``w_u`` on all of them)."""
     return math.sqrt(2.0 * max_degree)
 
 

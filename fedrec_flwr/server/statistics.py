@@ -189,11 +189,12 @@ class StatisticsModel:
     def secure_layout(self) -> StatisticsLayout:
         """The layout of this round's secure vectors: the counts, then the co-occurrences
         over the support (two rounds), or both over the catalogue."""
+        weighted = self.method.weighted_counts
         if not self.two_rounds:
-            return StatisticsLayout(self.num_items)
+            return StatisticsLayout(self.num_items, weighted=weighted)
         if self.support is None:
-            return StatisticsLayout(self.num_items, gram=False)
-        return StatisticsLayout(len(self.support))
+            return StatisticsLayout(self.num_items, gram=False, weighted=weighted)
+        return StatisticsLayout(len(self.support), weighted=weighted)
 
     def train_arrays(self) -> dict[str, np.ndarray]:
         """What a train message carries besides the users: the support of a two-round run
@@ -246,7 +247,7 @@ class StatisticsModel:
         for lo, hi in pairwise(offsets):
             basket = items[lo:hi]
             self.gram[np.ix_(basket, basket)] += self.method.basket_weight(len(basket))
-            counts[basket] += 1.0
+            counts[basket] += self.method.count_weight(len(basket))
 
     def _release_counts(self, counts: np.ndarray) -> None:
         """A release of the round's counts (noised with the mechanism on), accumulated."""

@@ -9,7 +9,8 @@ computed from the data the way the run computes its sums
   sent it;
 - secure aggregation: the sum only, that is the count of every item and of every pair of items
   over the released coordinates (the catalogue; with ``itemitem-min-count`` > 1, a first sum
-  of the counts of every item, then the pairs over the support). The sum still singles users
+  of the counts of every item, weighted under the scaled degree bound, then the pairs over
+  the support). The sum still singles users
   out: the row of an item that one user alone holds *is* that user's whole uploaded list (as
   an anonymous row), and a pair one user alone holds tells that someone holds both;
 - with ``itemitem-dp-epsilon``: the released sums are (epsilon, delta)-DP for each user
@@ -45,9 +46,11 @@ def revealed(preset: str, data_dir: str) -> dict:
         raise ValueError(f"{preset}: the sums' audit reads an item-item preset's uploads")
     baskets = [method.uploaded_items(prepared, u) for u in range(prepared.num_users)]
     counts = np.zeros(prepared.num_items, dtype=np.int64)
+    support = np.zeros(prepared.num_items, dtype=np.float64)  # the run's (weighted) counts
     for basket in baskets:
         counts[basket] += 1
-    coords = np.flatnonzero(counts >= max(config.group(ItemItemKeys).itemitem_min_count, 1))
+        support[basket] += method.count_weight(len(basket))
+    coords = np.flatnonzero(support >= max(config.group(ItemItemKeys).itemitem_min_count, 1))
     if not config.group(SecAggKeys).secure_aggregation:
         coords = np.flatnonzero(counts > 0)
     inside = np.zeros(prepared.num_items, dtype=bool)

@@ -412,15 +412,68 @@ def test_scaled_users_upload_every_item_and_the_secure_sum_equals_the_plain_one(
         basket = items[lo:hi]
         gram[np.ix_(basket, basket)] += min(1.0, np.sqrt(12 / ((hi - lo) * (hi - lo + 1))))
     np.testing.assert_allclose(model.gram, gram, atol=1e-8)
-    decoded = StatisticsLayout(num).decode(statistics_upload(secure, node.users, 1).secure)
+    layout = StatisticsLayout(num, weighted=True)
+    decoded = layout.decode(statistics_upload(secure, node.users, 1).secure)
     assert np.array_equal(symmetric_from_upper(decoded.upper, num), model.gram)
+    assert np.array_equal(decoded.counts, np.diagonal(model.gram))  # the counts: weighted
+
+
+def test_scaled_counts_have_at_most_the_norm_of_k_items_and_fix_the_support():
+    """Under the scaled bound the counts round sums ``w_u x_u`` (L2 norm at most sqrt(k),
+    the sensitivity the counts' noise is calibrated to), and ``itemitem-min-count`` keeps
+    the items whose weighted count reaches it; the second round's diagonal equals it."""
+    for k in (1, 3, 25):
+        for size in range(1, 300):
+            assert scaled_weight(size, k) ** 2 * size <= k
+    keys = {
+        "itemitem-max-degree": 2,
+        "itemitem-degree-bound": "scale",
+        "itemitem-min-count": 2,
+        "secure-aggregation": True,
+        "num-server-rounds": 2,
+    }
+    node = runtime(**keys)
+    data, method = node.prepared, node.method
+    model = StatisticsModel(node.config, method, data.num_items)
+    model.start_round()
+    layout = model.secure_layout()
+    assert layout.weighted and not layout.gram
+    vector = statistics_upload(node, node.users, 1).secure
+    model.apply([secure_statistics(vector, layout)])
+    weighted = np.zeros(data.num_items)
+    for user in node.users:
+        items = np.unique(data.train_positives(int(user)))
+        weighted[items] += scaled_weight(len(items), 2)
+    np.testing.assert_allclose(model.counts, weighted, atol=1e-8)
+    support = np.flatnonzero(weighted >= 2)
+    unweighted = np.flatnonzero(
+        np.bincount(
+            np.concatenate([np.unique(data.train_positives(int(u))) for u in node.users]),
+            minlength=data.num_items,
+        )
+        >= 2
+    )
+    assert 0 < len(support) < len(unweighted)
+    assert np.array_equal(model.support, support)
+    model.start_round()
+    second = statistics_upload(node, node.users, 2, model.support).secure
+    model.apply([secure_statistics(second, model.secure_layout())])
+    block = np.ix_(support, support)
+    np.testing.assert_allclose(np.diagonal(model.gram[block]), weighted[support], atol=1e-8)
+
+
+def test_the_scaled_counts_noise_is_two_releases_at_the_counts_sensitivity():
+    keys = {"itemitem-max-degree": 4, "itemitem-degree-bound": "scale", "itemitem-dp-epsilon": 8.0}
+    noise = SumNoise.of(config(**keys, **{"itemitem-min-count": 3}))
+    assert noise is not None and noise.releases == 2
+    assert noise.counts_std == pytest.approx(noise.multiplier * counts_sensitivity(4))
+    assert noise.record()["epsilon"] == pytest.approx(8.0, rel=1e-6)
 
 
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
         ({"itemitem-model": "gfcf"}, "GF-CF's degrees"),
-        ({"itemitem-min-count": 5}, "itemitem-min-count"),
         ({"itemitem-max-degree": 0}, "set itemitem-max-degree"),
     ],
 )
