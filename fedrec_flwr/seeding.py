@@ -74,6 +74,48 @@ def _mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def _pcg64_states(words: np.ndarray) -> list[tuple[int, int]]:
     """(state, inc) of PCG64 seeded by SeedSequence(entropy) for each row of ``words``
     (uint32 [n, k]: each entropy word, every key below 2**32)."""
+    states = []
+    for v0, v1, v2, v3 in _seed_words(words).tolist():
+        inc = ((((v2 << 64) | v3) << 1) | 1) & _MASK128
+        state = ((inc + ((v0 << 64) | v1)) * _PCG_MULT + inc) & _MASK128
+        states.append((state, inc))
+    return states
+
+
+_LOW32 = np.uint64(0xFFFFFFFF)
+_PCG_MULT_HI, _PCG_MULT_LO = np.uint64(_PCG_MULT >> 64), np.uint64(_PCG_MULT & ((1 << 64) - 1))
+
+
+def _mulhi(a: np.ndarray, b: np.uint64) -> np.ndarray:
+    """The high 64 bits of the 128-bit products of uint64 ``a`` and ``b``."""
+    s32 = np.uint64(32)
+    a0, a1, b0, b1 = a & _LOW32, a >> s32, b & _LOW32, b >> s32
+    p00, p01, p10 = a0 * b0, a0 * b1, a1 * b0
+    middle = (p00 >> s32) + (p01 & _LOW32) + (p10 & _LOW32)
+    result: np.ndarray = a1 * b1 + (p01 >> s32) + (p10 >> s32) + (middle >> s32)
+    return result
+
+
+def _pcg64_words(words: np.ndarray) -> np.ndarray:
+    """:func:`_pcg64_states` as uint64 [n, 4] (state high and low words, increment high and
+    low words), in uint64 array arithmetic modulo 2**128 (no Python integer per key)."""
+    seeds = _seed_words(words)
+    v0, v1, v2, v3 = (seeds[:, i] for i in range(4))
+    one, s63 = np.uint64(1), np.uint64(63)
+    inc_hi, inc_lo = (v2 << one) | (v3 >> s63), (v3 << one) | one
+    with np.errstate(over="ignore"):
+        lo = inc_lo + v1  # inc + seed
+        hi = inc_hi + v0 + (lo < inc_lo).astype(np.uint64)
+        product_lo = lo * _PCG_MULT_LO  # (inc + seed) * MULT
+        product_hi = _mulhi(lo, _PCG_MULT_LO) + hi * _PCG_MULT_LO + lo * _PCG_MULT_HI
+        state_lo = product_lo + inc_lo  # + inc
+        state_hi = product_hi + inc_hi + (state_lo < product_lo).astype(np.uint64)
+    return np.stack([state_hi, state_lo, inc_hi, inc_lo], axis=1)
+
+
+def _seed_words(words: np.ndarray) -> np.ndarray:
+    """The four uint64 words SeedSequence(entropy) generates to seed PCG64, for each row of
+    ``words`` (uint32 [n, k])."""
     n, k = words.shape
     const = [_INIT_A]
     pool = [_hashmix(words[:, i] if i < k else np.zeros(n, np.uint32), const) for i in range(_POOL)]
@@ -91,27 +133,30 @@ def _pcg64_states(words: np.ndarray) -> list[tuple[int, int]]:
         const_b = (const_b * _MULT_B) & 0xFFFFFFFF
         value = value * np.uint32(const_b)
         out[:, i] = value ^ (value >> np.uint32(16))
-    seeds = out.view("<u8").astype(np.uint64).tolist()
-    states = []
-    for v0, v1, v2, v3 in seeds:
-        inc = ((((v2 << 64) | v3) << 1) | 1) & _MASK128
-        state = ((inc + ((v0 << 64) | v1)) * _PCG_MULT + inc) & _MASK128
-        states.append((state, inc))
-    return states
+    return out.view("<u8").astype(np.uint64)
+
+
+def _entropy_words(seed: int, stream: str, keys: np.ndarray) -> np.ndarray | None:
+    """The entropy words (uint32 [n, 2 + k]) of :func:`keyed_rng`'s SeedSequence for each
+    row of ``keys`` (int [n, k]), or None where a key or the seed is not below 2**32."""
+    keys = np.asarray(keys, dtype=np.int64).reshape(len(keys), -1)
+    if (keys < 0).any() or (keys >= 1 << 32).any() or not 0 <= int(seed) < 1 << 32:
+        return None
+    words = np.empty((len(keys), 2 + keys.shape[1]), dtype=np.uint32)
+    words[:, 0], words[:, 1], words[:, 2:] = int(seed), STREAMS[stream], keys
+    return words
 
 
 def _keyed_states(seed: int, stream: str, keys: np.ndarray) -> list[tuple[int, int]]:
     """(state, inc) of :func:`keyed_rng`'s PCG64 for each row of ``keys`` (int [n, k]): in
     array operations where every key and the seed are below 2**32, else row by row."""
-    keys = np.asarray(keys, dtype=np.int64).reshape(len(keys), -1)
-    if (keys < 0).any() or (keys >= 1 << 32).any() or not 0 <= int(seed) < 1 << 32:
+    words = _entropy_words(seed, stream, keys)
+    if words is None:
         states = []
-        for row in keys.tolist():  # multi-word keys
-            state = keyed_rng(seed, stream, *row).bit_generator.state["state"]
+        for row in np.asarray(keys, dtype=np.int64).reshape(len(keys), -1).tolist():
+            state = keyed_rng(seed, stream, *row).bit_generator.state["state"]  # multi-word keys
             states.append((int(state["state"]), int(state["inc"])))
         return states
-    words = np.empty((len(keys), 2 + keys.shape[1]), dtype=np.uint32)
-    words[:, 0], words[:, 1], words[:, 2:] = int(seed), STREAMS[stream], keys
     with np.errstate(over="ignore"):
         return _pcg64_states(words)
 
@@ -142,6 +187,10 @@ def keyed_pcg64_states(seed: int, stream: str, keys: np.ndarray) -> np.ndarray:
     """The PCG64 states of :func:`keyed_rngs`' generators, as uint64 [n, 4]: the state's
     high and low words, the increment's high and low words (for compiled loops that step
     them: :mod:`fedrec_flwr.node.pcg_kernels`)."""
+    words = _entropy_words(seed, stream, keys)
+    if words is not None:  # array arithmetic, no Python integer per key
+        with np.errstate(over="ignore"):
+            return _pcg64_words(words)
     states = _keyed_states(seed, stream, keys)
     low = (1 << 64) - 1
     return np.array(

@@ -12,14 +12,15 @@ import numpy as np
 import torch
 
 from fedrec_flwr.evaluation import metric_terms, sampled_metric_terms, stacked
+from fedrec_flwr.methods.base import Method
 from fedrec_flwr.methods.capabilities import eval_chunk
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.losses import user_losses
-from fedrec_flwr.node.scoring import held_items, user_rows
+from fedrec_flwr.node.scoring import csr_store, held_items, taken_rows, user_rows
 from fedrec_flwr.node.state import NodeState
 from fedrec_flwr.partition import eval_sample
 from fedrec_flwr.sampling import is_member
-from fedrec_flwr.spectrum import effective_rank, erank_users
+from fedrec_flwr.spectrum import effective_ranks, erank_users
 
 if TYPE_CHECKING:
     from fedrec_flwr.config import RunConfig
@@ -75,6 +76,7 @@ class NodeEvaluation:
         protocol = self.protocol
         totals = {f"{split}-{name}": 0.0 for split in ("val", "test") for name in protocol.metrics}
         per_user = []
+        matrices: list[torch.Tensor] = []  # what each measured user's erank is taken of
         evaluated = np.arange(len(self.users)) if positions is None else positions
         step = chunk = eval_chunk(self.method)
         if len(evaluated) and protocol.fast_full_ranking(
@@ -100,11 +102,13 @@ class NodeEvaluation:
                 if self.config.evaluation.eval_loss:
                     block = slice(part, part + step)
                     self._add_losses(totals, state, params, positions, block, item_ids, item_rows)
-            for j in np.flatnonzero(np.isin(positions, self.erank_positions)):
-                erank = self._personal_erank(state, params, positions, j, item_ids, item_rows)
-                if erank is not None:
-                    totals["erank-personal-sum"] = totals.get("erank-personal-sum", 0.0) + erank
-                    totals["erank-personal-users"] = totals.get("erank-personal-users", 0.0) + 1
+            measured = np.flatnonzero(np.isin(positions, self.erank_positions))
+            matrices += self._personal_matrices(
+                state, params, positions, measured, item_ids, item_rows
+            )
+        for erank in effective_ranks(matrices):  # in user order, as measured
+            totals["erank-personal-sum"] = totals.get("erank-personal-sum", 0.0) + erank
+            totals["erank-personal-users"] = totals.get("erank-personal-users", 0.0) + 1
         totals["num-users"] = float(len(evaluated))
         width = 2 * len(protocol.metrics)
         values = np.concatenate(per_user) if per_user else np.empty((0, width), np.float64)
@@ -169,6 +173,46 @@ class NodeEvaluation:
     def _personal_erank(self, state, params, positions, j, item_ids, item_rows) -> float | None:
         """Effective rank of what user ``positions[j]``'s score function reads for the items
         it holds personal or private rows of (among the rows evaluation received)."""
+        reps = self._personal_reps(state, params, positions, j, item_ids, item_rows)
+        return None if reps is None else effective_ranks([reps])[0]
+
+    def _personal_matrices(
+        self, state, params, positions, measured, item_ids, item_rows
+    ) -> list[torch.Tensor]:
+        """:meth:`_personal_reps` of each user at ``positions[j]``, ``j`` in ``measured``,
+        those that hold two items or more, in order. A method that reads its personal rows
+        alone, as they are: the rows of every user at once."""
+        plain = layout(self.method)
+        own_rows = not (state.private_rows or plain.private_rows or plain.global_rows)
+        if not own_rows or type(self.method).represent is not Method.represent:
+            reps = (
+                self._personal_reps(state, params, positions, j, item_ids, item_rows)
+                for j in measured
+            )
+            return [r for r in reps if r is not None]
+        at = np.asarray(positions, dtype=np.int64)[measured]
+        if not len(at):
+            return []
+        store = csr_store(state.personal)
+        storage = store.storage_of(at)
+        counts = np.asarray(store.counts(), np.int64)[at]
+        items = np.asarray(store.take_items(storage), np.int64)
+        owner = np.repeat(np.arange(len(at)), counts)
+        if item_ids is not None:  # among the rows evaluation received (ids sorted)
+            received = is_member(items, item_ids)
+            storage, owner = storage[received], owner[received]
+        rows = np.asarray(taken_rows(store, storage), np.float32)
+        kept = np.bincount(owner, minlength=len(at))
+        blocks = np.split(rows, np.cumsum(kept)[:-1])
+        return [
+            torch.from_numpy(b).to(torch.float64)
+            for b, n in zip(blocks, kept, strict=True)
+            if n >= 2
+        ]
+
+    def _personal_reps(self, state, params, positions, j, item_ids, item_rows):
+        """What :meth:`_personal_erank` measures (float64 on the CPU), None below two
+        items."""
         position = int(positions[j])
         items = held_items(state.personal, state.private_rows, position)
         received = is_member(items, item_ids) if item_ids is not None else None  # ids sorted
@@ -183,7 +227,7 @@ class NodeEvaluation:
             held = state.personal.of(position)[1]
             rows = held.copy() if received is None else held[received]
             reps = self.method.represent(user, torch.from_numpy(rows[None]).to(self.device))[0]
-            return effective_rank(reps.cpu())
+            return torch.as_tensor(reps.cpu(), dtype=torch.float64)
         rows, extras = user_rows(
             self.method,
             state.personal,
@@ -195,7 +239,7 @@ class NodeEvaluation:
         )
         user.update({n: torch.from_numpy(v).to(self.device) for n, v in extras.items()})
         reps = self.method.represent(user, torch.from_numpy(rows).to(self.device))[0]
-        return effective_rank(reps.cpu())
+        return torch.as_tensor(reps.cpu(), dtype=torch.float64)
 
     def _eval_params(
         self, state: NodeState, positions: np.ndarray, dense: dict[str, np.ndarray]

@@ -97,19 +97,26 @@ MAP_SLOTS = 1 << 18  # 1 MB of int64 positions: the map stays in the cache
 
 
 def sampled_where(entries: Entries, sample: np.ndarray, num_items: int) -> np.ndarray:
-    """:meth:`Entries.where` of each (user ``j``, item ``sample[j, s]``) [a, width]: from a
-    position map of a block of users' entries, filled and cleared again block after block
-    (linear, where a binary search per sampled item costs a tenth of a full ranking)."""
-    a, width = sample.shape
+    """:meth:`Entries.where` of each (user ``j``, item ``sample[j, s]``) [a, width]."""
+    return pair_where(entries.owner, entries.items, sample, num_items)
+
+
+def pair_where(owner: np.ndarray, items: np.ndarray, wanted: np.ndarray, num_items: int):
+    """Index ``k`` of the pair (``owner[k]``, ``items[k]``) that is (``j``, ``wanted[j, s]``)
+    for each entry of ``wanted`` [a, width] (int64; -1 where none): from a position map of
+    a block of users' pairs (``owner`` ascending, the pairs distinct, items below
+    ``num_items``), filled and cleared again block after block (linear, where a binary
+    search per wanted item costs a tenth of a full ranking)."""
+    a, width = wanted.shape
     step = max(1, MAP_SLOTS // max(num_items, 1))
     slots = np.full(min(step, a) * num_items, -1, dtype=np.int64)
-    bounds = np.searchsorted(entries.owner, np.arange(0, a + step, step))
+    bounds = np.searchsorted(owner, np.arange(0, a + step, step))
     out = np.empty((a, width), dtype=np.int64)
     for block, lo in enumerate(range(0, a, step)):
         hi, first, last = min(a, lo + step), bounds[block], bounds[block + 1]
-        keys = (entries.owner[first:last] - lo) * num_items + entries.items[first:last]
+        keys = (owner[first:last] - lo) * num_items + items[first:last]
         slots[keys] = np.arange(first, last, dtype=np.int64)
-        out[lo:hi] = slots[np.arange(hi - lo)[:, None] * num_items + sample[lo:hi]]
+        out[lo:hi] = slots[np.arange(hi - lo)[:, None] * num_items + wanted[lo:hi]]
         slots[keys] = -1
     return out
 

@@ -137,17 +137,33 @@ def users_round_items(
         return assembled(prepared, config, users, positives, np.split(flat, np.cumsum(sizes)[:-1]))
     fallback = (sizes == 0) | (counts >= n)  # nothing to draw, or the per-user error
     sizes[fallback] = 0  # those draw user by user below
-    key_rows = np.stack([users, np.full_like(users, server_round)], 1)
-    if int(sizes.sum()) >= COMPILED_DRAWS:  # each generator stepped in a compiled loop
-        states = keyed_pcg64_states(config.training.seed, "train-negatives", key_rows)
-        flat = host_loops.keyed_negatives(states, sizes, counts, excluded, n)
-    else:
-        flat = lockstep_negatives(config.training.seed, key_rows, sizes, counts, excluded, n)
+    seed = config.training.seed
+    flat = keyed_round_negatives(seed, users, server_round, sizes, counts, excluded, n)
     draws = np.split(flat, np.cumsum(sizes)[:-1])
     result = assembled(prepared, config, users, positives, draws)
     for j in np.flatnonzero(fallback):
         result[j] = user_round_items(prepared, config, int(users[j]), server_round)
     return result
+
+
+def keyed_round_negatives(
+    seed: int,
+    users: np.ndarray,
+    server_round: int,
+    sizes: np.ndarray,
+    counts: np.ndarray,
+    excluded: np.ndarray,
+    n: int,
+) -> np.ndarray:
+    """``negative-sampler = "keyed-numpy"``: each user's ``sample_excluding`` draws, flat
+    (generator keyed by (seed, user, round); each user ``counts[j]`` sorted exclusions next
+    in ``excluded``, fewer than ``n``): from ``COMPILED_DRAWS`` draws each generator stepped
+    in a compiled loop, below it :func:`lockstep_negatives`."""
+    key_rows = np.stack([users, np.full_like(users, server_round)], 1)
+    if int(sizes.sum()) >= COMPILED_DRAWS:  # each generator stepped in a compiled loop
+        states = keyed_pcg64_states(seed, "train-negatives", key_rows)
+        return host_loops.keyed_negatives(states, sizes, counts, excluded, n)
+    return lockstep_negatives(seed, key_rows, sizes, counts, excluded, n)
 
 
 def lockstep_negatives(
@@ -260,14 +276,16 @@ class RoundDraws:
 def round_draws(
     prepared: PreparedData, config: RunConfig, users: np.ndarray, server_round: int
 ) -> RoundDraws:
-    """:func:`users_round_items` of ``users``, flat. Under ``negative-sampler = "counter"``
-    without trained decoys, built for every user at once in array ops (positives gathered
-    from the train rows, negatives from :func:`counter_round_negatives`): the same items and
+    """:func:`users_round_items` of ``users``, flat. Without trained decoys (and under
+    ``keyed-numpy`` for two users or more, each with something to draw), built for every
+    user at once in array ops (positives gathered from the train rows, negatives from
+    :func:`counter_round_negatives` or :func:`keyed_round_negatives`): the same items and
     labels, no Python loop over users."""
     users = np.asarray(users, dtype=np.int64)
     decoys = config.group(DecoyKeys)
     trained_decoys = decoys.decoy_ratio > 0 and decoys.decoy_updates != DecoyUpdates.UNCHANGED
-    if config.sampler.negative_sampler != NegativeSampler.COUNTER or trained_decoys:
+    counter = config.sampler.negative_sampler == NegativeSampler.COUNTER
+    if trained_decoys or (not counter and len(users) < 2):
         return RoundDraws.from_pairs(
             users, users_round_items(prepared, config, users, server_round)
         )
@@ -277,7 +295,15 @@ def round_draws(
     sizes = config.training.num_negatives * positives
     counts, excluded = negative_exclusions(prepared, config, users)
     n = prepared.num_items
-    negatives = counter_round_negatives(config, users, server_round, sizes, counts, excluded, n)
+    if counter:
+        negatives = counter_round_negatives(config, users, server_round, sizes, counts, excluded, n)
+    elif np.any((sizes == 0) | (counts >= n)):  # nothing to draw, or the per-user error
+        return RoundDraws.from_pairs(
+            users, users_round_items(prepared, config, users, server_round)
+        )
+    else:
+        seed = config.training.seed
+        negatives = keyed_round_negatives(seed, users, server_round, sizes, counts, excluded, n)
     offsets = np.r_[0, np.cumsum(positives + sizes)].astype(np.int64)
     before = np.cumsum(positives) - positives  # positives of the users before
     rank = np.arange(int(positives.sum()), dtype=np.int64) - np.repeat(before, positives)

@@ -11,8 +11,9 @@ import torch
 from fedrec_flwr.methods import Method
 from fedrec_flwr.methods.capabilities import private_rows_in, rowwise_logits
 from fedrec_flwr.methods.layout import layout
-from fedrec_flwr.node.layered import RowStore
+from fedrec_flwr.node.layered import LayeredRows, RowStore
 from fedrec_flwr.node.personal import PersonalRows, whole_rows
+from fedrec_flwr.node.rank_entries import MAP_SLOTS, pair_where
 
 
 def held_items(
@@ -49,9 +50,65 @@ def user_rows(
         else:
             extras[name] = np.zeros_like(global_rows)
         extras[name] = private_rows_in(method, name, extras[name], flat)
-    personal.overlay_pairs(owners, flat, global_rows)  # personal rows replace global ones
+    if items.ndim == 2 and items.size >= MAPPED_PAIRS:  # personal rows replace global ones
+        overlay_users(personal, positions, items, global_rows)
+    else:
+        personal.overlay_pairs(owners, flat, global_rows)
     shape = (*items.shape, -1)
     return global_rows.reshape(shape), {n: v.reshape(shape) for n, v in extras.items()}
+
+
+#: (user, item) pairs from which :func:`user_rows` finds the held ones from a map of the
+#: users' stored rows (:func:`overlay_users`) instead of searching each pair.
+MAPPED_PAIRS = 1 << 14
+#: Items up to which :func:`overlay_users` maps stored rows (at least 16 users a block).
+MAPPED_ITEMS = MAP_SLOTS // 16
+
+
+def overlay_users(
+    personal: RowStore, positions: np.ndarray, items: np.ndarray, rows: np.ndarray
+) -> None:
+    """``personal.overlay_pairs`` of the pairs (``positions[j]``, ``items[j, s]``) (``rows``:
+    one per pair, flat), from the stored rows of each user (a position map of a block of
+    users at a time, :func:`fedrec_flwr.node.rank_entries.pair_where`): linear in the
+    pairs and the stored rows, with no search per pair."""
+    positions = np.asarray(positions, dtype=np.int64)
+    counts = np.asarray(personal.counts(), np.int64)[positions]
+    items = np.asarray(items, dtype=np.int64)
+    if not counts.sum() or not items.size:
+        return
+    store = csr_store(personal)
+    storage = store.storage_of(positions)
+    held = np.asarray(store.take_items(storage), np.int64)
+    span = int(max(held.max(), items.max())) + 1
+    if span > MAPPED_ITEMS:  # a map of few users a block: the search per pair
+        owners = np.repeat(positions, items.shape[1])
+        personal.overlay_pairs(owners, items.reshape(-1), rows)
+        return
+    owner = np.repeat(np.arange(len(positions), dtype=np.int64), counts)
+    where = pair_where(owner, held, items, span).reshape(-1)
+    hit = np.flatnonzero(where >= 0)
+    at = storage[where[hit]]
+    taken = taken_rows(store, at)
+    if rows.flags.c_contiguous and rows.dtype == np.float32 and rows.ndim == 2:
+        whole_rows(rows)[hit] = whole_rows(taken)  # a whole row per copy
+    else:
+        rows[hit] = taken
+
+
+def csr_store(personal: RowStore) -> RowStore:
+    """The CSR store a layered store of one segment reads from (its reads, without the
+    look-up of each row's segment), else ``personal``."""
+    if isinstance(personal, LayeredRows) and len(personal.segments) == 1:
+        return personal.segments[0]
+    return personal
+
+
+def taken_rows(store: RowStore, storage: np.ndarray) -> np.ndarray:
+    """``store.take_rows(storage)`` (a CSR store's rows by ``np.take``: whole rows)."""
+    if isinstance(store, PersonalRows):
+        return np.take(store.rows, storage, axis=0)
+    return store.take_rows(storage)
 
 
 #: Bytes of row inputs one chunk of held (user, item) pairs may take (see score_held_pairs).

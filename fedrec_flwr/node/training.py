@@ -171,11 +171,11 @@ def logged_loss(logits: torch.Tensor, step: Step) -> torch.Tensor:
     entries' losses are summed as one vector in order; elsewhere the padding's are zeroed in
     place (a compaction would wait for the device), which sums the same values in another
     order: equal within float64 rounding."""
-    losses = bce_losses(logits, step).double()
+    losses = bce_losses(logits, step)
     real = step.weights > 0
-    if losses.device.type == "cpu":
-        return losses[real].sum()
-    return torch.where(real, losses, 0.0).sum()
+    if losses.device.type == "cpu":  # the real entries, then float64 (exact): fewer to convert
+        return losses[real].double().sum()
+    return torch.where(real, losses.double(), 0.0).sum()
 
 
 def round_context(

@@ -131,6 +131,37 @@ def test_batched_round_items_are_the_per_user_draws(protocol, items):
     assert np.array_equal(one[0], user_round_items(prepared, config, int(users[0]), 3)[0])
 
 
+@pytest.mark.parametrize("protocol", ["paper", "strict"])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_flat_keyed_round_draws_are_the_per_user_draws(protocol, compiled, monkeypatch):
+    """round_draws under keyed-numpy (every user at once, flat) holds what users_round_items
+    draws user by user, on the compiled and the lockstep path."""
+    from fedrec_flwr.data.prepared import prepare
+    from fedrec_flwr.node import samples
+    from fedrec_flwr.node.samples import RoundDraws, round_draws, users_round_items
+
+    monkeypatch.setattr(samples, "COMPILED_DRAWS", 0 if compiled else 1 << 62)
+    config = RunConfig.from_mapping(
+        {
+            "dataset": "synthetic",
+            "protocol": protocol,
+            "synthetic-users": 30,
+            "synthetic-items": 50,  # few items: many draws are redrawn
+            "synthetic-mean-degree": 8,
+            "num-negatives": 3,
+        }
+    )
+    prepared = prepare(config)
+    users = np.sort(np.random.default_rng(2).permutation(prepared.num_users)[:20])
+    for round_ in (1, 4):
+        got = round_draws(prepared, config, users, round_)
+        want = RoundDraws.from_pairs(users, users_round_items(prepared, config, users, round_))
+        for name in ("users", "offsets", "items", "labels"):
+            value, wanted = getattr(got, name), getattr(want, name)
+            assert value.dtype == wanted.dtype
+            np.testing.assert_array_equal(value, wanted)
+
+
 @pytest.mark.parametrize("size", [0, 1, 50, 5000])
 def test_distinct_items_is_np_unique_with_its_inverse(size):
     from fedrec_flwr.node.samples import distinct_items

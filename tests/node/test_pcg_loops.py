@@ -22,6 +22,18 @@ def _keys(rng, users: int, seed: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("seed", range(6))
+def test_pcg64_states_are_the_keyed_generators(seed):
+    rng = np.random.default_rng(seed)
+    keys, key = _keys(rng, int(rng.integers(1, 40)), seed), int(rng.integers(0, 1 << 32))
+    states = keyed_pcg64_states(key, "shuffle", keys)
+    assert states.dtype == np.uint64 and states.shape == (len(keys), 4)
+    for row, (state_hi, state_lo, inc_hi, inc_lo) in zip(keys.tolist(), states, strict=True):
+        want = keyed_rng(key, "shuffle", *row).bit_generator.state["state"]
+        assert (int(state_hi) << 64) | int(state_lo) == want["state"]
+        assert (int(inc_hi) << 64) | int(inc_lo) == want["inc"]
+
+
+@pytest.mark.parametrize("seed", range(6))
 def test_compiled_negatives_are_sample_excluding(seed):
     rng = np.random.default_rng(seed)
     users, num_items = int(rng.integers(1, 25)), int(rng.integers(1, 3000))

@@ -59,3 +59,13 @@ def test_personal_erank_reads_the_rows_the_general_look_up_gives(protocol):
         assert got == want
         measured += 1
     assert measured > len(positions) // 2
+    # every user at once: the same matrices, of the users that hold two items or more
+    batched = runtime._personal_matrices(state, params, positions, positions, item_ids, item_rows)
+    alone = [
+        runtime._personal_reps(state, params, positions, j, item_ids, item_rows) for j in positions
+    ]
+    alone = [m for m in alone if m is not None]
+    assert len(batched) == len(alone) == measured
+    assert all(
+        torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(batched, alone, strict=True)
+    )
