@@ -280,17 +280,19 @@ def lookup_rows(
     if item_ids is None:  # whole-row copies (the same values as np.take, faster)
         return _rows_at(item_rows, items)
     if len(item_ids) and len(items) > 4 * len(item_ids):  # many lookups: a position map
-        position = np.zeros(int(max(item_ids.max(), items.max())) + 1, dtype=np.int64)
+        position = np.full(int(max(item_ids.max(), items.max())) + 1, -1, dtype=np.int64)
         position[item_ids] = np.arange(len(item_ids))
         where = position[items]
+        missing = len(items) > 0 and int(where.min()) < 0  # -1: an item the map lacks
     else:
         where = np.searchsorted(item_ids, items)
         where[where == len(item_ids)] = 0
-    if len(items) and (len(item_ids) == 0 or np.any(item_ids[where] != items)):
-        missing = np.setdiff1d(items, item_ids)
+        missing = len(items) > 0 and (len(item_ids) == 0 or bool(np.any(item_ids[where] != items)))
+    if missing:
+        absent = np.setdiff1d(items, item_ids)
         raise RuntimeError(
-            f"the server sent {len(item_ids)} item rows but {len(missing)} needed ones are "
-            f"missing (e.g. item {missing[:5].tolist()}): the node's row request and its "
+            f"the server sent {len(item_ids)} item rows but {len(absent)} needed ones are "
+            f"missing (e.g. item {absent[:5].tolist()}): the node's row request and its "
             "training disagree; this is a bug, please report it."
         )
     return _rows_at(item_rows, where)
