@@ -215,8 +215,8 @@ def _gradient_fn(
     def take(name: str) -> torch.Tensor:
         if name not in gathered:
             tensor = params[name]
-            if name == ROWS or name in row_names:  # index_select: a row copy, not per element
-                flat = tensor.index_select(0, step.rows.reshape(-1))
+            if name == ROWS or name in row_names:  # a row copy, not per element
+                flat = gathered_rows(tensor, step.rows.reshape(-1))
                 gathered[name] = flat.view(*step.rows.shape, *tensor.shape[1:])
             else:
                 gathered[name] = tensor[step.users]
@@ -235,6 +235,14 @@ def _gradient_fn(
 
     gradients.starts = gathered  # type: ignore[attr-defined]  # the optimiser's row starts
     return gradients
+
+
+def gathered_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``table.index_select(0, index)``; on the CPU by ``np.take`` (the same copies of
+    whole rows, a few times faster than ``index_select``'s loop)."""
+    if table.device.type == "cpu" and table.dim() == 2 and not table.requires_grad:
+        return torch.from_numpy(np.take(table.numpy(), index.numpy(), axis=0))
+    return table.index_select(0, index)
 
 
 def autograd_grads(
