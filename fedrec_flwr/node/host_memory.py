@@ -14,17 +14,22 @@ personal-row segment the store keeps, new memory every round. NumPy advises the 
 back its large arrays with huge pages; on a machine whose memory is fragmented (other
 processes, the page cache) each huge page then waits for the kernel to compact memory,
 several times the cost of zeroing small pages, and varying from round to round. Without the
-advice a fresh page costs the same every round. Values do not change: no array here reads
-memory it did not write.
+advice a fresh page costs the same every round. Those fresh blocks are taken by
+:func:`populated_empty` where the round allocates them (its rows, which the store keeps):
+the kernel maps all their pages in one call (``MADV_POPULATE_WRITE``) instead of taking a
+fault at the first write to each. Values do not change: no array here reads memory it did
+not write.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import mmap
 import sys
 
 import numpy as np
+import numpy.typing as npt
 
 #: ``mallopt`` parameters (glibc's ``malloc.h``).
 M_TRIM_THRESHOLD = -1
@@ -33,6 +38,10 @@ M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 << 20
 #: Free memory at the top of the heap kept, not given back to the system, up to this size.
 TRIM_THRESHOLD = 1 << 30
+#: ``madvise`` advice (Linux 5.14 on): map a range's pages, writable, now.
+MADV_POPULATE_WRITE = 23
+#: Arrays from this size are populated at once (blocks this large are fresh mappings).
+POPULATE_BYTES = MMAP_THRESHOLD
 
 
 @functools.cache
@@ -67,3 +76,40 @@ def _no_huge_page_advice() -> bool:
         return False
     switch(False)
     return True
+
+
+def populated_empty(shape: int | tuple[int, ...], dtype: npt.DTypeLike) -> np.ndarray:
+    """``np.empty(shape, dtype)``; from ``POPULATE_BYTES`` its pages are mapped by the kernel
+    in one ``madvise(MADV_POPULATE_WRITE)`` call, not one page fault per page at the first
+    write (where the kernel has no such advice, the faults come as before). The contents
+    are as undefined as ``np.empty``'s (in fact zeros)."""
+    out = np.empty(shape, dtype)
+    if out.nbytes >= POPULATE_BYTES:
+        _populate(out.ctypes.data, out.nbytes)
+    return out
+
+
+def _populate(address: int, size: int) -> bool:
+    """Ask the kernel to map the whole pages of ``[address, address + size)``; whether it
+    did."""
+    madvise = _madvise()
+    if madvise is None:
+        return False
+    page = mmap.PAGESIZE
+    start = -(-address // page) * page
+    length = (address + size - start) // page * page
+    return length > 0 and madvise(start, length, MADV_POPULATE_WRITE) == 0
+
+
+@functools.cache
+def _madvise():
+    """libc's ``madvise`` (Linux), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    madvise.restype = ctypes.c_int
+    return madvise

@@ -11,6 +11,7 @@ import torch
 from fedrec_flwr.methods import Method
 from fedrec_flwr.methods.capabilities import private_rows_in, rowwise_logits
 from fedrec_flwr.methods.layout import layout
+from fedrec_flwr.node.host_memory import populated_empty
 from fedrec_flwr.node.layered import LayeredRows, RowStore
 from fedrec_flwr.node.personal import PersonalRows, whole_rows
 from fedrec_flwr.node.rank_entries import MAP_SLOTS, pair_where
@@ -299,9 +300,18 @@ def lookup_rows(
 
 
 def _rows_at(table: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """``table[index]`` as a new float32 array, a whole row per copy."""
+    """``table[index]`` as a new float32 array, a whole row per copy, into memory mapped at
+    once (:func:`~fedrec_flwr.node.host_memory.populated_empty`: a round's rows are fresh
+    memory, which the personal-row store keeps)."""
     table = np.asarray(table, dtype=np.float32)
     if table.ndim != 2 or not table.shape[1]:
         return np.take(table, index, axis=0)
-    rows = whole_rows(table)[index].view(np.float32)
-    return rows.reshape(*np.shape(index), table.shape[1])
+    index = np.asarray(index)
+    flat = index.reshape(-1)
+    if len(flat) and (flat.min() < 0 or flat.max() >= len(table)):  # NumPy's own indexing
+        rows = whole_rows(table)[index].view(np.float32)
+        return rows.reshape(*index.shape, table.shape[1])
+    out = populated_empty((len(flat), table.shape[1]), np.float32)
+    # in range: "clip" clips nothing (under "raise" NumPy would write into a copy of out)
+    np.take(whole_rows(table), flat, out=whole_rows(out), mode="clip")
+    return out.reshape(*index.shape, table.shape[1])

@@ -54,3 +54,43 @@ def test_without_it_the_block_is_mapped_afresh():
     """The control: glibc's own thresholds give the second block fresh pages."""
     first, second, _ = probe("default")
     assert first >= PAGES // 2 and second >= PAGES // 2
+
+
+def test_a_populated_array_is_mapped_before_its_first_write():
+    """A block of ``POPULATE_BYTES`` or more: its pages are mapped by one call, so writing
+    it then faults on almost none of them (where the kernel takes the advice)."""
+    import resource
+
+    import numpy as np
+
+    from fedrec_flwr.node.host_memory import POPULATE_BYTES, _populate, populated_empty
+
+    probe = np.empty(POPULATE_BYTES, np.uint8)
+    if not _populate(probe.ctypes.data, probe.nbytes):
+        pytest.skip("the kernel takes no MADV_POPULATE_WRITE (Linux before 5.14)")
+    size = 2 * POPULATE_BYTES
+    block = populated_empty(size // 4, np.float32)  # the kernel counts its own faults
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    block[:] = 1.0
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    assert faults < (size // 4096) // 10
+    assert populated_empty(3, np.int64).shape == (3,)  # small: plain np.empty
+
+
+def test_rows_at_copies_whole_rows_as_fancy_indexing_does():
+    """``lookup_rows``' copy: every index shape, the same rows; an index out of range fails
+    as NumPy's indexing does, a negative one counts from the end as there."""
+    import numpy as np
+
+    from fedrec_flwr.node import host_memory
+    from fedrec_flwr.node.scoring import _rows_at
+
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((50, 8)).astype(np.float32)
+    for index in (rng.integers(0, 50, 1000), rng.integers(0, 50, (7, 9)), np.array([], int)):
+        assert np.array_equal(_rows_at(table, index), table[index])
+    assert np.array_equal(_rows_at(table, np.array([-1, 3])), table[[-1, 3]])
+    with pytest.raises(IndexError):
+        _rows_at(table, np.array([0, 50]))
+    big = rng.integers(0, 50, host_memory.POPULATE_BYTES // 32 + 1)  # a populated block
+    assert np.array_equal(_rows_at(table, big), table[big])
