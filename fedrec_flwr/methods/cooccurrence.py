@@ -106,15 +106,22 @@ def gfcf_weights(gram: np.ndarray, counts: np.ndarray, alpha: float, rank: int, 
     normalised = gram * inverse_root[:, None] * inverse_root[None, :]
     weights = normalised.copy()
     if alpha != 0 and rank > 0:
-        vectors = top_eigenvectors(normalised, min(rank, len(gram)), seed)
+        vectors = numerical_range(*top_eigenpairs(normalised, min(rank, len(gram)), seed))
         weights += alpha * (inverse_root[:, None] * vectors) @ (vectors.T * root[None, :])
     return weights
 
 
-def top_eigenvectors(matrix: np.ndarray, rank: int, seed: int) -> np.ndarray:
-    """The ``rank`` eigenvectors of the symmetric ``matrix`` with the largest eigenvalues
-    ([I, rank]): :func:`top_eigenpairs`'s vectors."""
-    return top_eigenpairs(matrix, rank, seed)[1]
+def numerical_range(values: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """The eigenvectors whose eigenvalue is above the numerical-rank tolerance (the largest
+    times the size times machine epsilon, as :func:`numpy.linalg.matrix_rank`). The others
+    span the Gram's null space: a user's history is orthogonal to them, so in exact arithmetic
+    they add nothing to a score, but which basis of that space an eigensolver returns depends
+    on the BLAS kernels of the machine, and their rounding noise would break ties in ranks
+    differently from one machine to another."""
+    if not len(values):
+        return vectors
+    tolerance = max(float(values.max()), 0.0) * len(vectors) * np.finfo(np.float64).eps
+    return vectors[:, values > tolerance]
 
 
 def top_eigenpairs(matrix: np.ndarray, rank: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -116,6 +116,34 @@ def test_gfcf_randomised_eigenvectors_span_the_top_eigenspace(monkeypatch):
     np.testing.assert_allclose(approximate, exact, atol=1e-3 * np.abs(exact).max())
 
 
+def test_gfcf_ignores_the_basis_of_the_null_space_an_eigensolver_returns(monkeypatch):
+    """More eigenvectors asked for than the Gram's rank: the rest span its null space, in a
+    basis that depends on the machine's BLAS kernels. Any orthonormal basis of it gives the
+    same weights, bit for bit, and the weights equal the formula over the range alone."""
+    from fedrec_flwr.methods import cooccurrence
+
+    rng = np.random.default_rng(5)
+    x = binary(rng, users=12, items=60, density=0.15)  # rank <= 12 < the 30 asked for
+    gram, counts = (x / np.maximum(x.sum(1), 1)[:, None]).T @ x, x.sum(0)
+    weights = gfcf_weights(gram, counts, 0.3, 30, 0)
+    solved = cooccurrence.top_eigenpairs
+
+    def other_null_basis(matrix, rank, seed):
+        values, vectors = solved(matrix, rank, seed)
+        null = values <= 1e-12 * values.max()
+        assert null.sum() >= 10
+        turn = np.linalg.qr(rng.normal(size=(null.sum(), null.sum())))[0]
+        vectors = vectors.copy()
+        vectors[:, null] = vectors[:, null] @ turn
+        return values, vectors
+
+    monkeypatch.setattr(cooccurrence, "top_eigenpairs", other_null_basis)
+    np.testing.assert_array_equal(gfcf_weights(gram, counts, 0.3, 30, 0), weights)
+    monkeypatch.undo()
+    rank = int((np.linalg.eigvalsh(gram) > 1e-9).sum())
+    np.testing.assert_array_equal(gfcf_weights(gram, counts, 0.3, rank, 0), weights)
+
+
 def test_the_low_rank_gram_keeps_the_largest_eigenvalues_and_drops_negative_ones():
     rng = np.random.default_rng(6)
     factors = rng.normal(size=(40, 3)) * [6.0, 4.0, 3.0]
