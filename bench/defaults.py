@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from fedrec_lab.transfer.cells import SHAPES
+from fedrec_lab.transfer.cells import SHAPES, seed_cache
 from fedrec_lab.transfer.defaults import CENTRAL, default_methods, markdown, measure
 from fedrec_lab.transfer.report import command_line
 
@@ -29,7 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--cache", default="fedrec-out/defaults", help="finished cells, runs")
+    parser.add_argument(
+        "--cache",
+        default="fedrec-out/defaults",
+        help="finished cells, runs (a seed k > 0: its seed<k>/ subfolder)",
+    )
     parser.add_argument("--methods", nargs="+", default=default_methods())
     parser.add_argument("--targets", nargs="+", default=["small-dense"], choices=list(SHAPES))
     parser.add_argument("--seed", type=int, default=0)
@@ -50,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--write", default=None, help="write <stem>.md and <stem>.json")
     args = parser.parse_args(argv)
-    summary = measure(args, Path(args.cache))
+    summary = measure(args, seed_cache(args.cache, args.seed))
     command = command_line(argv, script="defaults.py")
     keys = ("seed", "rounds", "patience", "eval_every", "targets")
     settings = {k: getattr(args, k) for k in keys}

@@ -28,7 +28,14 @@ import json
 import sys
 from pathlib import Path
 
-from fedrec_lab.transfer.cells import DATASETS, SOURCES, itemknn_cell, run_cell, tuned_methods
+from fedrec_lab.transfer.cells import (
+    DATASETS,
+    SOURCES,
+    itemknn_cell,
+    run_cell,
+    seed_cache,
+    tuned_methods,
+)
 from fedrec_lab.transfer.choice import early_stopping, summarise
 from fedrec_lab.transfer.report import command_line, markdown, settings, write_default_presets
 
@@ -37,7 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--cache", default="fedrec-out/transfer", help="finished cells, runs")
+    parser.add_argument(
+        "--cache",
+        default="fedrec-out/transfer",
+        help="finished cells, runs (a seed k > 0: its seed<k>/ subfolder)",
+    )
     parser.add_argument("--methods", nargs="+", default=tuned_methods())
     parser.add_argument("--targets", nargs="+", default=list(DATASETS))
     parser.add_argument("--candidates", nargs="+", default=list(SOURCES))
@@ -50,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [t for t in args.targets if t not in DATASETS]
     if unknown:
         parser.error(f"unknown target {unknown}; choose from {', '.join(DATASETS)}")
-    cache = Path(args.cache)
+    cache = seed_cache(args.cache, args.seed)
     knn = {t: itemknn_cell(t, args, cache) for t in args.targets}
     cells = []
     for target in args.targets:

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from fedrec_lab.project import project_root
-from fedrec_lab.transfer.cells import DATASETS, SOURCES, itemknn_cell, run_cell
+from fedrec_lab.transfer.cells import DATASETS, SOURCES, itemknn_cell, run_cell, seed_cache
 from fedrec_lab.transfer.fewer_keys import (
     ARMS,
     HELD,
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         "needs both",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    cache = Path(args.cache)
+    cache = seed_cache(args.cache, args.seed)
     targets = list(DATASETS)
     knn = {t: itemknn_cell(t, args, cache) for t in targets}
     studies, by_arm, presets = [], {arm: [] for arm in ARMS}, []

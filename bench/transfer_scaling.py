@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--patience", type=int, default=0, help="0: no early stopping")
     parser.add_argument("--write", default=None, help="write <stem>.md and <stem>.json")
     args = parser.parse_args(argv)
-    cache = Path(args.cache)
+    cache = cells.seed_cache(args.cache, args.seed)
     rows_per_user = {t: mean_train_rows(t, args) for t in cells.DATASETS}
     rows = []
     for method in args.methods:

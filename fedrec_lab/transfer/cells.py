@@ -104,6 +104,13 @@ def cell_name(method: str, candidate: str, target: str) -> str:
     return f"{method}--{candidate}--on-{target}"
 
 
+def seed_cache(folder: str | Path, seed: int) -> Path:
+    """The cache of finished cells and runs of one seed: ``folder`` for seed 0, else its
+    ``seed<k>/`` subfolder. A cell's name holds no seed, so a cell cached under one seed
+    must never stand for another's."""
+    return Path(folder) if seed == 0 else Path(folder) / f"seed{seed}"
+
+
 def cell_config(
     method: str,
     candidate: str,

@@ -98,3 +98,22 @@ def test_the_report_says_how_often_the_runs_were_evaluated():
     settings["eval_every"] = 1
     text = defaults.markdown(summary, "python bench/defaults.py --data-dir DIR", settings)
     assert "sets), every round evaluated, no early stopping;" in text
+
+
+def test_a_cell_cached_under_one_seed_never_stands_for_another(tmp_path):
+    """A cell's name holds no seed: each seed has a cache of its own (seed 0 the folder
+    itself, as before), so a second seed runs instead of reading the first seed's cell."""
+    import argparse
+    import json
+
+    name = transfer_cells.cell_name("fedmf", transfer_cells.DEFAULT, "long-tail")
+    record = {**cell("fedmf", "long-tail", 0.2), "max_rounds": 100, "patience": 0}
+    record["eval_every"] = 1
+    seed_one = transfer_cells.seed_cache(tmp_path, 1)
+    (seed_one / "cells").mkdir(parents=True)
+    (seed_one / "cells" / f"{name}.json").write_text(json.dumps(record))
+    args = argparse.Namespace(rounds=100, patience=0)
+    assert defaults.default_cell("fedmf", "long-tail", args, seed_one) == record
+    assert transfer_cells.seed_cache(tmp_path, 0) == tmp_path
+    seed_two = transfer_cells.seed_cache(tmp_path, 2)
+    assert seed_two != seed_one and not (seed_two / "cells" / f"{name}.json").exists()
