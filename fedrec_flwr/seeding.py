@@ -56,7 +56,6 @@ def keyed_rng(seed: int, stream: str, *keys: int) -> np.random.Generator:
 _INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
 _MIX_L, _MIX_R, _POOL = 0xCA01F9DD, 0x4973F715, 4
 _PCG_MULT = (2549297995355413924 << 64) + 4865540595714422341
-_MASK128 = (1 << 128) - 1
 
 
 def _hashmix(value: np.ndarray, const: list[int]) -> np.ndarray:
@@ -74,12 +73,9 @@ def _mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def _pcg64_states(words: np.ndarray) -> list[tuple[int, int]]:
     """(state, inc) of PCG64 seeded by SeedSequence(entropy) for each row of ``words``
     (uint32 [n, k]: each entropy word, every key below 2**32)."""
-    states = []
-    for v0, v1, v2, v3 in _seed_words(words).tolist():
-        inc = ((((v2 << 64) | v3) << 1) | 1) & _MASK128
-        state = ((inc + ((v0 << 64) | v1)) * _PCG_MULT + inc) & _MASK128
-        states.append((state, inc))
-    return states
+    with np.errstate(over="ignore"):
+        table = _pcg64_words(words).tolist()
+    return [((sh << 64) | sl, (ih << 64) | il) for sh, sl, ih, il in table]
 
 
 _LOW32 = np.uint64(0xFFFFFFFF)
@@ -157,8 +153,7 @@ def _keyed_states(seed: int, stream: str, keys: np.ndarray) -> list[tuple[int, i
             state = keyed_rng(seed, stream, *row).bit_generator.state["state"]  # multi-word keys
             states.append((int(state["state"]), int(state["inc"])))
         return states
-    with np.errstate(over="ignore"):
-        return _pcg64_states(words)
+    return _pcg64_states(words)
 
 
 def keyed_rngs(seed: int, stream: str, keys: np.ndarray) -> list[np.random.Generator]:

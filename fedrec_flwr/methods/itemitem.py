@@ -308,9 +308,7 @@ class ItemItem(Method):
         """The weight of each item count of a user who uploads ``size`` items: ``w_u`` under
         ``itemitem-degree-bound`` = ``scale`` (:attr:`weighted_counts`), else 1 (GF-CF's
         degrees and the support count every item)."""
-        if self.weighted_counts:
-            return scaled_weight(size, self.keys.itemitem_max_degree)
-        return 1.0
+        return self.basket_weight(size) if self.weighted_counts else 1.0
 
     # --------------------------------------------------------------------- scoring
     def logits(self, params: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ from fedrec_flwr.methods.base import Method
 from fedrec_flwr.methods.capabilities import eval_chunk
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.losses import user_losses
-from fedrec_flwr.node.scoring import csr_store, held_items, taken_rows, user_rows
+from fedrec_flwr.node.scoring import held_items, user_rows
 from fedrec_flwr.node.state import NodeState
 from fedrec_flwr.partition import eval_sample
 from fedrec_flwr.sampling import is_member
@@ -193,7 +193,7 @@ class NodeEvaluation:
         at = np.asarray(positions, dtype=np.int64)[measured]
         if not len(at):
             return []
-        store = csr_store(state.personal)
+        store = state.personal
         storage = store.storage_of(at)
         counts = np.asarray(store.counts(), np.int64)[at]
         items = np.asarray(store.take_items(storage), np.int64)
@@ -201,7 +201,7 @@ class NodeEvaluation:
         if item_ids is not None:  # among the rows evaluation received (ids sorted)
             received = is_member(items, item_ids)
             storage, owner = storage[received], owner[received]
-        rows = np.asarray(taken_rows(store, storage), np.float32)
+        rows = np.asarray(store.take_rows(storage), np.float32)
         kept = np.bincount(owner, minlength=len(at))
         blocks = np.split(rows, np.cumsum(kept)[:-1])
         return [

@@ -149,6 +149,8 @@ class LayeredRows:
     def storage_of(self, positions: np.ndarray) -> np.ndarray:
         """Indices of every row of the users at ``positions``, user after user, into the
         segments' rows laid end to end (read with :meth:`take_items`, :meth:`take_rows`)."""
+        if len(self.segments) == 1:  # its storage is the segment's
+            return self.segments[0].storage_of(positions)
         positions = np.asarray(positions, np.int64)
         counts = self._counts[positions]
         starts = np.cumsum(counts) - counts
@@ -161,6 +163,8 @@ class LayeredRows:
     def _take(self, storage: np.ndarray, part: str) -> np.ndarray:
         storage = np.asarray(storage, np.int64)
         first = getattr(self.segments[0], part)
+        if len(self.segments) == 1:  # one copy, no look-up of each row's segment
+            return np.take(first, storage, axis=0)
         out = np.empty((len(storage), *first.shape[1:]), dtype=first.dtype)
         segment_of = np.searchsorted(self._offsets, storage, side="right") - 1
         for index, segment in enumerate(self.segments):

@@ -117,8 +117,8 @@ class PersonalRows:
         return self.items[storage]
 
     def take_rows(self, storage: np.ndarray) -> np.ndarray:
-        """Rows at storage indices (from :meth:`storage_of`)."""
-        return self.rows[storage]
+        """Rows at storage indices (from :meth:`storage_of`), a whole row per copy."""
+        return np.take(self.rows, storage, axis=0)
 
     def merged(
         self,

@@ -135,7 +135,7 @@ def users_round_items(
     if config.sampler.negative_sampler == NegativeSampler.COUNTER:  # every user at once
         flat = counter_round_negatives(config, users, server_round, sizes, counts, excluded, n)
         return assembled(prepared, config, users, positives, np.split(flat, np.cumsum(sizes)[:-1]))
-    fallback = (sizes == 0) | (counts >= n)  # nothing to draw, or the per-user error
+    fallback = drawn_alone(sizes, counts, n)
     sizes[fallback] = 0  # those draw user by user below
     seed = config.training.seed
     flat = keyed_round_negatives(seed, users, server_round, sizes, counts, excluded, n)
@@ -144,6 +144,12 @@ def users_round_items(
     for j in np.flatnonzero(fallback):
         result[j] = user_round_items(prepared, config, int(users[j]), server_round)
     return result
+
+
+def drawn_alone(sizes: np.ndarray, counts: np.ndarray, n: int) -> np.ndarray:
+    """The users whose ``keyed-numpy`` draws are made user by user, not flat: nothing to
+    draw, or every item excluded (``sample_excluding``'s own error)."""
+    return (sizes == 0) | (counts >= n)
 
 
 def keyed_round_negatives(
@@ -297,7 +303,7 @@ def round_draws(
     n = prepared.num_items
     if counter:
         negatives = counter_round_negatives(config, users, server_round, sizes, counts, excluded, n)
-    elif np.any((sizes == 0) | (counts >= n)):  # nothing to draw, or the per-user error
+    elif drawn_alone(sizes, counts, n).any():
         return RoundDraws.from_pairs(
             users, users_round_items(prepared, config, users, server_round)
         )

@@ -12,7 +12,7 @@ from fedrec_flwr.methods import Method
 from fedrec_flwr.methods.capabilities import private_rows_in, rowwise_logits
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.node.host_memory import populated_empty
-from fedrec_flwr.node.layered import LayeredRows, RowStore
+from fedrec_flwr.node.layered import RowStore
 from fedrec_flwr.node.personal import PersonalRows, whole_rows
 from fedrec_flwr.node.rank_entries import MAP_SLOTS, pair_where
 
@@ -78,9 +78,8 @@ def overlay_users(
     items = np.asarray(items, dtype=np.int64)
     if not counts.sum() or not items.size:
         return
-    store = csr_store(personal)
-    storage = store.storage_of(positions)
-    held = np.asarray(store.take_items(storage), np.int64)
+    storage = personal.storage_of(positions)
+    held = np.asarray(personal.take_items(storage), np.int64)
     span = int(max(held.max(), items.max())) + 1
     if span > MAPPED_ITEMS:  # a map of few users a block: the search per pair
         owners = np.repeat(positions, items.shape[1])
@@ -90,26 +89,11 @@ def overlay_users(
     where = pair_where(owner, held, items, span).reshape(-1)
     hit = np.flatnonzero(where >= 0)
     at = storage[where[hit]]
-    taken = taken_rows(store, at)
+    taken = personal.take_rows(at)
     if rows.flags.c_contiguous and rows.dtype == np.float32 and rows.ndim == 2:
         whole_rows(rows)[hit] = whole_rows(taken)  # a whole row per copy
     else:
         rows[hit] = taken
-
-
-def csr_store(personal: RowStore) -> RowStore:
-    """The CSR store a layered store of one segment reads from (its reads, without the
-    look-up of each row's segment), else ``personal``."""
-    if isinstance(personal, LayeredRows) and len(personal.segments) == 1:
-        return personal.segments[0]
-    return personal
-
-
-def taken_rows(store: RowStore, storage: np.ndarray) -> np.ndarray:
-    """``store.take_rows(storage)`` (a CSR store's rows by ``np.take``: whole rows)."""
-    if isinstance(store, PersonalRows):
-        return np.take(store.rows, storage, axis=0)
-    return store.take_rows(storage)
 
 
 #: Bytes of row inputs one chunk of held (user, item) pairs may take (see score_held_pairs).
