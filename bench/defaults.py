@@ -11,6 +11,10 @@ refused, as under another ``--eval-every``)::
 
     python bench/defaults.py --data-dir DIR --targets small-dense \
         --write bench/results/defaults-small-dense
+
+``--seeds 0 1 2`` measures each seed (its cells in its own cache, :func:`seed_cache`) and
+reports each row's mean over the seeds with intervals over users pooled over them
+(:mod:`fedrec_lab.transfer.pooled`); one seed there is ``--seed`` alone.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ import json
 import sys
 from pathlib import Path
 
+from fedrec_lab.transfer import pooled
 from fedrec_lab.transfer.cells import SHAPES, seed_cache
-from fedrec_lab.transfer.defaults import CENTRAL, default_methods, markdown, measure
+from fedrec_lab.transfer.defaults import CENTRAL, default_methods, markdown, measure, measure_cells
 from fedrec_lab.transfer.report import command_line
 
 
@@ -36,7 +41,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--methods", nargs="+", default=default_methods())
     parser.add_argument("--targets", nargs="+", default=["small-dense"], choices=list(SHAPES))
-    parser.add_argument("--seed", type=int, default=0)
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, default=0)
+    seeds.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="several seeds: each row's mean over them, intervals pooled over their users",
+    )
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--patience", type=int, default=0, help="0: no early stopping")
     parser.add_argument(
@@ -54,11 +67,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--write", default=None, help="write <stem>.md and <stem>.json")
     args = parser.parse_args(argv)
-    summary = measure(args, seed_cache(args.cache, args.seed))
+    if args.seeds is not None and len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds {' '.join(map(str, args.seeds))}: give each seed once")
+    if args.seeds is not None and len(args.seeds) == 1:
+        args.seed, args.seeds = args.seeds[0], None
     command = command_line(argv, script="defaults.py")
-    keys = ("seed", "rounds", "patience", "eval_every", "targets")
-    settings = {k: getattr(args, k) for k in keys}
-    text = markdown(summary, command, settings)
+    keys = ("rounds", "patience", "eval_every", "targets")
+    if args.seeds is None:
+        summary = measure(args, seed_cache(args.cache, args.seed))
+        settings = {"seed": args.seed, **{k: getattr(args, k) for k in keys}}
+        text = markdown(summary, command, settings)
+    else:
+        per_seed = {}
+        for seed in args.seeds:
+            one = argparse.Namespace(**{**vars(args), "seed": seed})
+            per_seed[seed] = measure_cells(one, seed_cache(args.cache, seed))
+        summary = pooled.pool(per_seed, seed=min(args.seeds))
+        settings = {"seeds": sorted(args.seeds), **{k: getattr(args, k) for k in keys}}
+        text = pooled.markdown(summary, command, settings)
     print(text)
     if args.write:
         stem = Path(args.write)

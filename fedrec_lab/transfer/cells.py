@@ -74,6 +74,10 @@ TARGETS: dict[str, dict[str, Any]] = {**DATASETS, **SHAPES}
 #: The candidate that stands for each method's ``conf/<method>-default.toml``.
 DEFAULT = "default"
 
+#: The per-user lists of a cell's record (users, their test HR@10 and NDCG@10 at the best
+#: validation round; ``ndcg`` only in records made since it is kept): never in a report.
+PER_USER = ("users", "hits", "ndcg")
+
 #: Keys that describe the data, not the method: taken from the target, never from a source.
 DATA_KEYS = ("dataset", "synthetic-users", "synthetic-items", "synthetic-mean-degree")
 
@@ -146,6 +150,15 @@ def hits_of(run_dir: Path) -> tuple[list[int], list[float]]:
     return users.tolist(), columns["test-hr@10"].tolist()
 
 
+def per_user_of(run_dir: Path) -> tuple[list[int], list[float], list[float]]:
+    """Users, their test HR@10 and their test NDCG@10 at the best validation round
+    (``per-user.csv``)."""
+    from fedrec_lab.stats import read_per_user
+
+    users, columns = read_per_user(run_dir)
+    return users.tolist(), columns["test-hr@10"].tolist(), columns["test-ndcg@10"].tolist()
+
+
 #: Run-config keys that may differ between a committed run and a cell of the same setting.
 #: ``device``: a committed run made on a GPU stands for its cell (its float sums may differ
 #: from a CPU run's in the last digits); the cell's ``run`` and the report name the device.
@@ -214,9 +227,12 @@ def run_config(name: str, config: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def finish(path, name, method, candidate, target, summary, users, hits, source, limits=None):
+def finish(
+    path, name, method, candidate, target, summary, users, hits, source, limits=None, ndcg=None
+):
     """The record of a finished cell, checked against its summary and cached; ``limits``:
-    the settings that bound its run (kept in the record)."""
+    the settings that bound its run (kept in the record); ``ndcg``: the users' test
+    NDCG@10, kept when given."""
     record = {
         "method": method,
         "candidate": candidate,
@@ -230,9 +246,12 @@ def finish(path, name, method, candidate, target, summary, users, hits, source, 
         "run": source,
         "users": users,
         "hits": hits,
+        **({} if ndcg is None else {"ndcg": ndcg}),
         **(limits or {}),
     }
-    if not np.isclose(np.mean(hits), record["test_hr10"]):
+    if not np.isclose(np.mean(hits), record["test_hr10"]) or (
+        ndcg is not None and not np.isclose(np.mean(ndcg), record["test_ndcg10"])
+    ):
         raise SystemExit(f"{name}: per-user.csv does not match summary.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))
@@ -272,6 +291,7 @@ def central_cell(name: str, target: str, args, cache: Path) -> dict[str, Any]:
     if per_user is None:
         raise RuntimeError(f"the {name} row kept no per-user values")
     column = per_user.names.index("test-hr@10")
+    ndcg = per_user.names.index("test-ndcg@10")
     record = {
         "method": name,
         "candidate": ", ".join(f"{k}={v}" for k, v in row.chosen.items()),
@@ -280,6 +300,7 @@ def central_cell(name: str, target: str, args, cache: Path) -> dict[str, Any]:
         "test_ndcg10": row.test["ndcg@10"],
         "users": per_user.users.tolist(),
         "hits": per_user.values[:, column].tolist(),
+        "ndcg": per_user.values[:, ndcg].tolist(),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))

@@ -13,13 +13,14 @@ import numpy as np
 from fedrec_lab.project import conf_dir
 from fedrec_lab.transfer.cells import (
     DEFAULT,
+    PER_USER,
     TARGETS,
     candidate_keys,
     cell_config,
     cell_name,
     central_cell,
     finish,
-    hits_of,
+    per_user_of,
     run_config,
 )
 
@@ -61,21 +62,29 @@ def default_cell(method: str, target: str, args: argparse.Namespace, cache: Path
     config["eval-every"] = every
     print(f"{name}: running", flush=True)
     summary = run_config(name, config)
-    users, hits = hits_of(cache / "runs" / name)
-    return finish(path, name, method, DEFAULT, target, summary, users, hits, "", limits)
+    users, hits, ndcg = per_user_of(cache / "runs" / name)
+    return finish(path, name, method, DEFAULT, target, summary, users, hits, "", limits, ndcg)
 
 
 def measure(args: argparse.Namespace, cache: Path) -> dict[str, Any]:
     """Every default and the centralized rows ``args.central`` (popularity and ItemKNN, the
     two the checks read, at least) on every target, each with its interval and its paired
     difference to the centralized rows."""
+    return summarise(*measure_cells(args, cache), args.seed)
+
+
+def measure_cells(
+    args: argparse.Namespace, cache: Path
+) -> tuple[list[dict], dict[str, dict[str, dict]]]:
+    """The finished cells of :func:`measure` (cached, else run) and the centralized rows of
+    each target, per-user values included."""
     rows = getattr(args, "central", CENTRAL)
     missing = {"popularity", "itemknn"} - set(rows)
     if missing:
         raise SystemExit(f"--central must include {' and '.join(sorted(missing))}: the checks")
     central = {t: {n: central_cell(n, t, args, cache) for n in rows} for t in args.targets}
     cells = [default_cell(m, t, args, cache) for t in args.targets for m in args.methods]
-    return summarise(cells, central, args.seed)
+    return cells, central
 
 
 def summarise(cells: list[dict], central: dict[str, dict[str, dict]], seed: int) -> dict:
@@ -88,7 +97,7 @@ def summarise(cells: list[dict], central: dict[str, dict[str, dict]], seed: int)
 
     def row(cell: dict, target: str) -> dict[str, Any]:
         low, high = bootstrap_ci(arrays(cell)[1], seed=seed)
-        out = {k: v for k, v in cell.items() if k not in ("users", "hits")}
+        out = {k: v for k, v in cell.items() if k not in PER_USER}
         out["ci"] = [low, high]
         out["minus"] = {
             name: paired_difference(*arrays(cell), *arrays(other), seed=seed)
@@ -184,7 +193,12 @@ def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) ->
                 f"| [{pct(row['ci'][0])}, {pct(row['ci'][1])}] | {pct(row['test_ndcg10'])} "
                 "| - | - | - |"
             )
-    out += [
+    return "\n".join(out + checks(summary)) + "\n"
+
+
+def checks(summary: dict[str, Any]) -> list[str]:
+    """The lines of the two checks, one table row per target."""
+    out = [
         "",
         "The checks: every default at or above popularity; the best default within 2 points "
         "of ItemKNN.",
@@ -198,4 +212,4 @@ def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) ->
             f"| {TARGETS[v['target']]['label']} | {below} | {v['best']}-default "
             f"| {100 * v['best_minus_itemknn']:+.2f} |"
         )
-    return "\n".join(out) + "\n"
+    return out

@@ -1,0 +1,158 @@
+"""The defaults on generated shapes over several seeds (``bench/defaults.py --seeds``): each
+row's mean over the seeds, and its intervals from the users' per-user values kept in each
+seed's cells (:mod:`fedrec_lab.transfer.defaults` is the one-seed report).
+
+The generated data and its leave-one-out split do not depend on the run seed, so every seed
+evaluates the same users: the interval of a row's mean draws users with replacement, the same
+users for every seed (:func:`fedrec_lab.stats.seeds_bootstrap_ci`), and a difference to a
+centralized row is paired over the users both evaluated in every seed, each user's
+difference averaged over the seeds (:func:`fedrec_lab.stats.seed_averaged`, then
+:func:`fedrec_lab.stats.paired_difference`). The seeds themselves are not resampled: the
+intervals are the uncertainty from the finite set of users; the per-seed figures show the
+spread over seeds beside them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fedrec_lab.transfer.cells import PER_USER, TARGETS
+from fedrec_lab.transfer.defaults import TITLES, checks, pct, signed, verdicts
+
+Cells = tuple[list[dict], dict[str, dict[str, dict]]]
+
+
+def pool(per_seed: dict[int, Cells], seed: int = 0) -> dict[str, Any]:
+    """The rows of the pooled report from each seed's ``(cells, central)`` (what
+    :func:`fedrec_lab.transfer.defaults.measure_cells` returns): every seed must hold the
+    same rows. ``seed`` keys the bootstrap draws."""
+    if not per_seed:
+        raise ValueError("pool: no seeds given")
+    seeds = sorted(per_seed)
+    keyed = {s: {(c["method"], c["target"]): c for c in per_seed[s][0]} for s in seeds}
+    first = keyed[seeds[0]]
+    for s in seeds[1:]:
+        if set(keyed[s]) != set(first):
+            raise ValueError(f"pool: seed {s} holds other rows than seed {seeds[0]}")
+    central = {
+        target: {name: [per_seed[s][1][target][name] for s in seeds] for name in rows}
+        for target, rows in per_seed[seeds[0]][1].items()
+    }
+
+    def row(cells: list[dict], target: str, name: str) -> dict[str, Any]:
+        return pooled_row(cells, central[target], name, seeds, seed)
+
+    rows = [row([keyed[s][key] for s in seeds], key[1], key[0]) for key in first]
+    baselines = {
+        target: {name: row(cells, target, name) for name, cells in rows_of.items()}
+        for target, rows_of in central.items()
+    }
+    return {
+        "seeds": seeds,
+        "rows": rows,
+        "central": baselines,
+        "verdicts": verdicts(rows, baselines),
+    }
+
+
+def pooled_row(
+    cells: list[dict], central: dict[str, list[dict]], name: str, seeds: list[int], seed: int
+) -> dict[str, Any]:
+    """One row over the seeds (``cells``: its cell of each seed): the means over seeds, the
+    per-seed figures, its interval over users and its paired differences to each centralized
+    row (HR@10; NDCG@10 too, under ``minus_ndcg``, when every cell kept its users' NDCG@10)."""
+    from fedrec_lab.stats import paired_difference, seed_averaged, seeds_bootstrap_ci
+
+    def values(of: list[dict], key: str) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(np.asarray(c["users"]), np.asarray(c[key], dtype=np.float64)) for c in of]
+
+    out = {k: v for k, v in cells[0].items() if k not in PER_USER}
+    for key in ("best_round", "rounds", "val_hr10", "seconds"):
+        if key in out:
+            out[key] = [c[key] for c in cells]
+    out["seeds"] = seeds
+    out["per_seed_hr10"] = [c["test_hr10"] for c in cells]
+    out["test_hr10"] = float(np.mean(out["per_seed_hr10"]))
+    out["test_ndcg10"] = float(np.mean([c["test_ndcg10"] for c in cells]))
+    out["ci"] = list(seeds_bootstrap_ci(values(cells, "hits"), seed=seed))
+    others = {n: c for n, c in central.items() if n != name}
+    out["minus"] = {
+        n: paired_difference(
+            *seed_averaged(values(cells, "hits")), *seed_averaged(values(c, "hits")), seed=seed
+        )
+        for n, c in others.items()
+    }
+    if all("ndcg" in c for c in [*cells, *(x for c in others.values() for x in c)]):
+        out["minus_ndcg"] = {
+            n: paired_difference(
+                *seed_averaged(values(cells, "ndcg")), *seed_averaged(values(c, "ndcg")), seed=seed
+            )
+            for n, c in others.items()
+        }
+    return out
+
+
+def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) -> str:
+    """The pooled report: one table per target, then the two checks (on the means)."""
+    seeds = ", ".join(str(s) for s in summary["seeds"])
+    out = [
+        "# The defaults on generated data no preset was tuned on, over seeds",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+        f"Strict protocol, seeds {seeds}, one node, at most {settings['rounds']} rounds (no "
+        "more than the preset sets), "
+        + (
+            f"evaluated every {settings['eval_every']} rounds and after the last, "
+            if settings.get("eval_every", 1) > 1
+            else "every round evaluated, "
+        )
+        + (
+            f"early stopping after {settings['patience']} evaluated rounds without a better "
+            "validation HR@10"
+            if settings["patience"]
+            else "no early stopping"
+        )
+        + "; test HR@10 / NDCG@10 (%) at each run's best validation round, the mean over the "
+        "seeds (each seed's test HR@10 beside it). Each row is `conf/<method>-default.toml` "
+        "with the dataset's keys; the centralized rows are `fedrec baselines`' on the same "
+        "split. Intervals: 95 % bootstrap over users, the same users drawn for every seed "
+        "(the split does not depend on the seed); differences paired over the same users, "
+        "each user's difference averaged over the seeds. The seeds are not resampled.",
+    ]
+    for target, baseline in summary["central"].items():
+        keys = ", ".join(f"`{k} = {v}`" for k, v in TARGETS[target]["keys"].items())
+        out += [
+            "",
+            f"### {TARGETS[target]['label']}",
+            "",
+            keys,
+            "",
+            "| row | test HR@10 | 95 % CI | per seed | NDCG@10 | minus popularity [95 % CI] "
+            "| minus ItemKNN [95 % CI] | best rounds / rounds |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for row in [r for r in summary["rows"] if r["target"] == target]:
+            rounds = ", ".join(str(b) for b in row["best_round"])
+            out.append(
+                f"| {row['method']}-default | {pct(row['test_hr10'])} "
+                f"| [{pct(row['ci'][0])}, {pct(row['ci'][1])}] | {per_seed(row)} "
+                f"| {pct(row['test_ndcg10'])} | {signed(row['minus']['popularity'])} "
+                f"| {signed(row['minus']['itemknn'])} | {rounds} / {row['rounds'][0]} |"
+            )
+        for name, row in baseline.items():
+            chosen = f", {row['candidate']}" if row["candidate"] else ""
+            out.append(
+                f"| {TITLES[name]} (centralized{chosen}) | {pct(row['test_hr10'])} "
+                f"| [{pct(row['ci'][0])}, {pct(row['ci'][1])}] | {per_seed(row)} "
+                f"| {pct(row['test_ndcg10'])} | - | - | - |"
+            )
+    return "\n".join(out + checks(summary)) + "\n"
+
+
+def per_seed(row: dict[str, Any]) -> str:
+    return ", ".join(pct(v) for v in row["per_seed_hr10"])
