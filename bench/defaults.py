@@ -14,7 +14,9 @@ refused, as under another ``--eval-every``)::
 
 ``--seeds 0 1 2`` measures each seed (its cells in its own cache, :func:`seed_cache`) and
 reports each row's mean over the seeds with intervals over users pooled over them
-(:mod:`fedrec_lab.transfer.pooled`); one seed there is ``--seed`` alone.
+(:mod:`fedrec_lab.transfer.pooled`); one seed there is ``--seed`` alone. The centralized
+rows are measured once, with the first seed: the generated data, its split and their
+full-ranking test metrics do not depend on the seed.
 """
 
 from __future__ import annotations
@@ -78,11 +80,15 @@ def main(argv: list[str] | None = None) -> int:
         settings = {"seed": args.seed, **{k: getattr(args, k) for k in keys}}
         text = markdown(summary, command, settings)
     else:
-        per_seed = {}
-        for seed in args.seeds:
+        # the centralized rows do not depend on the seed: the first seed's stand for all
+        first = min(args.seeds)
+        one = argparse.Namespace(**{**vars(args), "seed": first})
+        cells, central = measure_cells(one, seed_cache(args.cache, first))
+        per_seed = {first: cells}
+        for seed in sorted(args.seeds)[1:]:
             one = argparse.Namespace(**{**vars(args), "seed": seed})
-            per_seed[seed] = measure_cells(one, seed_cache(args.cache, seed))
-        summary = pooled.pool(per_seed, seed=min(args.seeds))
+            per_seed[seed] = measure_cells(one, seed_cache(args.cache, seed), central)[0]
+        summary = pooled.pool(per_seed, central, seed=first)
         settings = {"seeds": sorted(args.seeds), **{k: getattr(args, k) for k in keys}}
         text = pooled.markdown(summary, command, settings)
     print(text)

@@ -74,15 +74,16 @@ def measure(args: argparse.Namespace, cache: Path) -> dict[str, Any]:
 
 
 def measure_cells(
-    args: argparse.Namespace, cache: Path
+    args: argparse.Namespace, cache: Path, central: dict[str, dict[str, dict]] | None = None
 ) -> tuple[list[dict], dict[str, dict[str, dict]]]:
     """The finished cells of :func:`measure` (cached, else run) and the centralized rows of
-    each target, per-user values included."""
+    each target (``central`` where given), per-user values included."""
     rows = getattr(args, "central", CENTRAL)
     missing = {"popularity", "itemknn"} - set(rows)
     if missing:
         raise SystemExit(f"--central must include {' and '.join(sorted(missing))}: the checks")
-    central = {t: {n: central_cell(n, t, args, cache) for n in rows} for t in args.targets}
+    if central is None:
+        central = {t: {n: central_cell(n, t, args, cache) for n in rows} for t in args.targets}
     cells = [default_cell(m, t, args, cache) for t in args.targets for m in args.methods]
     return cells, central
 

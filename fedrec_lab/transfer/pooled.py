@@ -21,33 +21,29 @@ import numpy as np
 from fedrec_lab.transfer.cells import PER_USER, TARGETS
 from fedrec_lab.transfer.defaults import TITLES, checks, pct, signed, verdicts
 
-Cells = tuple[list[dict], dict[str, dict[str, dict]]]
+Central = dict[str, dict[str, dict]]
 
 
-def pool(per_seed: dict[int, Cells], seed: int = 0) -> dict[str, Any]:
-    """The rows of the pooled report from each seed's ``(cells, central)`` (what
-    :func:`fedrec_lab.transfer.defaults.measure_cells` returns): every seed must hold the
-    same rows. ``seed`` keys the bootstrap draws."""
+def pool(per_seed: dict[int, list[dict]], central: Central, seed: int = 0) -> dict[str, Any]:
+    """The rows of the pooled report from each seed's cells and the centralized rows of each
+    target (what :func:`fedrec_lab.transfer.defaults.measure_cells` returns): every seed must
+    hold the same rows. The centralized rows are one per target: popularity, ItemKNN and
+    EASE draw nothing from the seed, and the generated data and its split do not depend on
+    it. ``seed`` keys the bootstrap draws."""
     if not per_seed:
         raise ValueError("pool: no seeds given")
     seeds = sorted(per_seed)
-    keyed = {s: {(c["method"], c["target"]): c for c in per_seed[s][0]} for s in seeds}
+    keyed = {s: {(c["method"], c["target"]): c for c in per_seed[s]} for s in seeds}
     first = keyed[seeds[0]]
     for s in seeds[1:]:
         if set(keyed[s]) != set(first):
             raise ValueError(f"pool: seed {s} holds other rows than seed {seeds[0]}")
-    central = {
-        target: {name: [per_seed[s][1][target][name] for s in seeds] for name in rows}
-        for target, rows in per_seed[seeds[0]][1].items()
-    }
-
-    def row(cells: list[dict], target: str, name: str) -> dict[str, Any]:
-        return pooled_row(cells, central[target], name, seeds, seed)
-
-    rows = [row([keyed[s][key] for s in seeds], key[1], key[0]) for key in first]
+    rows = [
+        pooled_row([keyed[s][key] for s in seeds], central[key[1]], seeds, seed) for key in first
+    ]
     baselines = {
-        target: {name: row(cells, target, name) for name, cells in rows_of.items()}
-        for target, rows_of in central.items()
+        target: {name: pooled_row([cell], of, [], seed) for name, cell in of.items()}
+        for target, of in central.items()
     }
     return {
         "seeds": seeds,
@@ -58,11 +54,12 @@ def pool(per_seed: dict[int, Cells], seed: int = 0) -> dict[str, Any]:
 
 
 def pooled_row(
-    cells: list[dict], central: dict[str, list[dict]], name: str, seeds: list[int], seed: int
+    cells: list[dict], central: dict[str, dict], seeds: list[int], seed: int
 ) -> dict[str, Any]:
-    """One row over the seeds (``cells``: its cell of each seed): the means over seeds, the
-    per-seed figures, its interval over users and its paired differences to each centralized
-    row (HR@10; NDCG@10 too, under ``minus_ndcg``, when every cell kept its users' NDCG@10)."""
+    """One row over the seeds (``cells``: its cell of each seed; a centralized row: its one
+    cell): the means over seeds, the per-seed figures, its interval over users and its paired
+    differences to each other centralized row (HR@10; NDCG@10 too, under ``minus_ndcg``, when
+    every cell kept its users' NDCG@10)."""
     from fedrec_lab.stats import paired_difference, seed_averaged, seeds_bootstrap_ci
 
     def values(of: list[dict], key: str) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -72,22 +69,23 @@ def pooled_row(
     for key in ("best_round", "rounds", "val_hr10", "seconds"):
         if key in out:
             out[key] = [c[key] for c in cells]
-    out["seeds"] = seeds
+    if seeds:
+        out["seeds"] = seeds
     out["per_seed_hr10"] = [c["test_hr10"] for c in cells]
     out["test_hr10"] = float(np.mean(out["per_seed_hr10"]))
     out["test_ndcg10"] = float(np.mean([c["test_ndcg10"] for c in cells]))
     out["ci"] = list(seeds_bootstrap_ci(values(cells, "hits"), seed=seed))
-    others = {n: c for n, c in central.items() if n != name}
+    others = {n: c for n, c in central.items() if n != cells[0]["method"]}
     out["minus"] = {
         n: paired_difference(
-            *seed_averaged(values(cells, "hits")), *seed_averaged(values(c, "hits")), seed=seed
+            *seed_averaged(values(cells, "hits")), *values([c], "hits")[0], seed=seed
         )
         for n, c in others.items()
     }
-    if all("ndcg" in c for c in [*cells, *(x for c in others.values() for x in c)]):
+    if all("ndcg" in c for c in [*cells, *others.values()]):
         out["minus_ndcg"] = {
             n: paired_difference(
-                *seed_averaged(values(cells, "ndcg")), *seed_averaged(values(c, "ndcg")), seed=seed
+                *seed_averaged(values(cells, "ndcg")), *values([c], "ndcg")[0], seed=seed
             )
             for n, c in others.items()
         }
@@ -122,7 +120,8 @@ def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) ->
         "with the dataset's keys; the centralized rows are `fedrec baselines`' on the same "
         "split. Intervals: 95 % bootstrap over users, the same users drawn for every seed "
         "(the split does not depend on the seed); differences paired over the same users, "
-        "each user's difference averaged over the seeds. The seeds are not resampled.",
+        "each user's difference averaged over the seeds. The seeds are not resampled. The "
+        "centralized rows draw nothing from the seed: measured once, with the first seed.",
     ]
     for target, baseline in summary["central"].items():
         keys = ", ".join(f"`{k} = {v}`" for k, v in TARGETS[target]["keys"].items())
@@ -148,7 +147,7 @@ def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) ->
             chosen = f", {row['candidate']}" if row["candidate"] else ""
             out.append(
                 f"| {TITLES[name]} (centralized{chosen}) | {pct(row['test_hr10'])} "
-                f"| [{pct(row['ci'][0])}, {pct(row['ci'][1])}] | {per_seed(row)} "
+                f"| [{pct(row['ci'][0])}, {pct(row['ci'][1])}] | - "
                 f"| {pct(row['test_ndcg10'])} | - | - | - |"
             )
     return "\n".join(out + checks(summary)) + "\n"

@@ -27,15 +27,19 @@ def cell(method: str, rate: float, candidate: str = "default") -> dict:
     return record
 
 
-def seed_cells(rate: float) -> pooled.Cells:
-    """One seed's cells: FedMF's default hitting at ``rate``, popularity at 0.20 and
+CENTRAL = {
+    TARGET: {"popularity": cell("popularity", 0.20, ""), "itemknn": cell("itemknn", 0.10, "k=5")}
+}
+
+
+def seed_cells(rate: float) -> tuple[list[dict], pooled.Central]:
+    """One seed's cells: FedMF's default hitting at ``rate``; popularity at 0.20 and
     ItemKNN at 0.10."""
-    central = {"popularity": cell("popularity", 0.20, ""), "itemknn": cell("itemknn", 0.10, "k=5")}
-    return [cell("fedmf", rate)], {TARGET: central}
+    return [cell("fedmf", rate)], CENTRAL
 
 
 def test_two_seeds_give_the_mean_and_an_interval_around_it():
-    summary = pooled.pool({0: seed_cells(0.18), 1: seed_cells(0.26)})
+    summary = pooled.pool({0: [cell("fedmf", 0.18)], 1: [cell("fedmf", 0.26)]}, CENTRAL)
     (row,) = summary["rows"]
     assert summary["seeds"] == [0, 1]
     assert row["per_seed_hr10"] == [pytest.approx(0.18), pytest.approx(0.26)]
@@ -54,7 +58,7 @@ def test_two_seeds_give_the_mean_and_an_interval_around_it():
 
 
 def test_a_row_below_popularity_on_average_is_named():
-    summary = pooled.pool({0: seed_cells(0.16), 1: seed_cells(0.22)})
+    summary = pooled.pool({0: [cell("fedmf", 0.16)], 1: [cell("fedmf", 0.22)]}, CENTRAL)
     (row,) = summary["rows"]
     assert row["minus"]["popularity"]["mean"] == pytest.approx(-0.01)
     assert summary["verdicts"][0]["below_popularity"] == ["fedmf"]
@@ -63,16 +67,15 @@ def test_a_row_below_popularity_on_average_is_named():
 def test_one_seed_gives_the_one_seed_figures():
     cells, central = seed_cells(0.18)
     one = defaults.summarise(cells, central, seed=0)
-    (row,) = pooled.pool({0: (cells, central)}, seed=0)["rows"]
+    (row,) = pooled.pool({0: cells}, central, seed=0)["rows"]
     assert row["test_hr10"] == one["rows"][0]["test_hr10"]
     assert row["ci"] == one["rows"][0]["ci"]
     assert row["minus"] == one["rows"][0]["minus"]
 
 
 def test_seeds_with_other_rows_are_refused():
-    cells, central = seed_cells(0.18)
     with pytest.raises(ValueError, match="seed 1 holds other rows than seed 0"):
-        pooled.pool({0: (cells, central), 1: ([], central)})
+        pooled.pool({0: [cell("fedmf", 0.18)], 1: []}, CENTRAL)
 
 
 @pytest.fixture
@@ -82,12 +85,13 @@ def bench_defaults():
         yield importlib.import_module("defaults")
 
 
-def cache_seed(cache: Path, seed: int, rate: float) -> None:
-    """Write one seed's fake cells where ``bench/defaults.py`` reads them."""
+def cache_seed(cache: Path, seed: int, rate: float, central: bool = True) -> None:
+    """Write one seed's fake cells where ``bench/defaults.py`` reads them (the centralized
+    rows too, with ``central``)."""
     folder = transfer_cells.seed_cache(cache, seed) / "cells"
     folder.mkdir(parents=True)
-    cells, central = seed_cells(rate)
-    for name, record in central[TARGET].items():
+    cells, rows = seed_cells(rate)
+    for name, record in rows[TARGET].items() if central else ():
         (folder / f"{name}--on-{TARGET}.json").write_text(json.dumps(record))
     name = transfer_cells.cell_name("fedmf", transfer_cells.DEFAULT, TARGET)
     (folder / f"{name}.json").write_text(json.dumps({**cells[0], **LIMITS}))
@@ -106,8 +110,8 @@ def run(bench_defaults, cache: Path, *seeds: str) -> tuple[str, dict]:
 
 def test_the_command_pools_cached_seeds_and_one_seed_is_the_old_report(bench_defaults, tmp_path):
     cache_seed(tmp_path, 0, 0.18)
-    cache_seed(tmp_path, 1, 0.26)
-    text, record = run(bench_defaults, tmp_path, "--seeds", "0", "1")
+    cache_seed(tmp_path, 1, 0.26, central=False)  # the first seed's centralized rows serve
+    text, record = run(bench_defaults, tmp_path, "--seeds", "1", "0")
     assert "Strict protocol, seeds 0, 1, one node, at most 40 rounds" in text
     assert "| fedmf-default | 22.00 | [" in text
     line = text.split("| fedmf-default |")[1].splitlines()[0]
@@ -115,7 +119,8 @@ def test_the_command_pools_cached_seeds_and_one_seed_is_the_old_report(bench_def
     assert record["settings"]["seeds"] == [0, 1]
     kept = [*record["rows"], *record["central"][TARGET].values()]
     assert not [k for row in kept for k in row if k in transfer_cells.PER_USER]
-    one_text, one_record = run(bench_defaults, tmp_path, "--seeds", "1")
-    assert (one_text, one_record) == run(bench_defaults, tmp_path, "--seed", "1")
-    assert "Strict protocol, seed 1, one node" in one_text
-    assert np.isclose(one_record["rows"][0]["test_hr10"], 0.26)
+    assert "| popularity (centralized) | 20.00 | [" in text
+    one_text, one_record = run(bench_defaults, tmp_path, "--seeds", "0")
+    assert (one_text, one_record) == run(bench_defaults, tmp_path, "--seed", "0")
+    assert "Strict protocol, seed 0, one node" in one_text
+    assert np.isclose(one_record["rows"][0]["test_hr10"], 0.18)
