@@ -1,14 +1,17 @@
 """Full-catalogue comparisons on the CPU in the fixed order itself: each user's score of every
 item computed exactly as :func:`~fedrec_flwr.methods.heads.fixed_order_dots` computes it (the
-same float32 products and sums, no FMA, no reassociation), compared with the user's held-out
-items' scores in the same pass, and the scores of its entries and sampled negatives picked from
-the row while it is in the cache.
+same float32 products and sums, no FMA, no reassociation) and compared with the user's held-out
+items' scores in the same pass; the scores of its entries and sampled negatives are computed
+apart, pair by pair, by the same arithmetic.
 
-One compiled loop (numba) per row width, vectorised over items; nothing is materialised but
-one user's row, and no comparison is left undecided, so there is no error bound, band or
-second pass (:mod:`fedrec_flwr.node.full_ranking` bounds a BLAS product instead on a device and
-for small evaluations, where compiling would not pay). Pure float32 IEEE arithmetic: the same
-bits on any CPU, whatever its vector width.
+One compiled loop (numba) per row width, vectorised over items: it only reads the table and
+counts (int32 counts per tile of items, so that the loop takes the CPU's full vector width,
+and no store that the compiler would have to check against its reads), over tiles of items
+that stay in the core's first-level cache. Nothing is materialised, and no comparison is left
+undecided, so there is no error bound, band or second pass
+(:mod:`fedrec_flwr.node.full_ranking` bounds a BLAS product instead on a device and for small
+evaluations, where compiling would not pay). Pure float32 IEEE arithmetic: the same bits on
+any CPU, whatever its vector width.
 """
 
 from __future__ import annotations
@@ -39,31 +42,27 @@ def padded_width(width: int) -> int:
     return max(8, -(-width // 4) * 4)
 
 
-#: Bytes of the table one tile of items takes (the tile stays in the core's cache while every
-#: user of the call is scored against it).
-TILE_BYTES = 1 << 17
+#: Bytes of the table one tile of items takes (the tile stays in the core's first-level cache
+#: while every user of the call is scored against it).
+TILE_BYTES = 1 << 15
 
 
 @cache
 def _kernel(groups: int):
     """The compiled loop for rows of ``4 * groups`` values (``groups`` a constant of the loop,
-    so the sum over groups unrolls and the loop over items vectorises)."""
+    so the sum over groups unrolls and the loop over items vectorises): per user and
+    held-out item, how many items beat it."""
     import numba
 
     @numba.njit(nogil=True, boundscheck=False)
-    def scan(weight, bias, tiles, tile, num_items, targets, picks, cursors, row, out):
-        counts, entry_scores, sample_scores = out
-        entry_ptr, entry_items, sample = picks  # each user's sample sorted
-        entry_at, sample_at = cursors
+    def scan(weight, bias, tiles, tile, num_items, targets, counts):
         for t in range(tiles.shape[0]):
             table = tiles[t]  # [4 * groups, stride]: items lo .. lo + width
-            lo = t * tile
-            width = min(tile, num_items - lo)
+            width = min(tile, num_items - t * tile)
             for u in range(weight.shape[0]):
                 w, b, t0, t1 = weight[u], bias[u], targets[u, 0], targets[u, 1]
-                c0 = 0
-                c1 = 0
-                nan = 0
+                c0 = np.int32(0)  # int32 sums (numba's integers are int64): full-width vectors
+                c1 = np.int32(0)
                 for i in range(width):
                     head = w[0] * table[0, i] + w[1] * table[1, i]
                     head = head + w[2] * table[2, i]
@@ -78,24 +77,40 @@ def _kernel(groups: int):
                         s2 = s2 + w[4 * g + 2] * table[4 * g + 2, i]
                         s3 = s3 + w[4 * g + 3] * table[4 * g + 3, i]
                     score = ((s0 + s2) + (s1 + s3)) + b
-                    row[i] = score
-                    c0 += score >= t0  # beats: at least as high, or NaN
-                    c1 += score >= t1
-                    nan += score != score
-                counts[u, 0] += c0 + nan
-                counts[u, 1] += c1 + nan
-                e = entry_at[u]
-                while e < entry_ptr[u + 1] and entry_items[e] < lo + width:
-                    entry_scores[e] = row[entry_items[e] - lo]
-                    e += 1
-                entry_at[u] = e
-                j = sample_at[u]
-                while j < sample.shape[1] and sample[u, j] < lo + width:
-                    sample_scores[u, j] = row[sample[u, j] - lo]
-                    j += 1
-                sample_at[u] = j
+                    nan = score != score
+                    c0 = np.int32(c0 + np.int32((score >= t0) | nan))  # beats: >=, or NaN
+                    c1 = np.int32(c1 + np.int32((score >= t1) | nan))
+                counts[u, 0] += c0
+                counts[u, 1] += c1
 
     return scan
+
+
+@cache
+def _pair_kernel(groups: int):
+    """The compiled fixed-order score of pairs (user ``owner[n]``, item ``items[n]``) from
+    the table's rows [I, 4 * groups]: the arithmetic of :func:`_kernel`, one pair at a time."""
+    import numba
+
+    @numba.njit(nogil=True, boundscheck=False)
+    def pairs(weight, bias, rows, owner, items, out):
+        for n in range(len(items)):
+            w, x = weight[owner[n]], rows[items[n]]
+            head = w[0] * x[0] + w[1] * x[1]
+            head = head + w[2] * x[2]
+            head = head + w[3] * x[3]
+            s0 = head + w[4] * x[4]
+            s1 = w[5] * x[5]
+            s2 = w[6] * x[6]
+            s3 = w[7] * x[7]
+            for g in range(2, groups):
+                s0 = s0 + w[4 * g] * x[4 * g]
+                s1 = s1 + w[4 * g + 1] * x[4 * g + 1]
+                s2 = s2 + w[4 * g + 2] * x[4 * g + 2]
+                s3 = s3 + w[4 * g + 3] * x[4 * g + 3]
+            out[n] = ((s0 + s2) + (s1 + s3)) + bias[owner[n]]
+
+    return pairs
 
 
 def _tiles(table_t: np.ndarray, padded: int) -> tuple[np.ndarray, int]:
@@ -123,37 +138,34 @@ def fixed_order_scores(
     """Per user (``weight`` [a, r] float32, ``bias`` [a] or None) against every item
     (``table_t`` [r, I] float32): the items whose fixed-order score beats each held-out item's
     (``targets`` [a, 2]), int64 [a, 2]; the fixed-order scores of its ``entries`` (float32
-    [E], each user's items ascending) and of its ``sample`` of items (float32 [a, S])."""
+    [E]) and of its ``sample`` of items (float32 [a, S])."""
     a, width = weight.shape
     padded = padded_width(width)
     num_items = table_t.shape[1]
     weights = np.zeros((a, padded), dtype=np.float32)
     weights[:, :width] = weight
     shift = np.zeros(a, np.float32) if bias is None else np.asarray(bias, np.float32)
-    entry_ptr = np.searchsorted(entries.owner, np.arange(a + 1)).astype(np.int64)
-    order = np.argsort(sample, axis=1, kind="stable")
-    sorted_sample = np.ascontiguousarray(np.take_along_axis(sample, order, axis=1), np.int64)
+    counts = np.zeros((a, 2), dtype=np.int64)
     tiles, tile = _tiles(table_t, padded)
-    out = (
-        np.zeros((a, 2), dtype=np.int64),
-        np.empty(len(entries.items), dtype=np.float32),
-        np.empty(sample.shape, dtype=np.float32),
-    )
     _kernel(padded // 4)(
+        weights, shift, tiles, tile, num_items, np.ascontiguousarray(targets, np.float32), counts
+    )
+    rows = np.zeros((num_items, padded), dtype=np.float32)
+    rows[:, :width] = table_t.T
+    pairs = _pair_kernel(padded // 4)
+    entry_scores = np.empty(len(entries.items), dtype=np.float32)
+    pairs(weights, shift, rows, entries.owner, entries.items, entry_scores)
+    sample_scores = np.empty(sample.shape, dtype=np.float32)
+    owner = np.repeat(np.arange(a, dtype=np.int64), sample.shape[1])
+    pairs(
         weights,
         shift,
-        tiles,
-        tile,
-        num_items,
-        np.ascontiguousarray(targets, dtype=np.float32),
-        (entry_ptr, np.ascontiguousarray(entries.items, dtype=np.int64), sorted_sample),
-        (entry_ptr[:-1].copy(), np.zeros(a, dtype=np.int64)),
-        np.empty(tile, dtype=np.float32),
-        out,
+        rows,
+        owner,
+        np.ascontiguousarray(sample).reshape(-1),
+        sample_scores.reshape(-1),
     )
-    sample_scores = np.empty_like(out[2])
-    np.put_along_axis(sample_scores, order, out[2], axis=1)
-    return out[0], out[1], sample_scores
+    return counts, entry_scores, sample_scores
 
 
 def decide_in_fixed_order(
