@@ -60,7 +60,12 @@ def pooled_row(
     cell): the means over seeds, the per-seed figures, its interval over users and its paired
     differences to each other centralized row (HR@10; NDCG@10 too, under ``minus_ndcg``, when
     every cell kept its users' NDCG@10)."""
-    from fedrec_lab.stats import paired_difference, seed_averaged, seeds_bootstrap_ci
+    from fedrec_lab.stats import (
+        bootstrap_ci,
+        paired_difference,
+        seed_averaged,
+        seeds_bootstrap_ci,
+    )
 
     def values(of: list[dict], key: str) -> list[tuple[np.ndarray, np.ndarray]]:
         return [(np.asarray(c["users"]), np.asarray(c[key], dtype=np.float64)) for c in of]
@@ -74,7 +79,12 @@ def pooled_row(
     out["per_seed_hr10"] = [c["test_hr10"] for c in cells]
     out["test_hr10"] = float(np.mean(out["per_seed_hr10"]))
     out["test_ndcg10"] = float(np.mean([c["test_ndcg10"] for c in cells]))
-    out["ci"] = list(seeds_bootstrap_ci(values(cells, "hits"), seed=seed))
+    # one cell: the one-seed report's interval (its users in the cell's order), to the digit
+    hits = values(cells, "hits")
+    one = len(cells) == 1
+    out["ci"] = list(
+        bootstrap_ci(hits[0][1], seed=seed) if one else seeds_bootstrap_ci(hits, seed=seed)
+    )
     others = {n: c for n, c in central.items() if n != cells[0]["method"]}
     out["minus"] = {
         n: paired_difference(

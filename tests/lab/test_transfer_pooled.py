@@ -14,6 +14,7 @@ from transfer_cells import finished_cell
 
 from fedrec_lab.transfer import cells as transfer_cells
 from fedrec_lab.transfer import defaults, pooled
+from fedrec_lab.transfer.cells import PER_USER
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 TARGET = "long-tail"
@@ -65,12 +66,26 @@ def test_a_row_below_popularity_on_average_is_named():
 
 
 def test_one_seed_gives_the_one_seed_figures():
-    cells, central = seed_cells(0.18)
+    rng = np.random.default_rng(3)
+
+    def unsorted(record: dict) -> dict:
+        """The record with values of every size, its users in another order than sorted (as
+        a run's nodes may list them)."""
+        order = rng.permutation(len(record["users"]))
+        hits = rng.random(len(order)) * np.asarray(record["hits"])
+        out = {**record, "hits": hits.tolist(), "test_hr10": float(hits.mean())}
+        return {**out, **{k: [out[k][i] for i in order] for k in PER_USER}}
+
+    cells = [unsorted(cell("fedmf", 0.18))]
+    central = {TARGET: {n: unsorted(c) for n, c in CENTRAL[TARGET].items()}}
     one = defaults.summarise(cells, central, seed=0)
-    (row,) = pooled.pool({0: cells}, central, seed=0)["rows"]
+    summary = pooled.pool({0: cells}, central, seed=0)
+    (row,) = summary["rows"]
     assert row["test_hr10"] == one["rows"][0]["test_hr10"]
     assert row["ci"] == one["rows"][0]["ci"]
     assert row["minus"] == one["rows"][0]["minus"]
+    for name, central_row in one["central"][TARGET].items():
+        assert summary["central"][TARGET][name]["ci"] == central_row["ci"]
 
 
 def test_seeds_with_other_rows_are_refused():
