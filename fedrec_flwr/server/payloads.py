@@ -70,7 +70,8 @@ class PayloadPlanner:
         )
         orders = {}
         for node_id, info in self.nodes.items():
-            users = np.intersect1d(info.users, selected)
+            # ``np.intersect1d`` of sorted distinct ``selected``: its members held by the node
+            users = selected[np.isin(selected, info.users)]
             if len(users) == 0:
                 continue
             fresh = info.request_round == server_round and info.request_items is not None
