@@ -172,10 +172,11 @@ def logged_loss(logits: torch.Tensor, step: Step) -> torch.Tensor:
     place (a compaction would wait for the device), which sums the same values in another
     order: equal within float64 rounding."""
     losses = bce_losses(logits, step)
-    real = step.weights > 0
     if losses.device.type == "cpu":  # the real entries, then float64 (exact): fewer to convert
-        return losses[real].double().sum()
-    return torch.where(real, losses.double(), 0.0).sum()
+        # NumPy's boolean compaction: the same values as ``losses[real]``, several times faster
+        real = step.weights.numpy() > 0
+        return torch.from_numpy(losses.numpy()[real].astype(np.float64)).sum()
+    return torch.where(step.weights > 0, losses.double(), 0.0).sum()
 
 
 def round_context(
