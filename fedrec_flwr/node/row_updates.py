@@ -104,9 +104,8 @@ class RowAdder:
             last[rows] = 0
         if not shadowed.any():
             return entry[:0]
-        twice = np.zeros(size, dtype=bool)
-        twice[rows[shadowed]] = True
-        return np.flatnonzero(twice[rows])
+        # the entries whose row is one of the shadowed ones (no mask over the whole table)
+        return np.flatnonzero(np.isin(rows, rows[shadowed]))
 
     @staticmethod
     def _chains(table, rows, repeated, keep, new, source, alpha) -> None:

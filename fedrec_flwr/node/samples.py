@@ -385,8 +385,8 @@ def build_round_samples(
         users=users,
         positions=np.asarray(positions, dtype=np.int64),
         row_offsets=np.r_[0, np.cumsum(row_counts)].astype(np.int64),
-        row_items=row_items.astype(np.int64),
+        row_items=np.asarray(row_items, np.int64),  # the compiled loop's arrays, not copies
         sample_offsets=draws.offsets,
-        sample_rows=sample_rows.astype(np.int64).reshape(-1),
+        sample_rows=np.asarray(sample_rows, np.int64).reshape(-1),
         sample_labels=draws.labels,
     )
