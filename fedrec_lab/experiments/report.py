@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,14 +137,23 @@ def _val(summary: dict) -> float:
     return float(summary.get("val", {}).get("hr@10", float("-inf")))
 
 
-def paired(results: list[RowResult]) -> list[str]:
-    """Per dataset: each federated row against the best federated row (highest mean
-    validation HR@10) and against ItemKNN, on the users both evaluated (per-user values
-    averaged over seeds)."""
+def paired(
+    results: list[RowResult], against: Callable[[RowSpec], str | None] | None = None
+) -> list[str]:
+    """Per dataset, on the users both evaluated (per-user values averaged over seeds): each
+    federated row against the best federated row (highest mean validation HR@10) and against
+    ItemKNN, or, given ``against``, against the row whose key it names."""
     stats = stats_module()
     lines = [
         "Paired comparisons (test HR@10 points, per-user values averaged over the seeds, "
-        "bootstrap over users):",
+        "bootstrap over users"
+        + (
+            "; each row against the row it is compared with: the base with PLGC against the "
+            "base without it, each part switched off against the base with PLGC whole"
+            if against is not None
+            else ""
+        )
+        + "):",
         "",
         "| dataset | method | against | difference | 95 % CI | p | users |",
         "|---|---|---|---|---|---|---|",
@@ -158,7 +168,13 @@ def paired(results: list[RowResult]) -> list[str]:
         best = max(fed, key=lambda r: statistics.mean(_val(s) for s in r.summaries))
         knn = next((r for r in rows if r.spec.preset == "itemknn"), None)
         for r in fed:
-            for other in (best, knn):
+            others: tuple[RowResult | None, ...]
+            if against is None:
+                others = (best, knn)
+            else:
+                key = against(r.spec)
+                others = (next((o for o in rows if o.spec.key == key), None),)
+            for other in others:
                 if other is None or other is r:
                     continue
                 a, b = r.per_user(), other.per_user()
@@ -256,7 +272,7 @@ def markdown(
     for section in sections:
         lines += ["", *section]
     if table.paired:
-        lines += ["", *paired(results)]
+        lines += ["", *paired(results, table.against)]
     lines += [
         "",
         "Test metrics (%) at the round with the best validation HR@10; mean ± std over the "

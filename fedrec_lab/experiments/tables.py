@@ -104,6 +104,9 @@ class Table:
     build: Callable[[tuple[str, ...]], list[RowSpec]]  # datasets -> rows
     default_datasets: tuple[str, ...]
     paired: bool = False  # paired comparisons (strict)
+    # With ``paired``: the key of the row each row is compared with (None: not compared);
+    # unset, each row is compared with the best federated row and with ItemKNN.
+    against: Callable[[RowSpec], str | None] | None = None
     pivot: bool = False  # paper vs strict side by side (leakage)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -216,6 +219,17 @@ def plgc_ablation_rows(protocol: str, datasets: tuple[str, ...]) -> list[RowSpec
     return rows
 
 
+def plgc_ablation_against(spec: RowSpec) -> str | None:
+    """The row an ablation row is compared with: the base with PLGC against the base without
+    it, each part switched off (and both) against the base with PLGC whole."""
+    suffix = f"r{ABLATION_ROUNDS}"
+    if spec.tag == f"plgc-{suffix}":
+        return f"{spec.preset}+{suffix}"
+    if spec.tag.startswith("plgc-"):
+        return f"{spec.preset}+plgc-{suffix}"
+    return None
+
+
 def leakage_methods() -> list[str]:
     """The methods of PFedRec's Table 2, in registry order: the leakage table's rows."""
     return [m for m in registered_methods() if m in rows_of(TABLE2)]
@@ -273,6 +287,7 @@ TABLES: dict[str, Table] = {
                 partial(plgc_ablation_rows, protocol),
                 MAIN,
                 paired=True,
+                against=plgc_ablation_against,
                 notes=(
                     f"Rows `+plgc-r{ABLATION_ROUNDS}`: the base with PLGC (`plgc-alpha = "
                     f'"ntk"`, `plgc-decorrelation = {PLGC_WEIGHT}`); `-nobalance`: a fixed '

@@ -410,3 +410,52 @@ def test_a_tiny_plgc_ablation_runs_every_part_and_reports_it(tmp_path, monkeypat
             if key != "num-server-rounds":  # --rounds 2 wins in a smoke test
                 assert config[key] == value, (cell.name, key)
         assert f"| {spec.key} | 1 |" in text
+
+
+def test_the_plgc_ablation_compares_each_row_with_its_own_base() -> None:
+    from dataclasses import dataclass
+
+    import numpy as np
+
+    from fedrec_lab.experiments.report import paired
+    from fedrec_lab.experiments.tables import plgc_ablation_against, plgc_ablation_rows
+
+    specs = plgc_ablation_rows("strict", ("ml-100k",))
+    keys = {s.key for s in specs}
+    for spec in specs:
+        other = plgc_ablation_against(spec)
+        if spec.tag == "r30":
+            assert other is None
+        else:
+            assert other in keys and other.startswith(f"{spec.preset}+"), spec.key
+    users = np.arange(400)
+
+    @dataclass
+    class Fake:  # the parts of a RowResult that the paired comparisons read
+        spec: object
+        hits: float
+
+        summaries = ({"val": {"hr@10": 0.1}},)
+
+        @property
+        def label(self) -> str:
+            return self.spec.key
+
+        def per_user(self):
+            return [(users, (users % 10 < 10 * self.hits).astype(float))]
+
+    by_key = {s.key: s for s in specs}
+    fakes = [
+        Fake(by_key["pfedrec+r30"], 0.5),  # the best row: no longer everyone's reference
+        Fake(by_key["fedmf-dual+r30"], 0.1),
+        Fake(by_key["fedmf-dual+plgc-r30"], 0.3),
+        Fake(by_key["fedmf-dual+plgc-nocontrast-r30"], 0.2),
+    ]
+    lines = paired(fakes, plgc_ablation_against)  # type: ignore[arg-type]
+    rows = [line for line in lines if line.startswith("| ML-100K |")]
+    assert [row.split(" | ")[1:4] for row in rows] == [
+        ["fedmf-dual+plgc-r30", "fedmf-dual+r30", "+20.00"],
+        ["fedmf-dual+plgc-nocontrast-r30", "fedmf-dual+plgc-r30", "-10.00"],
+    ]
+    unset = [line for line in paired(fakes) if line.startswith("| ML-100K |")]
+    assert all(" | pfedrec+r30 | " in line for line in unset)  # against the best row
