@@ -141,6 +141,28 @@ def signed(d: dict[str, float]) -> str:
     return f"{100 * d['mean']:+.2f} [{100 * d['low']:+.2f}, {100 * d['high']:+.2f}]"
 
 
+def schedule(settings: dict[str, Any]) -> str:
+    """How often the runs were evaluated and when they stopped, as the reports word it."""
+    evaluated = (
+        f"evaluated every {settings['eval_every']} rounds and after the last, "
+        if settings.get("eval_every", 1) > 1
+        else "every round evaluated, "
+    )
+    stopping = (
+        f"early stopping after {settings['patience']} evaluated rounds without a better "
+        "validation HR@10"
+        if settings["patience"]
+        else "no early stopping"
+    )
+    return evaluated + stopping
+
+
+def heading(target: str) -> list[str]:
+    """A target's section heading in the reports: its label, then its dataset keys."""
+    keys = ", ".join(f"`{k} = {v}`" for k, v in TARGETS[target]["keys"].items())
+    return ["", f"### {TARGETS[target]['label']}", "", keys, ""]
+
+
 def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) -> str:
     """The report: one table per target, then the two checks."""
     out = [
@@ -152,30 +174,15 @@ def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) ->
         "",
         f"Strict protocol, seed {settings['seed']}, one node, at most {settings['rounds']} "
         "rounds (no more than the preset sets), "
-        + (
-            f"evaluated every {settings['eval_every']} rounds and after the last, "
-            if settings.get("eval_every", 1) > 1
-            else "every round evaluated, "
-        )
-        + (
-            f"early stopping after {settings['patience']} evaluated rounds without a better "
-            "validation HR@10"
-            if settings["patience"]
-            else "no early stopping"
-        )
+        + schedule(settings)
         + "; test HR@10 / NDCG@10 (%) at the best validation round. Each row is "
         "`conf/<method>-default.toml` with the dataset's keys. The centralized rows are "
         "`fedrec baselines`' (their grid tuned on validation HR@10) on the same split. "
         "Intervals: 95 % bootstrap over users; differences paired over the same users.",
     ]
     for target, baseline in summary["central"].items():
-        keys = ", ".join(f"`{k} = {v}`" for k, v in TARGETS[target]["keys"].items())
         out += [
-            "",
-            f"### {TARGETS[target]['label']}",
-            "",
-            keys,
-            "",
+            *heading(target),
             "| row | test HR@10 | 95 % CI | NDCG@10 | minus popularity [95 % CI] "
             "| minus ItemKNN [95 % CI] | best round / rounds |",
             "|---|---|---|---|---|---|---|",

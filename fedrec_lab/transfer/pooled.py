@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from fedrec_lab.transfer.cells import PER_USER, TARGETS
-from fedrec_lab.transfer.defaults import TITLES, checks, pct, signed, verdicts
+from fedrec_lab.transfer.cells import PER_USER
+from fedrec_lab.transfer.defaults import TITLES, checks, heading, pct, schedule, signed, verdicts
 
 Central = dict[str, dict[str, dict]]
 
@@ -114,17 +114,7 @@ def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) ->
         "",
         f"Strict protocol, seeds {seeds}, one node, at most {settings['rounds']} rounds (no "
         "more than the preset sets), "
-        + (
-            f"evaluated every {settings['eval_every']} rounds and after the last, "
-            if settings.get("eval_every", 1) > 1
-            else "every round evaluated, "
-        )
-        + (
-            f"early stopping after {settings['patience']} evaluated rounds without a better "
-            "validation HR@10"
-            if settings["patience"]
-            else "no early stopping"
-        )
+        + schedule(settings)
         + "; test HR@10 / NDCG@10 (%) at each run's best validation round, the mean over the "
         "seeds (each seed's test HR@10 beside it). Each row is `conf/<method>-default.toml` "
         "with the dataset's keys; the centralized rows are `fedrec baselines`' on the same "
@@ -134,13 +124,8 @@ def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) ->
         "centralized rows draw nothing from the seed: measured once, with the first seed.",
     ]
     for target, baseline in summary["central"].items():
-        keys = ", ".join(f"`{k} = {v}`" for k, v in TARGETS[target]["keys"].items())
         out += [
-            "",
-            f"### {TARGETS[target]['label']}",
-            "",
-            keys,
-            "",
+            *heading(target),
             "| row | test HR@10 | 95 % CI | per seed | NDCG@10 | minus popularity [95 % CI] "
             "| minus ItemKNN [95 % CI] | best rounds / rounds |",
             "|---|---|---|---|---|---|---|---|",
