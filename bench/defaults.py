@@ -81,14 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         text = markdown(summary, command, settings)
     else:
         # the centralized rows do not depend on the seed: the first seed's stand for all
-        first = min(args.seeds)
-        one = argparse.Namespace(**{**vars(args), "seed": first})
-        cells, central = measure_cells(one, seed_cache(args.cache, first))
-        per_seed = {first: cells}
-        for seed in sorted(args.seeds)[1:]:
+        per_seed, central = {}, None
+        for seed in sorted(args.seeds):
             one = argparse.Namespace(**{**vars(args), "seed": seed})
-            per_seed[seed] = measure_cells(one, seed_cache(args.cache, seed), central)[0]
-        summary = pooled.pool(per_seed, central, seed=first)
+            per_seed[seed], central = measure_cells(one, seed_cache(args.cache, seed), central)
+        summary = pooled.pool(per_seed, central, seed=min(args.seeds))
         settings = {"seeds": sorted(args.seeds), **{k: getattr(args, k) for k in keys}}
         text = pooled.markdown(summary, command, settings)
     print(text)

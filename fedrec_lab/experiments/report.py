@@ -120,18 +120,6 @@ def main_table(results: list[RowResult]) -> list[str]:
     return lines
 
 
-def _averaged(per_seed: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Each user's value averaged over the seeds, for the users every seed evaluated."""
-    common = per_seed[0][0]
-    for users, _ in per_seed[1:]:
-        common = np.intersect1d(common, users)
-    total = np.zeros(len(common))
-    for users, values in per_seed:
-        order = np.argsort(users)
-        total += values[order][np.searchsorted(users[order], common)]
-    return common, total / len(per_seed)
-
-
 def _val(summary: dict) -> float:
     """Validation HR@10 of a run (-inf for a summary without one)."""
     return float(summary.get("val", {}).get("hr@10", float("-inf")))
@@ -181,7 +169,7 @@ def paired(
                 if stats is None or a is None or b is None:
                     missing.append(f"{NAMES.get(dataset, dataset)} {r.label} vs {other.label}")
                     continue
-                d = stats.paired_difference(*_averaged(a), *_averaged(b))
+                d = stats.paired_difference(*stats.seed_averaged(a), *stats.seed_averaged(b))
                 lines.append(
                     f"| {NAMES.get(dataset, dataset)} | {r.label} | {other.label} "
                     f"| {100 * d['mean']:+.2f} | [{100 * d['low']:+.2f}, {100 * d['high']:+.2f}] "

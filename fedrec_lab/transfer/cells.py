@@ -144,10 +144,8 @@ def cell_config(
 
 def hits_of(run_dir: Path) -> tuple[list[int], list[float]]:
     """Users and their test HR@10 at the best validation round (``per-user.csv``)."""
-    from fedrec_lab.stats import read_per_user
-
-    users, columns = read_per_user(run_dir)
-    return users.tolist(), columns["test-hr@10"].tolist()
+    users, hits, _ = per_user_of(run_dir)
+    return users, hits
 
 
 def per_user_of(run_dir: Path) -> tuple[list[int], list[float], list[float]]:

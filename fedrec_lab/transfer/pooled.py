@@ -86,18 +86,13 @@ def pooled_row(
         bootstrap_ci(hits[0][1], seed=seed) if one else seeds_bootstrap_ci(hits, seed=seed)
     )
     others = {n: c for n, c in central.items() if n != cells[0]["method"]}
-    out["minus"] = {
-        n: paired_difference(
-            *seed_averaged(values(cells, "hits")), *values([c], "hits")[0], seed=seed
-        )
-        for n, c in others.items()
-    }
+    metrics = {"minus": "hits"}
     if all("ndcg" in c for c in [*cells, *others.values()]):
-        out["minus_ndcg"] = {
-            n: paired_difference(
-                *seed_averaged(values(cells, "ndcg")), *values([c], "ndcg")[0], seed=seed
-            )
-            for n, c in others.items()
+        metrics["minus_ndcg"] = "ndcg"
+    for name, key in metrics.items():
+        mine = seed_averaged(values(cells, key))  # once per metric, not per centralized row
+        out[name] = {
+            n: paired_difference(*mine, *values([c], key)[0], seed=seed) for n, c in others.items()
         }
     return out
 
