@@ -127,31 +127,66 @@ def _tiles(table_t: np.ndarray, padded: int) -> tuple[np.ndarray, int]:
     return tiles, tile
 
 
+class PaddedTable:
+    """The forms of a table (``table_t`` [r, I]) that the compiled loops read, made on first
+    use and kept (the table is the same for every call of a message): its tiles
+    (:func:`_tiles`) and its rows padded to the loops' width."""
+
+    def __init__(self, table_t: np.ndarray | torch.Tensor) -> None:
+        self._source = table_t
+        self._tiles: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
+        self._rows: dict[int, np.ndarray] = {}
+
+    @property
+    def table_t(self) -> np.ndarray:
+        """The table [r, I] as float32 on the host."""
+        if isinstance(self._source, torch.Tensor):
+            self._source = self._source.cpu().numpy()
+        return np.asarray(self._source, dtype=np.float32)
+
+    def tiles(self, padded: int) -> tuple[np.ndarray, int]:
+        """:func:`_tiles` of the table (kept per width and tile size)."""
+        key = (padded, TILE_BYTES)
+        if key not in self._tiles:
+            self._tiles[key] = _tiles(self.table_t, padded)
+        return self._tiles[key]
+
+    def rows(self, padded: int) -> np.ndarray:
+        """The table's rows [I, padded], zero columns after its own."""
+        if padded not in self._rows:
+            table_t = self.table_t
+            rows = np.zeros((table_t.shape[1], padded), dtype=np.float32)
+            rows[:, : table_t.shape[0]] = table_t.T
+            self._rows[padded] = rows
+        return self._rows[padded]
+
+
 def fixed_order_scores(
     weight: np.ndarray,
     bias: np.ndarray | None,
-    table_t: np.ndarray,
+    table_t: np.ndarray | PaddedTable,
     targets: np.ndarray,
     entries: Entries,
     sample: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per user (``weight`` [a, r] float32, ``bias`` [a] or None) against every item
-    (``table_t`` [r, I] float32): the items whose fixed-order score beats each held-out item's
-    (``targets`` [a, 2]), int64 [a, 2]; the fixed-order scores of its ``entries`` (float32
-    [E]) and of its ``sample`` of items (float32 [a, S])."""
+    (``table_t`` [r, I] float32, or its kept :class:`PaddedTable`): the items whose
+    fixed-order score beats each held-out item's (``targets`` [a, 2]), int64 [a, 2]; the
+    fixed-order scores of its ``entries`` (float32 [E]) and of its ``sample`` of items
+    (float32 [a, S])."""
+    table = table_t if isinstance(table_t, PaddedTable) else PaddedTable(table_t)
     a, width = weight.shape
     padded = padded_width(width)
-    num_items = table_t.shape[1]
+    num_items = table.table_t.shape[1]
     weights = np.zeros((a, padded), dtype=np.float32)
     weights[:, :width] = weight
     shift = np.zeros(a, np.float32) if bias is None else np.asarray(bias, np.float32)
     counts = np.zeros((a, 2), dtype=np.int64)
-    tiles, tile = _tiles(table_t, padded)
+    tiles, tile = table.tiles(padded)
     _kernel(padded // 4)(
         weights, shift, tiles, tile, num_items, np.ascontiguousarray(targets, np.float32), counts
     )
-    rows = np.zeros((num_items, padded), dtype=np.float32)
-    rows[:, :width] = table_t.T
+    rows = table.rows(padded)
     pairs = _pair_kernel(padded // 4)
     entry_scores = np.empty(len(entries.items), dtype=np.float32)
     pairs(weights, shift, rows, entries.owner, entries.items, entry_scores)
@@ -171,7 +206,7 @@ def fixed_order_scores(
 def decide_in_fixed_order(
     weight: torch.Tensor,
     bias: torch.Tensor | None,
-    table_t: torch.Tensor,
+    table: PaddedTable,
     targets: np.ndarray,
     entries: Entries,
     sample: np.ndarray,
@@ -182,7 +217,7 @@ def decide_in_fixed_order(
     counts, entry_scores, sample_scores = fixed_order_scores(
         weight.cpu().numpy(),
         None if bias is None else bias.cpu().numpy(),
-        table_t.cpu().numpy(),
+        table,
         targets,
         entries,
         sample,

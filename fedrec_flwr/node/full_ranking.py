@@ -62,12 +62,14 @@ EXACT_CHUNK = 1 << 16
 @dataclass(frozen=True)
 class DeviceTable:
     """The global table on the evaluation's device (uploaded once per message), transposed
-    for the matrix product, with its largest row norm and whether all of it is finite."""
+    for the matrix product, with its largest row norm, whether all of it is finite, and the
+    padded forms the compiled fixed-order loops read (made on their first call)."""
 
     rows: torch.Tensor  # [I, r]
     transposed: torch.Tensor  # [r, I], contiguous
     max_norm: float
     finite: bool
+    padded: fixed_order_scan.PaddedTable
 
     @classmethod
     def of(cls, table: np.ndarray, device: torch.device) -> DeviceTable:
@@ -76,7 +78,9 @@ class DeviceTable:
         norm = 0.0
         if finite and rows.numel():
             norm = float(torch.linalg.vector_norm(rows.double(), dim=1).max())
-        return cls(rows, rows.T.contiguous(), norm, finite)
+        transposed = rows.T.contiguous()
+        padded = fixed_order_scan.PaddedTable(transposed)
+        return cls(rows, transposed, norm, finite, padded)
 
 
 @contextmanager
@@ -158,9 +162,8 @@ def linear_full_ranks(
     decided = _Decisions(len(users), entries.owner, sample.shape[1])
     num_items = device_table.rows.shape[0]
     if fixed_order_scan.applies(weight, bias, num_items):  # no bound
-        table_t = device_table.transposed
         fixed_order_scan.decide_in_fixed_order(
-            weight, bias, table_t, targets, entries, sample, decided
+            weight, bias, device_table.padded, targets, entries, sample, decided
         )
     else:  # a bounded BLAS product (on the CPU scanned by _scan_host), the rest in fixed order
         high, low = _thresholds(targets, shift, error)

@@ -288,3 +288,17 @@ def stored_pairs(indptr, stored, positions, items):
         if low < end and stored[low] == item:
             where[k], held[k] = low, True
     return where, held
+
+
+@jit
+def pair_positions(bounds, items, wanted, slots, out):
+    """Index ``k`` of user ``j``'s pair (``items[k]``, ``k`` in ``bounds[j]:bounds[j + 1]``)
+    of each item ``wanted[j, s]`` (-1 where none), into ``out``: the user's items marked in
+    ``slots`` (all -1, and -1 again after), then its wanted items read."""
+    for j in range(wanted.shape[0]):
+        for k in range(bounds[j], bounds[j + 1]):
+            slots[items[k]] = k
+        for s in range(wanted.shape[1]):
+            out[j, s] = slots[wanted[j, s]]
+        for k in range(bounds[j], bounds[j + 1]):
+            slots[items[k]] = -1

@@ -23,6 +23,8 @@ global sort.
   stepped in the loop (:mod:`fedrec_flwr.node.pcg_kernels`);
 - :func:`stored_pairs`: :meth:`fedrec_flwr.node.personal.PersonalRows.find`, each pair
   searched among its own user's items instead of among every stored key;
+- :func:`pair_positions`: :func:`fedrec_flwr.node.rank_entries.pair_where`, each user's
+  pairs marked in a scratch array over the items;
 - :func:`float64_row_sums`: :func:`fedrec_flwr.node.upload.float64_row_sums`, the float64
   sums of float32 rows added in row order, as ``index_add_`` adds them (float64 additions
   of exact conversions, one per element and row: no other rounding).
@@ -208,3 +210,15 @@ def stored_pairs(
     """(storage index, held mask) of (position, item) pairs in the CSR store ``indptr``,
     ``stored`` (each position's items sorted); the index is 0 where not held."""
     return _kernels().stored_pairs(_ints(indptr), _ints(stored), _ints(positions), _ints(items))
+
+
+def pair_positions(
+    owner: np.ndarray, items: np.ndarray, wanted: np.ndarray, num_items: int
+) -> np.ndarray:
+    """:func:`fedrec_flwr.node.rank_entries.pair_where`: each user's items marked in a
+    scratch array over the items, its wanted items read from it."""
+    bounds = np.searchsorted(owner, np.arange(wanted.shape[0] + 1))
+    slots = np.full(num_items, -1, dtype=np.int64)
+    out = np.empty(wanted.shape, dtype=np.int64)
+    _kernels().pair_positions(_ints(bounds), _ints(items), _ints(wanted), slots, out)
+    return out

@@ -11,6 +11,7 @@ from typing import Protocol
 import numpy as np
 
 from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT, PreparedData
+from fedrec_flwr.node import host_loops
 from fedrec_flwr.node.personal import run_indices
 from fedrec_flwr.node.samples import sorted_unique
 
@@ -94,6 +95,8 @@ def entries_of(
 
 #: (user, item) slots of the position map :func:`sampled_where` fills at a time.
 MAP_SLOTS = 1 << 18  # 1 MB of int64 positions: the map stays in the cache
+#: Wanted pairs from which :func:`pair_where` takes the compiled loop (one user at a time).
+COMPILED_PAIRS = 1 << 16
 
 
 def sampled_where(entries: Entries, sample: np.ndarray, num_items: int) -> np.ndarray:
@@ -106,8 +109,12 @@ def pair_where(owner: np.ndarray, items: np.ndarray, wanted: np.ndarray, num_ite
     for each entry of ``wanted`` [a, width] (int64; -1 where none): from a position map of
     a block of users' pairs (``owner`` ascending, the pairs distinct, items below
     ``num_items``), filled and cleared again block after block (linear, where a binary
-    search per wanted item costs a tenth of a full ranking)."""
+    search per wanted item costs a tenth of a full ranking). From :data:`COMPILED_PAIRS`
+    on, the same map one user at a time in a compiled loop
+    (:func:`fedrec_flwr.node.host_loops.pair_positions`)."""
     a, width = wanted.shape
+    if wanted.size >= COMPILED_PAIRS:
+        return host_loops.pair_positions(owner, items, wanted, num_items)
     step = max(1, MAP_SLOTS // max(num_items, 1))
     slots = np.full(min(step, a) * num_items, -1, dtype=np.int64)
     bounds = np.searchsorted(owner, np.arange(0, a + step, step))

@@ -226,7 +226,7 @@ def pair_scores(
         else:
             global_rows = personal.take_rows(storage[lo : lo + step])
         index = torch.from_numpy(who).to(device)
-        batch = {n: v[index] for n, v in params.items()}
+        batch = {n: v.index_select(0, index) for n, v in params.items()}
         batch.update({n: torch.from_numpy(v).to(device).unsqueeze(1) for n, v in extras.items()})
         rows = torch.from_numpy(global_rows).to(device).unsqueeze(1)
         out[lo : lo + step] = method.logits(batch, rows)[:, 0]

@@ -146,6 +146,36 @@ def test_the_compiled_loop_s_scores_are_the_fixed_order_dots(dim, tile_bytes, mo
     assert np.array_equal(sample_scores, picked, equal_nan=True)
 
 
+def test_the_kept_padded_table_gives_the_fresh_forms_scores(monkeypatch):
+    """A table's padded forms made once and kept (one per tile size) give the scores of
+    forms made afresh on every call, call after call."""
+    rng = np.random.default_rng(7)
+    users, items, dim = 6, 300, 12
+    table_t = rng.normal(size=(dim, items)).astype(np.float32)
+    weight = rng.normal(size=(users, dim)).astype(np.float32)
+    bias = rng.normal(size=users).astype(np.float32)
+    targets = rng.normal(size=(users, 2)).astype(np.float32)
+    keys = np.unique(rng.integers(0, users * items, 30))
+    owner = keys // items
+    entries = rank_entries.Entries(
+        owner, keys - owner * items, np.zeros(len(keys), np.uint8), np.zeros(len(keys))
+    )
+    sample = rng.integers(0, items, (users, 5))
+    kept = fixed_order_scan.PaddedTable(torch.from_numpy(table_t))
+    for tile_bytes in (fixed_order_scan.TILE_BYTES, 1, fixed_order_scan.TILE_BYTES):
+        monkeypatch.setattr(fixed_order_scan, "TILE_BYTES", tile_bytes)
+        fresh = fixed_order_scan.fixed_order_scores(
+            weight, bias, table_t.copy(), targets, entries, sample
+        )
+        for _ in range(2):
+            again = fixed_order_scan.fixed_order_scores(
+                weight, bias, kept, targets, entries, sample
+            )
+            for got, expected in zip(again, fresh, strict=True):
+                assert np.array_equal(got, expected)
+    assert len(kept._tiles) == 2 and len(kept._rows) == 1
+
+
 def test_every_comparison_left_to_the_fixed_order_gives_the_same_ranks(monkeypatch):
     """A bound so wide that the matrix product decides nothing: every comparison is made
     from fixed-order scores; and one user per block of the product."""
@@ -212,10 +242,15 @@ def test_fixed_order_dots_follow_the_documented_order(dim):
     assert np.array_equal(single.numpy(), reference_order(rows[:7], np.tile(weight[3], (7, 1))))
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("slots", [1, 7, 1 << 18])
-def test_the_sampled_items_position_map_finds_what_the_binary_search_finds(slots, monkeypatch):
+def test_the_sampled_items_position_map_finds_what_the_binary_search_finds(
+    slots, compiled, monkeypatch
+):
     """Each sampled (user, item)'s entry, or -1, whatever the users per block of the map
-    (users without entries, items held by other users, the last item)."""
+    (users without entries, items held by other users, the last item), in NumPy blocks or
+    in the compiled loop."""
+    monkeypatch.setattr(rank_entries, "COMPILED_PAIRS", 1 if compiled else 1 << 62)
     rng = np.random.default_rng(5)
     users, items = 40, 30
     keys = np.unique(rng.integers(0, users * items, 300))
@@ -231,6 +266,26 @@ def test_the_sampled_items_position_map_finds_what_the_binary_search_finds(slots
     found = rank_entries.sampled_where(entries, sample, items)
     assert np.array_equal(found.reshape(-1), expected)
     assert (found >= 0).any() and (found < 0).any()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_compiled_pair_map_is_the_numpy_blocks(seed, monkeypatch):
+    """pair_where's compiled loop against its NumPy blocks on random pairs: no pairs at all,
+    users past the last owner, one item, empty rows of wanted items, the last users only."""
+    rng = np.random.default_rng(seed)
+    users, items = int(rng.integers(1, 60)), int(rng.integers(1, 50))
+    keys = np.unique(rng.integers(0, users * items, int(rng.integers(0, users * items + 1))))
+    if seed == 1:
+        keys = keys[keys >= (users - 1) * items]  # only the last user holds pairs
+    owner, held = keys // items, keys % items
+    for width in (0, 1, 9):
+        wanted = rng.integers(0, items, (users, width))
+        monkeypatch.setattr(rank_entries, "COMPILED_PAIRS", 1 << 62)
+        blocks = rank_entries.pair_where(owner, held, wanted, items)
+        monkeypatch.setattr(rank_entries, "COMPILED_PAIRS", 0)
+        compiled = rank_entries.pair_where(owner, held, wanted, items)
+        assert compiled.dtype == blocks.dtype == np.int64
+        assert np.array_equal(compiled, blocks)
 
 
 def test_the_compiled_loop_takes_large_float32_calls_on_the_cpu_only():
