@@ -22,6 +22,8 @@ from fedrec_flwr.methods.base import (
     user_normal,
 )
 from fedrec_flwr.methods.card import INIT_STD, ITEM_LR, LR, NEGATIVES, AuditImitation, MethodCard
+from fedrec_flwr.methods.parts import factors_rows
+from fedrec_flwr.methods.parts import outer_rows as outer
 
 USER = "user-embedding"
 
@@ -43,7 +45,8 @@ class FedMF(Method):
     def linear_head(self, params: dict[str, torch.Tensor]):
         return params[USER], None
 
-    def closed_form_grads(self, step: Step, params, rows, wrt):
+    @factors_rows
+    def closed_form_grads(self, step: Step, params, rows, wrt, outer_rows: bool = False):
         user = params[USER]
         logits = linear_logits(rows, user, None)
         grad_logits = bce_grad(logits, step)
@@ -51,7 +54,7 @@ class FedMF(Method):
         if USER in wrt:
             grads[USER] = (grad_logits.unsqueeze(-1) * rows).sum(1)
         if ROWS in wrt:
-            grads[ROWS] = grad_logits.unsqueeze(-1) * user.unsqueeze(1)
+            grads[ROWS] = outer(grad_logits, user, outer_rows)
         return grads, logits
 
 

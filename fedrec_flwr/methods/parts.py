@@ -61,6 +61,37 @@ class Step:
 
 
 @dataclass(frozen=True)
+class OuterRows:
+    """A per-entry row gradient that is one factor per batch entry times one vector per
+    user: ``scale.unsqueeze(-1) * vector.unsqueeze(1)`` ([a, B, r]; ``scale`` [a, B],
+    ``vector`` [a, r]), kept as its factors. The local optimiser's row update on the CPU
+    takes each product where it adds it instead of writing the [a, B, r] tensor and reading
+    it back (the same float32 products, :mod:`fedrec_flwr.node.row_updates`); elsewhere
+    :meth:`tensor` is the gradient."""
+
+    scale: torch.Tensor
+    vector: torch.Tensor
+
+    def tensor(self) -> torch.Tensor:
+        """The gradient [a, B, r] (the products the closed form writes)."""
+        return self.scale.unsqueeze(-1) * self.vector.unsqueeze(1)
+
+
+def outer_rows(scale: torch.Tensor, vector: torch.Tensor, factored: bool):
+    """The row gradient ``scale[a, B] x vector[a, r]``: its factors (:class:`OuterRows`)
+    when ``factored``, else the [a, B, r] tensor."""
+    outer = OuterRows(scale, vector)
+    return outer if factored else outer.tensor()
+
+
+def factors_rows(closed_form):
+    """Marks a ``closed_form_grads`` that takes ``outer_rows=True`` (its row gradient as an
+    :class:`OuterRows`); an override without the mark is called without it."""
+    closed_form.outer_rows = True
+    return closed_form
+
+
+@dataclass(frozen=True)
 class Phase:
     """One update on every mini-batch: the parameters it moves (``ROWS`` for item rows).
 

@@ -25,6 +25,8 @@ from fedrec_flwr.methods.base import (
     linear_logits_all,
 )
 from fedrec_flwr.methods.card import ITEM_LR, LR, NEGATIVES, AuditImitation, MethodCard
+from fedrec_flwr.methods.parts import factors_rows
+from fedrec_flwr.methods.parts import outer_rows as outer
 
 SCORE = ("score-weight", "score-bias")
 
@@ -53,7 +55,8 @@ class PFedRec(Method):
     def linear_head(self, params: dict[str, torch.Tensor]):
         return params["score-weight"], params["score-bias"]
 
-    def closed_form_grads(self, step: Step, params, rows, wrt):
+    @factors_rows
+    def closed_form_grads(self, step: Step, params, rows, wrt, outer_rows: bool = False):
         weight, bias = params["score-weight"], params["score-bias"]
         logits = linear_logits(rows, weight, bias)
         grad_logits = bce_grad(logits, step)
@@ -63,7 +66,7 @@ class PFedRec(Method):
         if "score-bias" in wrt:
             grads["score-bias"] = grad_logits.sum(-1)
         if ROWS in wrt:
-            grads[ROWS] = grad_logits.unsqueeze(-1) * weight.unsqueeze(1)
+            grads[ROWS] = outer(grad_logits, weight, outer_rows)
         return grads, logits
 
 

@@ -12,7 +12,9 @@ global sort.
 - :func:`user_rows`: :func:`fedrec_flwr.node.samples.user_rows`, each user's distinct
   items marked in a scratch array and sorted on their own;
 - :func:`add_rows`: a row update (:class:`fedrec_flwr.node.row_updates.RowAdder`), each
-  entry added to its row in place, in order, as ``index_add_`` adds it;
+  entry added to its row in place, in order, as ``index_add_`` adds it; :func:`add_outer_rows`
+  the same of a source that is a factor per entry times a vector per user, each product
+  taken where it is added;
 - :func:`repeated_entries`: the entries of repeated rows in the row update's tensor form,
   one pass over a scratch of counts;
 - :func:`candidate_rows`: :meth:`fedrec_flwr.node.protocols.PaperProtocol.keep_personal_rows`,
@@ -160,6 +162,15 @@ def add_rows(table: np.ndarray, index: np.ndarray, source: np.ndarray, alpha: fl
     """``table[index[k]] += alpha * source[k]`` in place, entries in order, one fused
     multiply-add per value (C-contiguous float32 [*, r] ``table`` and ``source``)."""
     _kernels().add_rows(table, _ints(index), source, np.float32(alpha))
+
+
+def add_outer_rows(
+    table: np.ndarray, index: np.ndarray, scale: np.ndarray, vector: np.ndarray, alpha: float
+) -> None:
+    """:func:`add_rows` of the source ``scale[u, b] * vector[u]`` (float32 products) at entry
+    ``u * B + b`` (C-contiguous float32 ``table`` [*, r], ``scale`` [a, B], ``vector``
+    [a, r]), without the source's tensor."""
+    _kernels().add_outer_rows(table, _ints(index), scale, vector, np.float32(alpha))
 
 
 def candidate_rows(

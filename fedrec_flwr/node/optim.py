@@ -26,6 +26,7 @@ from fedrec_flwr.methods import Method, Plugin, enabled_plugins
 from fedrec_flwr.methods.adam_state import ADAM_STEPS, adam_moment_names
 from fedrec_flwr.methods.base import ROWS, Role, RoundContext, Step
 from fedrec_flwr.methods.layout import layout
+from fedrec_flwr.methods.parts import OuterRows
 from fedrec_flwr.node.row_updates import RowAdder
 from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.schema import NON_NEGATIVE, Dim, Group, key
@@ -94,6 +95,9 @@ class SGD:
         self.context = context
         self.rows = RowAdder()  # index_add_ bit for bit, faster on the CPU
 
+    #: :meth:`apply` takes a row gradient as its factors (:class:`OuterRows`).
+    takes_outer_rows = True
+
     def rates(self, name: str, step: Step, grad: torch.Tensor) -> float | torch.Tensor:
         """The learning rate of ``name`` at ``step``: a number, or per user [a, 1, ...]
         shaped to broadcast against ``grad`` (float32 of the float64 product)."""
@@ -115,6 +119,10 @@ class SGD:
         update then reads them instead of gathering again (their values change)."""
         held = None  # the step's users' rows, for weight decay (one look-up per step)
         for name, grad in grads.items():
+            if isinstance(grad, OuterRows) and (
+                step.lr_scale is not None or name not in self.row_names
+            ):
+                grad = grad.tensor()  # per-user rates multiply the products
             lr = self.rates(name, step, grad)
             if name in self.row_names:
                 start = (starts or {}).get(name)
@@ -123,6 +131,9 @@ class SGD:
                     self.decay_rows(params[name], held, lr)
                     self.count_decay(name, step, lr)
                     start = None  # the decay moved the rows
+                if isinstance(grad, OuterRows):  # each product taken where it is added
+                    self.rows.add_outer_(params[name], step.rows.reshape(-1), grad, -float(lr))
+                    continue
                 if isinstance(lr, torch.Tensor):  # per-user rates (step.lr_scale): in the grad
                     grad, lr = grad * lr, 1.0
                 width = grad.shape[-1]

@@ -28,6 +28,7 @@ import threading
 import numpy as np
 import torch
 
+from fedrec_flwr.methods.parts import OuterRows
 from fedrec_flwr.node import host_loops
 
 #: Entries from which :meth:`RowAdder.add_` takes the compiled loops
@@ -80,6 +81,28 @@ class RowAdder:
         if len(repeated):
             self._chains(table, rows, repeated, keep, new, source, alpha)
         return table
+
+    def add_outer_(
+        self, table: torch.Tensor, index: torch.Tensor, outer: OuterRows, alpha: float = 1.0
+    ) -> torch.Tensor:
+        """:meth:`add_` of the source ``outer.tensor()`` flattened to [n, r]; on the CPU, from
+        ``COMPILED_ENTRIES`` entries, each product taken where it is added
+        (:func:`fedrec_flwr.node.host_loops.add_outer_rows`: the same values, no [n, r]
+        source written and read back)."""
+        scale, vector = outer.scale.contiguous(), outer.vector.contiguous()
+        if (
+            table.device.type == "cpu"
+            and table.dim() == 2
+            and len(index) >= COMPILED_ENTRIES
+            and table.dtype == scale.dtype == vector.dtype == torch.float32
+            and table.is_contiguous()
+            and scale.dim() == vector.dim() == 2
+        ):
+            host_loops.add_outer_rows(
+                table.numpy(), index.numpy(), scale.numpy(), vector.numpy(), alpha
+            )
+            return table
+        return self.add_(table, index, outer.tensor().reshape(-1, table.shape[-1]), alpha)
 
     @staticmethod
     def _repeated_sources(

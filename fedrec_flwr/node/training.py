@@ -10,6 +10,9 @@ steps, exactly as if each trained alone. A step runs the phases of the method's 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -137,6 +140,10 @@ def local_update(
     method.begin_local_update(params, context)
     row_names = layout(method).rows
     custom_after_step = type(method).after_step is not Method.after_step
+    # Row gradients as their factors where the method gives them and the optimiser takes them.
+    factored = getattr(optimizer, "takes_outer_rows", False) and getattr(
+        type(method).closed_form_grads, "outer_rows", False
+    )
     # The logged loss stays on the device, read once: no host sync per step.
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     num_samples = 0
@@ -147,7 +154,9 @@ def local_update(
                 logits = None
                 gathered: dict[str, torch.Tensor] = {}  # this step's slices, while unchanged
                 for phase in stage.phases:
-                    gradients = _gradient_fn(method, params, step, phase, row_names, gathered)
+                    gradients = _gradient_fn(
+                        method, params, step, phase, row_names, gathered, factored
+                    )
                     at = optimizer.step(params, step, gradients)
                     method.after_step(params, step, phase, context)
                     if custom_after_step:
@@ -204,13 +213,16 @@ def _gradient_fn(
     phase,
     row_names: tuple[str, ...] = (ROWS,),
     gathered: dict[str, torch.Tensor] | None = None,
+    factored: bool = False,
 ):
     """Gradients of the method's loss w.r.t. ``phase.params`` at the current parameters plus
     optional offsets: closed form if the method gives it, else autograd. Row tables other
     than ``ROWS`` (private and global rows) are gathered per batch entry like the item rows.
     ``gathered`` caches the step's slices across phases (the caller drops those a phase
     changed): PFedRec's item phase reuses the rows its score phase gathered, and SAM's second
-    gradient the slices of its first."""
+    gradient the slices of its first. ``factored``: the method's closed form (marked
+    :func:`~fedrec_flwr.methods.parts.factors_rows`) gives the row gradient as its factors
+    (:class:`~fedrec_flwr.methods.parts.OuterRows`), for an optimiser that takes them."""
     gathered = {} if gathered is None else gathered
 
     def take(name: str) -> torch.Tensor:
@@ -229,7 +241,11 @@ def _gradient_fn(
         if offsets:
             others = {n: p + offsets[n] if n in offsets else p for n, p in others.items()}
             rows = rows + offsets[ROWS] if ROWS in offsets else rows
-        fast = method.closed_form_grads(step, others, rows, phase.params)
+        if factored and not offsets:
+            closed_form: Callable[..., Any] = method.closed_form_grads  # marked: factors_rows
+            fast = closed_form(step, others, rows, phase.params, outer_rows=True)
+        else:
+            fast = method.closed_form_grads(step, others, rows, phase.params)
         if fast is not None:
             return fast
         return autograd_grads(method, step, others, rows, phase.params)

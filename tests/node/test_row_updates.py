@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedrec_flwr.methods.parts import OuterRows
 from fedrec_flwr.node import row_updates
 from fedrec_flwr.node.row_updates import RowAdder
 
@@ -70,3 +71,33 @@ def test_wide_rows_of_a_round_equal_index_add_(width, dtype, monkeypatch):
         expected = table.clone().index_add_(0, index, source, alpha=alpha)
         got = RowAdder().add_(table.clone(), index, source, alpha)
         assert torch.equal(got, expected) and torch.equal(got.signbit(), expected.signbit())
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("seed", range(0, 60, 7))
+def test_outer_rows_update_is_index_add_of_the_products(seed, compiled, monkeypatch):
+    """A row gradient given as its factors (a factor per entry times a vector per user)
+    updates the table as ``index_add_`` of the products' tensor does, bit for bit: zero
+    factors of padding on row 0, ``-0.0`` rows, values of every scale, NaN factors."""
+    monkeypatch.setattr(row_updates, "COMPILED_ENTRIES", 0 if compiled else 1 << 62)
+    rng = np.random.default_rng(seed)
+    users, width, dim, n = int(rng.integers(1, 9)), 64, int(rng.choice([8, 16, 32])), 40
+    table = torch.from_numpy(
+        (rng.standard_normal((n, dim)) * 10.0 ** rng.integers(-4, 4, (n, 1))).astype(np.float32)
+    )
+    table[0, 0] = -0.0
+    index = torch.from_numpy(rng.integers(0, n, (users, width)))
+    scale = torch.from_numpy(rng.standard_normal((users, width)).astype(np.float32))
+    padding = torch.from_numpy(rng.random((users, width)) < 0.3)
+    index[padding], scale[padding] = 0, 0.0
+    if seed % 3 == 0:
+        scale[0, 1] = float("nan")
+    vector = torch.from_numpy(rng.standard_normal((users, dim)).astype(np.float32))
+    outer = OuterRows(scale, vector)
+    for alpha in (-0.0123456789, 1.0, -8.0 * 1682):
+        source = (scale.unsqueeze(-1) * vector.unsqueeze(1)).reshape(-1, dim)
+        expected = table.clone().index_add_(0, index.reshape(-1), source, alpha=alpha)
+        got = RowAdder().add_outer_(table.clone(), index.reshape(-1), outer, alpha)
+        assert torch.equal(got.view(torch.int32), expected.view(torch.int32))
+    products = scale.unsqueeze(-1) * vector.unsqueeze(1)
+    assert torch.equal(outer.tensor().view(torch.int32), products.view(torch.int32))
