@@ -132,23 +132,24 @@ def full_ranks(
     entries: Entries, decided: Decided, targets: np.ndarray, num_items: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """The validation and test ranks over the whole catalogue, the user's exclusions out."""
-    a = len(targets)
+    a, owner = len(targets), entries.owner
     ranks = []
-    excluded = (
-        (entries.flags & (TRAIN | VALID)) > 0,
-        (entries.flags & (TRAIN | VALID | TEST)) > 0,
-    )
-    held = (entries.flags & HELD) > 0
+    flags = entries.flags
+    excluded = ((flags & (TRAIN | VALID)) > 0, (flags & (TRAIN | VALID | TEST)) > 0)
+    held = np.flatnonzero(flags & HELD)  # rescored from their own rows
+    held_owner = owner[held]
     for k in range(2):
-        target = targets[entries.owner, k]
-        own_beats = np.where(held, beats(entries.personal, target), decided.entries[k])
-        kept = ~excluded[k]
+        counted = decided.entries[k]
+        own_beats = counted.copy()
+        own_beats[held] = beats(entries.personal[held], targets[held_owner, k])
+        own_beats &= ~excluded[k]
+        # the entries counted anew in, those the scan counted out (integer counts)
         rank = (
             decided.above[:, k]
-            - np.bincount(entries.owner, weights=decided.entries[k], minlength=a)
-            + np.bincount(entries.owner, weights=own_beats & kept, minlength=a)
+            + np.bincount(owner[own_beats], minlength=a)
+            - np.bincount(owner[counted], minlength=a)
         )
-        valid = num_items - np.bincount(entries.owner, weights=excluded[k], minlength=a)
+        valid = num_items - np.bincount(owner[excluded[k]], minlength=a)
         ranks.append(np.where(np.isnan(targets[:, k]), valid, rank).astype(np.int64))
     return ranks[0], ranks[1]
 
@@ -161,14 +162,20 @@ def sampled_ranks(
     num_items: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The validation and test ranks among the sampled negatives (each split's half)."""
-    every = np.arange(len(targets), dtype=np.int64)
-    where = sampled_where(entries, sample, num_items)
-    held_sample = (where >= 0) & ((entries.flags[where] & HELD) > 0)
-    split = np.arange(sample.shape[1]) >= EVAL_NEGATIVES_PER_SPLIT  # 0: val, 1: test
-    target = targets[every[:, None], split.astype(np.int64)[None, :]]
-    sample_beats = np.where(held_sample, beats(entries.personal[where], target), decided.sample)
+    where = sampled_where(entries, sample, num_items).reshape(-1)
+    found = np.flatnonzero(where >= 0)
+    held = found[(entries.flags[where[found]] & HELD) > 0]  # rescored from their own rows
+    width = sample.shape[1]
+    split = (held % width >= EVAL_NEGATIVES_PER_SPLIT).astype(np.int64)  # 0: val, 1: test
+    sample_beats = np.array(decided.sample, dtype=bool, order="C")
+    sample_beats.reshape(-1)[held] = beats(
+        entries.personal[where[held]], targets[held // width, split]
+    )
     ranks = []
-    for k in range(2):
-        count = sample_beats[:, split == bool(k)].sum(1)
-        ranks.append(np.where(np.isnan(targets[:, k]), int((split == bool(k)).sum()), count))
-    return np.asarray(ranks[0], dtype=np.int64), np.asarray(ranks[1], dtype=np.int64)
+    for k, columns in enumerate(
+        (slice(0, EVAL_NEGATIVES_PER_SPLIT), slice(EVAL_NEGATIVES_PER_SPLIT, width))
+    ):
+        count = np.count_nonzero(sample_beats[:, columns], axis=1)
+        size = len(range(width)[columns])
+        ranks.append(np.where(np.isnan(targets[:, k]), size, count).astype(np.int64))
+    return ranks[0], ranks[1]
