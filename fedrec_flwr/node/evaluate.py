@@ -83,6 +83,7 @@ class NodeEvaluation:
             self.method, self._eval_params(state, evaluated[:1], dense or {})
         ):  # exact ranks from blocks of a matrix product: larger chunks, bounded memory
             chunk = -(-FAST_CHUNK // step) * step
+        erank_positions = self.erank_positions  # the seeded sample, drawn once per call
         for lo in range(0, len(evaluated), chunk):
             positions = evaluated[lo : lo + chunk]
             params = self._eval_params(state, positions, dense or {})
@@ -102,7 +103,7 @@ class NodeEvaluation:
                 if self.config.evaluation.eval_loss:
                     block = slice(part, part + step)
                     self._add_losses(totals, state, params, positions, block, item_ids, item_rows)
-            measured = np.flatnonzero(np.isin(positions, self.erank_positions))
+            measured = np.flatnonzero(np.isin(positions, erank_positions))
             matrices += self._personal_matrices(
                 state, params, positions, measured, item_ids, item_rows
             )
