@@ -13,7 +13,7 @@ from fedrec_lab.claims.verdicts import NOT_REPRODUCED, REPRODUCED, Claim, Measur
 from fedrec_lab.experiments.tables import ABLATION_ROUNDS
 
 #: The bases whose ablation rows are committed (ML-100K, strict, seeds 0-2).
-BASES = ("fedrap", "pfedrec", "fedmf-dual", "fedncf-dual")
+BASES = ("fedrap", "pfedrec", "fedmf-dual", "fedncf-dual", "fedrecon-dual")
 DATASET, PROTOCOL = "ml-100k", "strict"
 
 
