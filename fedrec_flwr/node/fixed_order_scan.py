@@ -86,15 +86,28 @@ def _kernel(groups: int):
     return scan
 
 
+#: Pairs ahead of the one scored whose table row the pair loop prefetches (the rows of
+#: random items come from the last-level cache or memory: their latency, not the arithmetic,
+#: bounds the loop without it).
+PREFETCH_PAIRS = 16
+
+
 @cache
 def _pair_kernel(groups: int):
     """The compiled fixed-order score of pairs (user ``owner[n]``, item ``items[n]``) from
-    the table's rows [I, 4 * groups]: the arithmetic of :func:`_kernel`, one pair at a time."""
+    the table's rows [I, 4 * groups]: the arithmetic of :func:`_kernel`, one pair at a time,
+    the row of the pair :data:`PREFETCH_PAIRS` ahead prefetched."""
     import numba
+
+    from fedrec_flwr.node.host_kernels import prefetch_row
+
+    ahead = PREFETCH_PAIRS
 
     @numba.njit(nogil=True, boundscheck=False)
     def pairs(weight, bias, rows, owner, items, out):
         for n in range(len(items)):
+            if n + ahead < len(items):  # a later pair's row on its way (no value read)
+                prefetch_row(rows, items[n + ahead])
             w, x = weight[owner[n]], rows[items[n]]
             head = w[0] * x[0] + w[1] * x[1]
             head = head + w[2] * x[2]

@@ -8,6 +8,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 MASK32 = 0xFFFFFFFF
@@ -239,6 +240,29 @@ def fma32(typingctx, a, b, c):
     def codegen(context, builder, sig, args):
         function = ir.FunctionType(float32, [float32, float32, float32])
         return builder.call(builder.module.declare_intrinsic("llvm.fma", [float32], function), args)
+
+    return signature, codegen
+
+
+@intrinsic
+def prefetch_row(typingctx, table, row):
+    """Ask the CPU to bring row ``row`` of the 2-D array ``table`` into its caches (LLVM's
+    ``llvm.prefetch``, a read kept in all levels): no value read, no fault, no effect on
+    any result; a loop over rows in a known order hides their memory latency."""
+    signature = types.void(table, row)
+
+    def codegen(context, builder, sig, args):
+        kind = sig.args[0]
+        array = context.make_array(kind)(context, builder, args[0])
+        zero = context.get_constant(types.intp, 0)
+        at = cgutils.get_item_pointer(context, builder, kind, array, [args[1], zero])
+        byte = ir.IntType(8).as_pointer()
+        int32 = ir.IntType(32)
+        function = ir.FunctionType(ir.VoidType(), [byte, int32, int32, int32])
+        call = cgutils.get_or_insert_function(builder.module, function, "llvm.prefetch.p0i8")
+        flags = [ir.Constant(int32, 0), ir.Constant(int32, 3), ir.Constant(int32, 1)]
+        builder.call(call, [builder.bitcast(at, byte), *flags])
+        return context.get_dummy_value()
 
     return signature, codegen
 
