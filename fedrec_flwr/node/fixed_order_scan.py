@@ -107,7 +107,7 @@ def _pair_kernel(groups: int):
     def pairs(weight, bias, rows, owner, items, out):
         for n in range(len(items)):
             if n + ahead < len(items):  # a later pair's row on its way (no value read)
-                prefetch_row(rows, items[n + ahead])
+                prefetch_row(rows, items[n + ahead])  # type: ignore[call-arg]  # numba's
             w, x = weight[owner[n]], rows[items[n]]
             head = w[0] * x[0] + w[1] * x[1]
             head = head + w[2] * x[2]
