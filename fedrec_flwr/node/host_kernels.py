@@ -282,14 +282,14 @@ def add_outer_rows(table, index, scale, vector, alpha):
     """:func:`add_rows` of the source ``scale[u, b] * vector[u]`` at entry ``k = u * B + b``
     (``scale`` [a, B], ``vector`` [a, r]), each product rounded to float32 before its fused
     multiply-add: the same values as :func:`add_rows` of the products' tensor."""
-    width = scale.shape[1]
-    for k in range(len(index)):
-        user = k // width
-        factor = scale[user, k - user * width]
-        row = table[index[k]]
-        for c in range(table.shape[1]):
-            product = factor * vector[user, c]
-            row[c] = fma32(product, alpha, row[c])  # type: ignore[call-arg]  # typed by numba
+    users, width = scale.shape
+    for user in range(users):
+        factors, values = scale[user], vector[user]
+        for b in range(width):
+            factor, row = factors[b], table[index[user * width + b]]
+            for c in range(table.shape[1]):
+                product = factor * values[c]
+                row[c] = fma32(product, alpha, row[c])  # type: ignore[call-arg]  # typed by numba
 
 
 @jit

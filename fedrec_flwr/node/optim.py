@@ -145,7 +145,7 @@ class SGD:
                     None if start is None else start.view(-1, width),
                 )
             else:
-                value = params[name][step.users]
+                value = params[name].index_select(0, step.users)  # = [step.users], faster
                 if self.weight_decay > 0:
                     grad = grad + self.weight_decay * value
                 params[name][step.users] = value - lr * grad

@@ -232,7 +232,7 @@ def _gradient_fn(
                 flat = gathered_rows(tensor, step.rows.reshape(-1))
                 gathered[name] = flat.view(*step.rows.shape, *tensor.shape[1:])
             else:
-                gathered[name] = tensor[step.users]
+                gathered[name] = tensor.index_select(0, step.users)  # = tensor[step.users]
         return gathered[name]
 
     def gradients(offsets):
