@@ -210,6 +210,7 @@ def cmd_radius_sweep(args) -> int:
             args.data_dir,
             protocols=tuple(args.protocols or ()),
             seeds=tuple(args.seeds or ()),
+            tags=tuple(args.rows or ()),
         )
     command = "python -m fedrec_lab.analysis radius-sweep --data-dir DIR --out " + shlex.quote(
         str(args.out)
@@ -270,6 +271,9 @@ def _parser() -> argparse.ArgumentParser:
         "--protocols", nargs="+", default=None, help="run only these protocols' missing cells"
     )
     p.add_argument("--seeds", nargs="+", type=int, default=None, help="run only these seeds")
+    p.add_argument(
+        "--rows", nargs="+", default=None, help="run only these rows (tags: sweep, rp0, rs1, ...)"
+    )
     p.set_defaults(run=cmd_radius_sweep)
 
     p = sub.add_parser("sam-table", help="each method with and without SAM")

@@ -63,16 +63,34 @@ def rows(protocol: str) -> list[runner.RowSpec]:
     return out
 
 
+def check_tags(tags: tuple[str, ...], protocols: tuple[str, ...]) -> None:
+    """Refuse a row tag that names no row of the sweep under ``protocols``."""
+    known = {row.tag for protocol in protocols for row in rows(protocol)}
+    unknown = sorted(set(tags) - known)
+    if unknown:
+        raise SystemExit(
+            f"--rows: {', '.join(unknown)} is not a row of the sweep; its rows: "
+            + ", ".join(sorted(known))
+        )
+
+
 def run_missing(
     runs: Path,
     data_dir: str,
     nodes: int = 2,
     protocols: tuple[str, ...] | None = None,
     seeds: tuple[int, ...] | None = None,
+    tags: tuple[str, ...] | None = None,
 ) -> None:
-    """Run the sweep's missing cells (of ``protocols`` and ``seeds`` only, if given)."""
-    for protocol in protocols or tuple(SCHEDULE):
+    """Run the sweep's missing cells (of ``protocols``, ``seeds`` and the rows tagged ``tags``
+    only, if given). A finished cell (its ``summary.json`` in ``runs``) is kept, not rerun."""
+    protocols = protocols or tuple(SCHEDULE)
+    if tags:
+        check_tags(tags, protocols)
+    for protocol in protocols:
         for row in rows(protocol):
+            if tags and row.tag not in tags:
+                continue
             for cell in row.cells(list(seeds or SEEDS)):
                 if (runs / cell.name / "summary.json").exists():
                     continue
@@ -140,12 +158,18 @@ def coverage(found: list[dict[str, Any]]) -> str:
 
 
 def measured_flags(found: list[dict[str, Any]]) -> str:
-    """``--protocols ... --seeds ...`` of the measured cells (the command that runs them)."""
+    """``--protocols ... --seeds ... [--rows ...]`` of the measured cells (the command that
+    runs them; ``--rows`` where a measured protocol has rows not measured)."""
     protocols = [p for p in SCHEDULE if any(x["protocol"] == p and x["seeds"] for x in found)]
     seeds = sorted({s for x in found for s in x.get("seed_list", [])})
     if not protocols:
         return ""
-    return f" --protocols {' '.join(protocols)} --seeds {' '.join(map(str, seeds))}"
+    flags = f" --protocols {' '.join(protocols)} --seeds {' '.join(map(str, seeds))}"
+    points_ = [x for x in found if x["protocol"] in protocols]
+    if any(not x["seeds"] for x in points_):
+        tags = dict.fromkeys(x["tag"] for x in points_ if x["seeds"])
+        flags += f" --rows {' '.join(tags)}"
+    return flags
 
 
 def markdown(found: list[dict[str, Any]], command: str) -> str:

@@ -244,6 +244,45 @@ def test_the_sweep_varies_one_radius_and_keeps_the_presets_point_once():
             assert overrides[varied] in sweep.GRID
 
 
+def test_the_sweep_runs_only_the_missing_cells_of_the_rows_asked_for(tmp_path, monkeypatch):
+    from fedrec_lab.analysis import sweep
+    from fedrec_lab.experiments import cells as runner
+
+    ran: list[str] = []
+
+    def fake_run(config, nodes, use_flwr):
+        ran.append(config["run-name"])
+        folder = tmp_path / config["run-name"]
+        folder.mkdir()
+        (folder / "summary.json").write_text("{}")
+        return "finished:completed"
+
+    monkeypatch.setattr(runner, "run_federated", fake_run)
+    done = tmp_path / "fedrecgel+rp0-ml100k-strict-seed0"  # a finished cell: kept
+    done.mkdir()
+    (done / "summary.json").write_text("{}")
+    sweep.run_missing(tmp_path, str(tmp_path), protocols=("strict",), seeds=(0, 1), tags=("rp0",))
+    assert ran == ["fedrecgel+rp0-ml100k-strict-seed1"]
+    with pytest.raises(SystemExit, match="--rows: rp7 is not a row of the sweep"):
+        sweep.run_missing(tmp_path, str(tmp_path), protocols=("strict",), tags=("rp7",))
+    assert ran == ["fedrecgel+rp0-ml100k-strict-seed1"]
+
+
+def test_the_sweeps_command_names_its_rows_only_when_some_are_not_measured():
+    from fedrec_lab.analysis.sweep import measured_flags
+
+    def point(protocol, tag, seeds):
+        return {"protocol": protocol, "tag": tag, "seeds": len(seeds), "seed_list": seeds}
+
+    paper = [point("paper", "sweep", [0, 1, 2]), point("paper", "rp0", [0, 1, 2])]
+    strict = [point("strict", "sweep", [0, 1, 2]), point("strict", "rp0", [])]
+    assert measured_flags(paper) == " --protocols paper --seeds 0 1 2"
+    assert measured_flags(paper + strict) == (
+        " --protocols paper strict --seeds 0 1 2 --rows sweep rp0"
+    )
+    assert measured_flags([point("strict", "sweep", [])]) == ""
+
+
 def test_figure3_rows_pair_the_views_over_seeds(tmp_path, monkeypatch):
     records = tmp_path / "item-views"
     records.mkdir()
