@@ -4,6 +4,7 @@
     fedrec analyze sharpness RUN_DIR --data-dir DIR         # gap, Hessian, rho-sharpness, plot
     fedrec analyze item-views RUN_DIR --data-dir DIR        # own vs global vs random item rows
     fedrec analyze sam-table --data-dir DIR --out bench/results   # the SAM table
+    fedrec analyze plgc-horizons --out bench/results   # PLGC's ablation at fewer rounds
 
 A run made with ``keep-best-state = true`` is read as it is; any other finished run is
 replayed to its best round into ``--work`` first (:mod:`fedrec_lab.analysis.state`: checked
@@ -196,6 +197,19 @@ def cmd_fedrap(args) -> int:
     return 0
 
 
+def cmd_plgc_horizons(args) -> int:
+    from fedrec_lab.analysis import horizon
+
+    datasets = " ".join(args.datasets)
+    command = (
+        f"python -m fedrec_lab.analysis plgc-horizons --protocol {args.protocol} "
+        f"--datasets {datasets} --out " + shlex.quote(str(args.out))
+    )
+    path = horizon.write(args.runs, args.out, args.protocol, tuple(args.datasets), command)
+    wrote(path, "report")
+    return 0
+
+
 def cmd_radius_sweep(args) -> int:
     from fedrec_lab.analysis import sweep
 
@@ -261,6 +275,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=Path, default=Path(RUNS))
     add_out(p, "analyze", "the report")
     p.set_defaults(run=cmd_fedrap)
+
+    p = sub.add_parser("plgc-horizons", help="PLGC's ablation read at fewer rounds")
+    p.add_argument("--runs", type=Path, default=Path(RUNS))
+    p.add_argument("--protocol", choices=("strict", "paper"), default="strict")
+    p.add_argument("--datasets", nargs="+", choices=("ml-100k", "lastfm-2k"), default=["ml-100k"])
+    add_out(p, "analyze", "the report")
+    p.set_defaults(run=cmd_plgc_horizons)
 
     p = sub.add_parser("radius-sweep", help="FedRecGEL's radius sweep (its Figure 2)")
     add_data_dir(p)
