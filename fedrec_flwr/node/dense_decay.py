@@ -42,12 +42,15 @@ class DenseDecay(UploadStage):
     logs: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def of(cls, config: RunGroups, received: np.ndarray) -> DenseDecay | None:
-        """The round's bookkeeping, or None (``weight-decay-rows = "held"``, or no decay)."""
+    def of(cls, config: RunGroups, received: torch.Tensor) -> DenseDecay | None:
+        """The round's bookkeeping, or None (``weight-decay-rows = "held"``, or no decay).
+        ``received`` (the rows the round starts from, on the run's device) is copied to the
+        host only when the decay applies: no device-to-host copy of the round's rows
+        otherwise."""
         schedule = config.schedule
         if schedule.weight_decay_rows != "all" or schedule.weight_decay <= 0:
             return None
-        return cls(received.copy())
+        return cls(received.cpu().numpy().copy())
 
     def factors(self, num_users: int) -> np.ndarray:
         """``f_u`` of each of the round's users on the shared rows (1: no step decayed)."""

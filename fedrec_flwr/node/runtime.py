@@ -191,7 +191,7 @@ class NodeRuntime(NodeEvaluation):
         params = round_params(
             self.method, state, positions, dense or {}, samples, received, self.device
         )
-        decay = DenseDecay.of(self.config, params[ROWS].cpu().numpy())  # weight-decay-rows
+        decay = DenseDecay.of(self.config, params[ROWS])  # weight-decay-rows
         logs = decay.logs if decay else None
         loss, count = local_update(
             self.method, samples, params, self.config, server_round, row_decay=logs

@@ -70,6 +70,21 @@ def test_every_sample_once_per_epoch_on_its_user(batch, max_entries):
             assert sum(weights) == pytest.approx(1.0)
 
 
+def test_the_step_bound_only_regroups_the_users_batches():
+    rng = np.random.default_rng(5)
+    counts = rng.integers(0, 300, 120)
+    offsets, small = plan(counts, batch=64, max_entries=200)
+    _, large = plan(counts, batch=64, max_entries=1 << 22)
+    assert len(large) < len(small)
+    assert batches_of(offsets, small) == batches_of(offsets, large)
+
+
+def test_accelerators_take_larger_steps_than_the_cpu():
+    assert lockstep.step_entries(torch.device("cpu")) == lockstep.MAX_STEP_ENTRIES
+    assert lockstep.step_entries(torch.device("cuda")) == lockstep.DEVICE_STEP_ENTRIES
+    assert lockstep.DEVICE_STEP_ENTRIES > lockstep.MAX_STEP_ENTRIES
+
+
 def test_a_users_batches_do_not_depend_on_the_others():
     rng = np.random.default_rng(0)
     counts = rng.integers(0, 60, 50)
@@ -183,6 +198,7 @@ def test_cpu_and_cuda_build_the_same_plan():
             seed,
             server_round,
             tag,
+            lockstep.MAX_STEP_ENTRIES,  # the same cut on both (by default a device's is larger)
         )
 
     for cpu, cuda in zip(build("cpu"), build("cuda"), strict=True):
