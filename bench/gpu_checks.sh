@@ -4,7 +4,7 @@
 # repository root in one call of at most about 8 minutes (each step has its timeout; a case
 # cut short leaves the cases before it):
 #
-#   OUT=/tmp/gpu bash bench/gpu_checks.sh [full|rerun]
+#   OUT=/tmp/gpu bash bench/gpu_checks.sh [full|probe|rerun]
 #
 # 1. The CPU cases of the scale harness start at once, each in a process of its own with
 #    torch-threads 1, on the machine's spare cores: 100,000 users x 20,000 items (degree
@@ -17,9 +17,11 @@
 # 3. The same three cases on CUDA, one after another (the GPU is never shared between two
 #    timed cases), ROUNDS rounds each (default 4; the last evaluates every user over the
 #    full catalogue).
-# 4. full: the phase profile of one CUDA round of the 100k-user case with torch.profiler
-#    (operators, CUDA kernels).
-# rerun: steps 1 and 3 only, for the 100k-user and ML-1M cases (a second, shorter call).
+# 4. The phase profile of the 100k-user case on CUDA, with torch.profiler (operators, CUDA
+#    kernels) and cProfile (the host's side) of an intermediate round and, in a second
+#    run, of the last round (which evaluates every user).
+# probe: the ML-20M shape left out (a shorter call). rerun: steps 1 and 3 only, for the
+# 100k-user and ML-1M cases.
 # Needs only the wheels bench/gpu_env.sh installs (.whl/ or shared/tools/gpu-wheels) and the
 # synthetic data the harness makes. Writes $OUT/gpu-checks.tgz (the scale JSON and table,
 # the profile and every log: the device tool returns at most 8 files a call, so they travel
@@ -48,8 +50,8 @@ scale() {  # scale <timeout> <name> <case>
 pids=()
 scale 400 big-cpu "$BIG" & pids+=($!)
 scale 300 ml1m-cpu "$ML1M" & pids+=($!)
-if [ "$MODE" = full ]; then
-    scale 400 ml20m-cpu "$ML20M" & pids+=($!)
+[ "$MODE" = full ] && { scale 400 ml20m-cpu "$ML20M" & pids+=($!); }
+if [ "$MODE" != rerun ]; then
     timeout 110 python3 -m pytest tests/apps/test_cuda.py tests/node/test_counter_rng.py \
         tests/node/test_full_ranking.py -q -p no:cacheprovider -rs > "$LOGS/pytest-cuda.log" 2>&1
     echo "pytest: exit $?" | tee -a "$LOGS/steps.log"
@@ -57,13 +59,17 @@ if [ "$MODE" = full ]; then
 fi
 scale 130 big-cuda "$BIG,device=cuda"
 scale 70 ml1m-cuda "$ML1M,device=cuda"
-if [ "$MODE" = full ]; then
-    scale 130 ml20m-cuda "$ML20M,device=cuda"
-    timeout 60 python3 bench/profile_round.py --case big --rounds 3 --sampler counter \
-        --set device=cuda --ops --out "$RESULTS/profile-cuda.json" > "$LOGS/profile-cuda.log" 2>&1
-    echo "profile: exit $?" | tee -a "$LOGS/steps.log"
+[ "$MODE" = full ] && scale 130 ml20m-cuda "$ML20M,device=cuda"
+if [ "$MODE" != rerun ]; then
+    for profiled in 2 3; do
+        timeout 120 python3 bench/profile_round.py --case big --rounds 3 --sampler counter \
+            --set device=cuda --ops --py --ops-round $profiled --top 25 \
+            --out "$RESULTS/profile-cuda-round$profiled.json" \
+            > "$LOGS/profile-cuda-round$profiled.log" 2>&1
+        echo "profile round $profiled: exit $?" | tee -a "$LOGS/steps.log"
+    done
 fi
 wait "${pids[@]}"
 cat "$RESULTS/table.md" 2>/dev/null | tee "$OUT/summary.log"
-tail -5 "$LOGS"/scale-*.log >> "$OUT/summary.log"
+tail -n 5 "$LOGS"/scale-*.log >> "$OUT/summary.log"
 tar czf "$OUT/gpu-checks.tgz" "$RESULTS"

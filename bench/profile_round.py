@@ -203,6 +203,43 @@ def op_profile(config: dict[str, Any], profiled_round: int, top: int) -> dict[st
     }
 
 
+def python_profile(config: dict[str, Any], profiled_round: int, top: int) -> dict[str, Any]:
+    """One run with ``cProfile`` on round ``profiled_round`` (the host's side of a round on
+    an accelerator): the top functions by own time and by cumulative time."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    state = {"on": False}
+
+    def on_round(server_round: int) -> None:
+        if server_round == profiled_round and not state["on"]:
+            profiler.enable()
+            state["on"] = True
+        elif state["on"]:
+            profiler.disable()
+            state["on"] = False
+
+    run_case(config, PhaseClock(), on_round)
+    if state["on"]:
+        profiler.disable()
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+
+    def rows(column: int) -> list[dict[str, Any]]:
+        ranked = sorted(stats.items(), key=lambda kv: kv[1][column], reverse=True)[:top]
+        return [
+            {
+                "function": f"{Path(file).name}:{line} {name}",
+                "calls": value[1],
+                "own_s": value[2],
+                "cumulative_s": value[3],
+            }
+            for (file, line, name), value in ranked
+        ]
+
+    return {"round": profiled_round, "by_own": rows(2), "by_cumulative": rows(3)}
+
+
 def markdown(name: str, result: dict[str, Any]) -> str:
     s = result["summary"]
     load = (
@@ -235,6 +272,19 @@ def markdown(name: str, result: dict[str, Any]) -> str:
             "|---|---:|---:|",
             *(f"| {t['op']} | {t['calls']} | {t['self_cpu_s']:.3f} |" for t in ops["top"]),
         ]
+    if "python" in result:
+        py = result["python"]
+        lines += [
+            "",
+            f"cProfile, round {py['round']}, by own time:",
+            "",
+            "| function | calls | own s | cumulative s |",
+            "|---|---:|---:|---:|",
+            *(
+                f"| {t['function']} | {t['calls']} | {t['own_s']:.3f} | {t['cumulative_s']:.3f} |"
+                for t in py["by_own"]
+            ),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -265,6 +315,12 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="run-config key=value")
     parser.add_argument("--ops", action="store_true", help="also one torch.profiler run")
     parser.add_argument("--top", type=int, default=12, help="operators listed by --ops")
+    parser.add_argument(
+        "--ops-round", type=int, default=None, help="the round --ops profiles (default 2)"
+    )
+    parser.add_argument(
+        "--py", action="store_true", help="also one cProfile run of the --ops-round round"
+    )
     parser.add_argument("--out", default=None, help="JSON of every figure")
     args = parser.parse_args()
     extra = {key: _value(text) for key, text in (item.split("=", 1) for item in args.set)}
@@ -283,8 +339,11 @@ def main() -> None:
                 rounds = round_table(clock, end)
                 result = {"config": recorded(config), "rounds": rounds, "summary": summary(rounds)}
                 result["load_average"] = load
+                profiled = min(2, args.rounds) if args.ops_round is None else args.ops_round
                 if args.ops:
-                    result["ops"] = op_profile(config, min(2, args.rounds), args.top)
+                    result["ops"] = op_profile(config, profiled, args.top)
+                if args.py:
+                    result["python"] = python_profile(config, profiled, args.top)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
             name = f"{case}, negative-sampler = {sampler}"
