@@ -30,6 +30,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/gpu-checks}
 MODE=${1:-full}
 ROUNDS=${ROUNDS:-4}
+DEADLINE=${DEADLINE:-420}  # seconds from the start: no step runs past it, the archive is kept
 RESULTS=bench/results/scale-gpu
 LOGS=$RESULTS/logs
 mkdir -p "$OUT" "$LOGS"
@@ -41,8 +42,13 @@ ML1M="dataset=synthetic,users=6040,items=3706,degree=165,mode=inprocess,$SAMPLER
 BIG="dataset=synthetic,users=100000,items=20000,degree=50,mode=inprocess,fraction-train=0.1,eval-users=1000,$SAMPLER"
 ML20M="dataset=synthetic,users=138493,items=26744,degree=144,mode=inprocess,fraction-train=0.1,eval-users=1000,$SAMPLER"
 
+left() {  # left <seconds>: the smaller of the step's own limit and the time to the deadline
+    local rest=$((DEADLINE - SECONDS))
+    echo $(( $1 < rest ? $1 : (rest > 1 ? rest : 1) ))
+}
+
 scale() {  # scale <timeout> <name> <case>
-    timeout "$1" python3 bench/scale.py --rounds "$ROUNDS" --no-floor --no-probe \
+    timeout "$(left "$1")" python3 bench/scale.py --rounds "$ROUNDS" --no-floor --no-probe \
         --out "$RESULTS" --case "$3,name=$2" > "$LOGS/scale-$2.log" 2>&1
     echo "scale $2: exit $?" | tee -a "$LOGS/steps.log"
 }
@@ -52,17 +58,17 @@ scale 400 big-cpu "$BIG" & pids+=($!)
 scale 300 ml1m-cpu "$ML1M" & pids+=($!)
 [ "$MODE" = full ] && { scale 400 ml20m-cpu "$ML20M" & pids+=($!); }
 if [ "$MODE" != rerun ]; then
-    timeout 110 python3 -m pytest tests/apps/test_cuda.py tests/node/test_counter_rng.py \
+    timeout "$(left 80)" python3 -m pytest tests/apps/test_cuda.py tests/node/test_counter_rng.py \
         tests/node/test_full_ranking.py -q -p no:cacheprovider -rs > "$LOGS/pytest-cuda.log" 2>&1
     echo "pytest: exit $?" | tee -a "$LOGS/steps.log"
     tail -4 "$LOGS/pytest-cuda.log"
 fi
-scale 130 big-cuda "$BIG,device=cuda"
-scale 70 ml1m-cuda "$ML1M,device=cuda"
-[ "$MODE" = full ] && scale 130 ml20m-cuda "$ML20M,device=cuda"
+scale 90 big-cuda "$BIG,device=cuda"
+scale 60 ml1m-cuda "$ML1M,device=cuda"
+[ "$MODE" = full ] && scale 100 ml20m-cuda "$ML20M,device=cuda"
 if [ "$MODE" != rerun ]; then
     for profiled in 2 3; do
-        timeout 120 python3 bench/profile_round.py --case big --rounds 3 --sampler counter \
+        timeout "$(left 80)" python3 bench/profile_round.py --case big --rounds 3 --sampler counter \
             --set device=cuda --ops --py --ops-round $profiled --top 25 \
             --out "$RESULTS/profile-cuda-round$profiled.json" \
             > "$LOGS/profile-cuda-round$profiled.log" 2>&1
