@@ -12,13 +12,17 @@ from fedrec_lab.claims.sources import Runs
 from fedrec_lab.claims.verdicts import NOT_REPRODUCED, REPRODUCED, Claim, Measure, Measured, better
 from fedrec_lab.experiments.tables import ABLATION_ROUNDS
 
-#: The bases whose ablation rows are committed (ML-100K, strict, seeds 0-2).
-BASES = ("fedrap", "pfedrec", "fedmf-dual", "fedncf-dual", "fedrecon-dual")
-DATASET, PROTOCOL = "ml-100k", "strict"
+#: The bases whose ablation rows are committed on each dataset (strict, seeds 0-2).
+BASES = {
+    "ml-100k": ("fedrap", "pfedrec", "fedmf-dual", "fedncf-dual", "fedrecon-dual"),
+    "lastfm-2k": ("pfedrec",),
+}
+PROTOCOL = "strict"
+NAMES = {"ml-100k": "ML-100K", "lastfm-2k": "Last.fm-2K"}
 
 
-def row(base: str, part: str = "plgc") -> Runs:
-    return Runs(f"{base}+{part}-r{ABLATION_ROUNDS}", DATASET, PROTOCOL)
+def row(base: str, part: str = "plgc", dataset: str = "ml-100k") -> Runs:
+    return Runs(f"{base}+{part}-r{ABLATION_ROUNDS}", dataset, PROTOCOL)
 
 
 def erank_at_best(runs: Runs) -> float:
@@ -47,34 +51,38 @@ def higher_erank(a: Runs, b: Runs, what: str) -> Measure:
 
 
 def plgc_parts() -> list[Claim]:
+    return [c for dataset, bases in BASES.items() for base in bases for c in _parts(base, dataset)]
+
+
+def _parts(base: str, dataset: str) -> list[Claim]:
+    full = row(base, dataset=dataset)
+    where = (
+        f"abstract (ours: {NAMES[dataset]} strict, {ABLATION_ROUNDS} rounds, "
+        f"{len(full.seeds)} seeds)"
+    )
     out = []
-    for base in BASES:
-        full = row(base)
-        where = (
-            f"abstract (ours: ML-100K strict, {ABLATION_ROUNDS} rounds, {len(full.seeds)} seeds)"
-        )
-        for part, name in (
-            ("plgc-nobalance", "balancing"),
-            ("plgc-nocontrast", "contrastive term"),
-        ):
-            out.append(
-                Claim(
-                    "PLGC",
-                    where,
-                    f"PLGC's {name} lifts its recommendations ({base}; off: "
-                    f"`{base}+{part}-r{ABLATION_ROUNDS}`)",
-                    "each part helps",
-                    better(full, row(base, part), f"with minus without its {name}"),
-                )
-            )
+    for part, name in (
+        ("plgc-nobalance", "balancing"),
+        ("plgc-nocontrast", "contrastive term"),
+    ):
         out.append(
             Claim(
                 "PLGC",
                 where,
-                f"PLGC's contrastive term alleviates dimensional collapse ({base}: effective "
-                "rank of the personal rows at the best round)",
-                "mitigates",
-                higher_erank(full, row(base, "plgc-nocontrast"), "without -> with"),
+                f"PLGC's {name} lifts its recommendations ({base}; off: "
+                f"`{base}+{part}-r{ABLATION_ROUNDS}`)",
+                "each part helps",
+                better(full, row(base, part, dataset), f"with minus without its {name}"),
             )
         )
+    out.append(
+        Claim(
+            "PLGC",
+            where,
+            f"PLGC's contrastive term alleviates dimensional collapse ({base}: effective "
+            "rank of the personal rows at the best round)",
+            "mitigates",
+            higher_erank(full, row(base, "plgc-nocontrast", dataset), "without -> with"),
+        )
+    )
     return out
