@@ -59,6 +59,14 @@ def step_entries(device: torch.device) -> int:
     return MAX_STEP_ENTRIES if device.type == "cpu" else DEVICE_STEP_ENTRIES
 
 
+def uniform_steps(device: torch.device) -> bool:
+    """Does every batch on ``device`` take the batch size's padded width? On an accelerator,
+    yes: a step is one launch per operator whatever its width, so one width per step
+    index (and far fewer steps) beats padding each batch to its own size. On the CPU, no:
+    the padding is work, and the own width keeps the arithmetic bit-identical."""
+    return device.type != "cpu"
+
+
 def shuffle_tag(epoch: int, stage: int) -> int:
     """The counter word that keeps each (stage, epoch) shuffle apart."""
     tag = stage * EPOCH_KEYS + epoch
@@ -107,15 +115,18 @@ def tensor_epoch_steps(
     server_round: int,
     tag: int,
     max_entries: int | None = None,
+    uniform: bool | None = None,
 ) -> list[Step]:
     """The steps of one epoch (see the module docstring). ``sample_rows``/``sample_labels``
     (on the run's device) are the samples of the users ``users`` (global ids), user ``j``
     owning ``sample_offsets[j]:sample_offsets[j+1]``; ``widths`` their padded widths.
-    ``max_entries``: by default :func:`step_entries` of the device."""
+    ``max_entries`` and ``uniform`` (see :class:`BatchPlan`): by default
+    :func:`step_entries` and :func:`uniform_steps` of the device."""
     device = sample_rows.device
     max_entries = step_entries(device) if max_entries is None else max_entries
+    uniform = uniform_steps(device) if uniform is None else uniform
     host_counts = np.diff(np.asarray(sample_offsets, np.int64))
-    plan = BatchPlan(host_counts, np.asarray(widths, np.int64), batch, max_entries)
+    plan = BatchPlan(host_counts, np.asarray(widths, np.int64), batch, max_entries, uniform=uniform)
     if plan.total == 0:
         return []
     counts = torch.from_numpy(host_counts).to(device)
@@ -191,7 +202,11 @@ class BatchPlan:
 
     ``most_batches_first``: the layout of the ``keyed-numpy`` plan instead (every batch
     padded to its user's width; in a group, users with more batches first, ties in order),
-    whose steps sum the logged loss in that order."""
+    whose steps sum the logged loss in that order.
+
+    ``uniform``: every batch takes its user's width (with the widths of
+    :func:`~fedrec_flwr.node.training.user_widths` ``full``, one width for all): a group is
+    then a step index, not a (step index, width) pair (:func:`uniform_steps`)."""
 
     def __init__(
         self,
@@ -200,6 +215,7 @@ class BatchPlan:
         batch: int,
         max_entries: int,
         most_batches_first: bool = False,
+        uniform: bool = False,
     ):
         num_batches = -(-counts // batch)
         user = np.repeat(np.arange(len(counts)), num_batches)
@@ -212,7 +228,7 @@ class BatchPlan:
             rank[np.argsort(-num_batches, kind="stable")] = np.arange(len(counts))
             self.order = np.lexsort((rank[user], width, step))
         else:
-            width = np.minimum(widths[user], padded_width(self.size))
+            width = widths[user] if uniform else np.minimum(widths[user], padded_width(self.size))
             self.order = np.lexsort((user, width, step))  # by step, then width, then user
         step, width = step[self.order], width[self.order]
         cut = np.flatnonzero((step[1:] != step[:-1]) | (width[1:] != width[:-1])) + 1

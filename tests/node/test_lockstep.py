@@ -198,7 +198,8 @@ def test_cpu_and_cuda_build_the_same_plan():
             seed,
             server_round,
             tag,
-            lockstep.MAX_STEP_ENTRIES,  # the same cut on both (by default a device's is larger)
+            lockstep.MAX_STEP_ENTRIES,  # the same cut and layout on both (by default a
+            uniform=False,  # device's steps are larger and of one width)
         )
 
     for cpu, cuda in zip(build("cpu"), build("cuda"), strict=True):
@@ -221,3 +222,74 @@ def test_the_compiled_scatter_builds_the_same_steps(batch, monkeypatch):
         for name in ("users", "rows", "labels", "weights"):
             x, y = getattr(a, name), getattr(b, name)
             assert x.dtype == y.dtype and torch.equal(x, y), name
+
+
+@pytest.mark.parametrize("max_entries", [1 << 22, 4096])
+def test_the_uniform_layout_gives_each_user_the_same_batches_in_fewer_steps(max_entries):
+    rng = np.random.default_rng(11)
+    counts = np.asarray(rng.integers(0, 200, 80), np.int64)
+    offsets = np.r_[0, np.cumsum(counts)]
+    rows = torch.arange(int(offsets[-1]))
+    labels = (rows % 4 == 0).float()
+    users = np.arange(len(counts)) * 5 + 1
+    built = {}
+    for uniform in (False, True):
+        widths = user_widths(counts, 256, full=uniform)
+        built[uniform] = tensor_epoch_steps(
+            offsets, rows, labels, users, widths, 256, 3, 2, 0, max_entries, uniform=uniform
+        )
+    if max_entries > 80 * 256:  # no cut: one step against one per width
+        assert len(built[True]) == 1 < len(built[False])
+    widths = {step.rows.shape[1] for step in built[True]}
+    assert widths == {int(user_widths(counts, 256).max())}
+    assert batches_of(offsets, built[True]) == batches_of(offsets, built[False])
+
+
+def test_only_an_accelerator_takes_the_uniform_layout():
+    assert not lockstep.uniform_steps(torch.device("cpu"))
+    assert lockstep.uniform_steps(torch.device("cuda"))
+    assert list(user_widths(np.asarray([3, 70, 0]), 256, full=True)) == [128, 128, 128]
+    assert list(user_widths(np.asarray([3, 70, 0]), 256)) == [64, 128, 64]
+    assert len(user_widths(np.asarray([], np.int64), 64, full=True)) == 0
+
+
+def test_a_run_in_the_uniform_layout_agrees_with_the_cpu_s_within_rounding(
+    tmp_path, private_cache, monkeypatch
+):
+    """The accelerator's layout forced on the CPU: the same samples in fewer steps of one
+    width, so the same per-user results up to float32 rounding."""
+    config = {
+        "dataset": "synthetic",
+        "synthetic-users": 30,
+        "synthetic-items": 150,
+        "synthetic-mean-degree": 30,
+        "num-server-rounds": 3,
+        "batch-size": 256,
+        "local-epochs": 2,
+        "negative-sampler": "counter",
+        "run-name": "run",
+    }
+    per_user, rows, steps = {}, {}, {}
+    for uniform in (False, True):
+        counted = []
+
+        def counting(*args, u=uniform, counted=counted, **kwargs):
+            built = tensor_epoch_steps(*args, **{**kwargs, "uniform": u})
+            counted.append(len(built))
+            return built
+
+        monkeypatch.setattr("fedrec_flwr.node.training.tensor_epoch_steps", counting)
+        monkeypatch.setattr("fedrec_flwr.node.training.uniform_steps", lambda device, u=uniform: u)
+        folder = tmp_path / str(uniform)
+        run_config = {**config, "results-dir": str(folder)}
+        run_federation(
+            LocalGrid(client_app, run_config, num_nodes=1), RunConfig.from_mapping(run_config)
+        )
+        with open(folder / "run" / "rounds.csv") as f:
+            rows[uniform] = list(csv.DictReader(f))
+        per_user[uniform], steps[uniform] = read_per_user(folder / "run"), sum(counted)
+    assert steps[True] < steps[False]
+    for base, wide in zip(rows[False], rows[True], strict=True):
+        assert float(wide["train-loss"]) == pytest.approx(float(base["train-loss"]), rel=1e-6)
+    for name, values in per_user[False][1].items():
+        np.testing.assert_allclose(per_user[True][1][name], values, rtol=0, atol=1e-5)
