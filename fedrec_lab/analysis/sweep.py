@@ -157,19 +157,20 @@ def coverage(found: list[dict[str, Any]]) -> str:
     return line
 
 
-def measured_flags(found: list[dict[str, Any]]) -> str:
-    """``--protocols ... --seeds ... [--rows ...]`` of the measured cells (the command that
-    runs them; ``--rows`` where a measured protocol has rows not measured)."""
-    protocols = [p for p in SCHEDULE if any(x["protocol"] == p and x["seeds"] for x in found)]
-    seeds = sorted({s for x in found for s in x.get("seed_list", [])})
-    if not protocols:
-        return ""
-    flags = f" --protocols {' '.join(protocols)} --seeds {' '.join(map(str, seeds))}"
-    points_ = [x for x in found if x["protocol"] in protocols]
-    if any(not x["seeds"] for x in points_):
-        tags = dict.fromkeys(x["tag"] for x in points_ if x["seeds"])
-        flags += f" --rows {' '.join(tags)}"
-    return flags
+def measured_flags(found: list[dict[str, Any]]) -> list[str]:
+    """The ``--protocols ... --seeds ... [--rows ...]`` that run the measured cells, one per
+    measured protocol (``--rows`` where that protocol has rows not measured)."""
+    out = []
+    for protocol in SCHEDULE:
+        points_ = [x for x in found if x["protocol"] == protocol]
+        if not any(x["seeds"] for x in points_):
+            continue
+        seeds = sorted({s for x in points_ for s in x.get("seed_list", [])})
+        flags = f" --protocols {protocol} --seeds {' '.join(map(str, seeds))}"
+        if any(not x["seeds"] for x in points_):
+            flags += f" --rows {' '.join(x['tag'] for x in points_ if x['seeds'])}"
+        out.append(flags)
+    return out
 
 
 def markdown(found: list[dict[str, Any]], command: str) -> str:
@@ -221,7 +222,9 @@ def plot(found: list[dict[str, Any]], path: Path) -> None:
                 (
                     p
                     for p in found
-                    if p["protocol"] == protocol and p["varied"] == varied and p["hr"]
+                    if p["protocol"] == protocol
+                    and p["varied"] in (varied, "preset")  # each curve through the preset's
+                    and p["hr"]
                 ),
                 key=lambda p: p[KEYS[varied].split("-")[-1]],
             )
@@ -229,7 +232,9 @@ def plot(found: list[dict[str, Any]], path: Path) -> None:
             ys = [statistics.mean(p["hr"]) for p in pts]
             es = [statistics.stdev(p["hr"]) if len(p["hr"]) > 1 else 0 for p in pts]
             ax.errorbar(xs, ys, yerr=es, marker="o", label=label, color=color, capsize=3)
-        ax.set_xscale("symlog", linthresh=0.01)
+        ax.set_xscale("symlog", linthresh=0.001)  # the strict preset's radii are below 0.01
+        ax.set_xlim(-0.0002, 1.5)
+        ax.set_xticks([0, 0.001, 0.01, 0.1, 1])
         ax.set_title(f"FedRecGEL, ML-100K, {protocol}", fontsize=9)
         ax.set_xlabel("radius (the other at the preset's)")
         ax.set_ylabel("test HR@10 (%)")
@@ -242,7 +247,8 @@ def plot(found: list[dict[str, Any]], path: Path) -> None:
 def write(runs: Path, out: Path, command: str) -> Path:
     found = points(runs)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "fedrecgel-radius-sweep.md").write_text(markdown(found, command + measured_flags(found)))
+    commands = "\n".join(command + flags for flags in measured_flags(found) or [""])
+    (out / "fedrecgel-radius-sweep.md").write_text(markdown(found, commands))
     (out / "fedrecgel-radius-sweep.json").write_text(json.dumps(found) + "\n")
     plot(found, out / "fedrecgel-radius-sweep.png")
     return out / "fedrecgel-radius-sweep.md"

@@ -268,7 +268,7 @@ def test_the_sweep_runs_only_the_missing_cells_of_the_rows_asked_for(tmp_path, m
     assert ran == ["fedrecgel+rp0-ml100k-strict-seed1"]
 
 
-def test_the_sweeps_command_names_its_rows_only_when_some_are_not_measured():
+def test_the_sweeps_commands_name_their_rows_only_when_some_are_not_measured():
     from fedrec_lab.analysis.sweep import measured_flags
 
     def point(protocol, tag, seeds):
@@ -276,11 +276,12 @@ def test_the_sweeps_command_names_its_rows_only_when_some_are_not_measured():
 
     paper = [point("paper", "sweep", [0, 1, 2]), point("paper", "rp0", [0, 1, 2])]
     strict = [point("strict", "sweep", [0, 1, 2]), point("strict", "rp0", [])]
-    assert measured_flags(paper) == " --protocols paper --seeds 0 1 2"
-    assert measured_flags(paper + strict) == (
-        " --protocols paper strict --seeds 0 1 2 --rows sweep rp0"
-    )
-    assert measured_flags([point("strict", "sweep", [])]) == ""
+    assert measured_flags(paper) == [" --protocols paper --seeds 0 1 2"]
+    assert measured_flags(paper + strict) == [
+        " --protocols paper --seeds 0 1 2",
+        " --protocols strict --seeds 0 1 2 --rows sweep",
+    ]
+    assert measured_flags([point("strict", "sweep", [])]) == []
 
 
 def test_figure3_rows_pair_the_views_over_seeds(tmp_path, monkeypatch):
