@@ -341,3 +341,57 @@ def pair_positions(bounds, items, wanted, slots, out):
             out[j, s] = slots[wanted[j, s]]
         for k in range(bounds[j], bounds[j + 1]):
             slots[items[k]] = -1
+
+
+@jit
+def segment_take(storage, start, source, out):
+    """``out[k] = source[storage[k] - start]`` for each ``k`` whose index lies in
+    ``source`` (a segment starting at ``start`` of rows laid end to end); others untouched.
+    ``source`` and ``out``: [n, width]."""
+    end = start + source.shape[0]
+    for k in range(len(storage)):
+        at = storage[k]
+        if start <= at < end:
+            row, target = source[at - start], out[k]
+            for c in range(source.shape[1]):
+                target[c] = row[c]
+
+
+@jit
+def user_entries(bounds, items, part_flags, held_part, scores, num_items):
+    """Each user's distinct entries (users in order, items sorted) over the parts of
+    ``items`` (part ``p``'s entries of user ``j``: ``bounds[p, j]:bounds[p, j + 1]``), each
+    with its parts' flags OR-ed and, where part ``held_part`` holds it, its score (else NaN):
+    the items marked in a bitmap, read back in order."""
+    users = bounds.shape[1] - 1
+    bits = np.zeros((num_items + 63) >> 6, dtype=np.uint64)
+    marks = np.zeros(num_items, dtype=np.uint8)
+    own = np.empty(num_items, dtype=np.float32)
+    owner = np.empty(len(items), dtype=np.int64)
+    found = np.empty(len(items), dtype=np.int64)
+    flags = np.empty(len(items), dtype=np.uint8)
+    personal = np.empty(len(items), dtype=np.float32)
+    held_start, total = bounds[held_part, 0], 0
+    for j in range(users):
+        low, high = len(bits), -1
+        for p in range(bounds.shape[0]):
+            for k in range(bounds[p, j], bounds[p, j + 1]):
+                item = items[k]
+                word = item >> 6
+                bits[word] |= ONE << np.uint64(item & 63)
+                low, high = min(low, word), max(high, word)
+                marks[item] |= part_flags[p]
+                if p == held_part:
+                    own[item] = scores[k - held_start]
+        for word in range(low, high + 1):
+            left = bits[word]
+            while left:
+                item = (word << 6) + lowest_bit(left)
+                owner[total], found[total], flags[total] = j, item, marks[item]
+                held = marks[item] & part_flags[held_part]
+                personal[total] = own[item] if held else np.float32(np.nan)
+                marks[item] = 0
+                left &= left - ONE
+                total += 1
+            bits[word] = 0
+    return owner[:total].copy(), found[:total].copy(), flags[:total].copy(), personal[:total].copy()

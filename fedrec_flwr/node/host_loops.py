@@ -233,3 +233,35 @@ def pair_positions(
     out = np.empty(wanted.shape, dtype=np.int64)
     _kernels().pair_positions(_ints(bounds), _ints(items), _ints(wanted), slots, out)
     return out
+
+
+def segment_take(storage: np.ndarray, start: int, source: np.ndarray, out: np.ndarray) -> None:
+    """``out[k] = source[storage[k] - start]`` where ``storage[k]`` lies in the segment
+    ``source`` (a layered store's, starting at ``start``); ``out``: C-contiguous, one row
+    (or value) per storage index, with ``source``'s dtype."""
+    width = int(np.prod(out.shape[1:], dtype=np.int64))
+    flat_out = out.reshape(len(out), width)
+    flat_source = np.ascontiguousarray(source).reshape(len(source), width)
+    _kernels().segment_take(_ints(storage), int(start), flat_source, flat_out)
+
+
+def user_entries(
+    bounds: np.ndarray,
+    items: np.ndarray,
+    part_flags: np.ndarray,
+    held_part: int,
+    scores: np.ndarray,
+    num_items: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`fedrec_flwr.node.rank_entries.entries_of`'s (owner, item, flags, own score)
+    of its parts laid end to end in ``items`` (part ``p``'s entries of user ``j``:
+    ``bounds[p, j]:bounds[p, j + 1]``; part ``held_part``'s entries have ``scores``): each
+    user's items marked in a scratch bitmap, read back sorted."""
+    return _kernels().user_entries(
+        _ints(bounds),
+        _ints(items),
+        np.ascontiguousarray(part_flags, dtype=np.uint8),
+        int(held_part),
+        np.ascontiguousarray(scores, dtype=np.float32),
+        int(num_items),
+    )

@@ -21,12 +21,16 @@ from functools import cached_property
 
 import numpy as np
 
+from fedrec_flwr.node import host_loops
 from fedrec_flwr.node.personal import PersonalRows, run_indices, whole_rows
 
 #: More segments than this are merged into one (each read loops over the segments).
 MAX_SEGMENTS = 8
 OWNER = "personal-owner"  # array name of the owners (only in a store of several segments)
 IDS = "personal-segments"  # array name of the segments' names (idem)
+#: Storage indices from which :meth:`LayeredRows.take_rows` (and ``take_items``) copy in
+#: a compiled loop (:func:`fedrec_flwr.node.host_loops.segment_take`).
+COMPILED_TAKES = 1 << 14
 
 
 def _segment_prefix(index: int) -> str:
@@ -166,6 +170,10 @@ class LayeredRows:
         if len(self.segments) == 1:  # one copy, no look-up of each row's segment
             return np.take(first, storage, axis=0)
         out = np.empty((len(storage), *first.shape[1:]), dtype=first.dtype)
+        if len(storage) >= COMPILED_TAKES:  # one compiled pass per segment, no temporaries
+            for index, segment in enumerate(self.segments):
+                host_loops.segment_take(storage, self._offsets[index], getattr(segment, part), out)
+            return out
         segment_of = np.searchsorted(self._offsets, storage, side="right") - 1
         for index, segment in enumerate(self.segments):
             selected = np.flatnonzero(segment_of == index)

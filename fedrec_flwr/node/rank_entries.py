@@ -78,6 +78,10 @@ def entries_of(
         (every, np.asarray(prepared.valid_item[users], np.int64), VALID),
         (every, np.asarray(prepared.test_item[users], np.int64), TEST),
     ]
+    held_owner = np.asarray(held[0], np.int64)
+    size = sum(len(owner) for owner, _, _ in parts)
+    if size >= COMPILED_ENTRIES and not (np.diff(held_owner) < 0).any():
+        return _compiled_entries(parts, len(users), held_scores, n)
     keys = np.concatenate([owner * n + items for owner, items, _ in parts])
     distinct, inverse = sorted_unique(keys, n * len(users))
     flags = np.zeros(len(distinct), dtype=np.uint8)
@@ -91,6 +95,36 @@ def entries_of(
         lo += len(owner)
     owner = distinct // n
     return Entries(owner, distinct - owner * n, flags, personal)
+
+
+#: Entries from which :func:`entries_of` takes the compiled loop
+#: (:func:`fedrec_flwr.node.host_loops.user_entries`; below it, one sort of the keys).
+COMPILED_ENTRIES = 1 << 16
+
+
+def _compiled_entries(
+    parts: list[tuple[np.ndarray, np.ndarray, int]],
+    users: int,
+    held_scores: np.ndarray,
+    num_items: int,
+) -> Entries:
+    """:func:`entries_of` of its parts (each one's owners ascending) in a compiled loop:
+    each user's entries marked in a scratch bitmap over the items, read back sorted."""
+    every = np.arange(users + 1, dtype=np.int64)
+    sizes = np.cumsum([0] + [len(owner) for owner, _, _ in parts])
+    bounds = np.stack(
+        [
+            lo + np.searchsorted(owner, every)
+            for (owner, _, _), lo in zip(parts, sizes, strict=False)
+        ]
+    )
+    items = np.concatenate([np.asarray(items, np.int64) for _, items, _ in parts])
+    flags = np.array([flag for _, _, flag in parts], dtype=np.uint8)
+    held_part = [flag for _, _, flag in parts].index(HELD)
+    owner, found, marks, personal = host_loops.user_entries(
+        bounds, items, flags, held_part, held_scores, num_items
+    )
+    return Entries(owner, found, marks, personal)
 
 
 #: (user, item) slots of the position map :func:`sampled_where` fills at a time.

@@ -1,6 +1,7 @@
 """The layered personal-row store answers every read as the CSR store it stands for."""
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -115,3 +116,25 @@ def test_context_state_writes_each_segment_once_and_reads_back_elsewhere():
         same_store(loaded.personal, store.compact())
     context_state.save(context, NodeState(private, PersonalRows.empty(users, DIM)))
     assert not any(k.startswith(context_state.PART_PREFIX) for k in context.state)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_compiled_take_reads_what_the_numpy_one_reads(seed, monkeypatch):
+    rng = np.random.default_rng(seed)
+    users = int(rng.integers(1, 12))
+    store = LayeredRows.of_store(PersonalRows.empty(users, DIM))
+    for _ in range(int(rng.integers(1, 6))):
+        store = store.replaced(*updates(rng, users, 0.6))
+    if len(store.segments[-1].rows):  # NaN and infinities are copied as they are
+        store.segments[-1].rows[0, :] = [np.nan, np.inf, -0.0]
+    asked = rng.permutation(users)[: int(rng.integers(0, users + 1))]
+    storage = store.storage_of(asked)
+    scrambled = rng.permutation(storage)  # any order, not only user after user
+    for indices in (storage, scrambled, storage[:0]):
+        monkeypatch.setattr(layered, "COMPILED_TAKES", 1 << 62)
+        plain = store.take_items(indices), store.take_rows(indices)
+        monkeypatch.setattr(layered, "COMPILED_TAKES", 0)
+        compiled = store.take_items(indices), store.take_rows(indices)
+        for mine, theirs in zip(compiled, plain, strict=True):
+            assert mine.dtype == theirs.dtype and mine.shape == theirs.shape
+            np.testing.assert_array_equal(mine.view(np.uint8), theirs.view(np.uint8))

@@ -1,0 +1,64 @@
+"""The compiled form of a full ranking's entries (each user's bitmap read back in order)
+gives the entries of the sort of their keys: the same owners, items, flags and own scores."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from fedrec_flwr.node import rank_entries
+from fedrec_flwr.node.rank_entries import entries_of
+
+
+def _case(seed):
+    rng = np.random.default_rng(seed)
+    num_users, num_items = int(rng.integers(1, 30)), int(rng.integers(2, 200))
+    counts = rng.integers(0, min(num_items, 12), num_users)  # users without train items too
+    train = [np.sort(rng.choice(num_items, c, replace=False)) for c in counts]
+    prepared = SimpleNamespace(
+        num_items=num_items,
+        local=lambda users: np.asarray(users, np.int64),
+        train_indptr=np.r_[0, np.cumsum(counts)].astype(np.int64),
+        train_items=np.concatenate(train).astype(np.int64),
+        valid_item=rng.integers(0, num_items, num_users),  # may repeat a train item
+        test_item=rng.integers(0, num_items, num_users),
+    )
+    users = rng.permutation(num_users)[: int(rng.integers(0, num_users + 1))]
+    held_counts = rng.integers(0, min(num_items, 9), len(users)) * (rng.random(len(users)) < 0.7)
+    held_items = [np.sort(rng.choice(num_items, c, replace=False)) for c in held_counts]
+    owner = np.repeat(np.arange(len(users), dtype=np.int64), held_counts)
+    items = np.concatenate([np.empty(0, np.int64), *held_items]).astype(np.int64)
+    scores = rng.normal(size=len(items)).astype(np.float32)
+    scores[rng.random(len(items)) < 0.2] = np.nan  # NaN own scores are kept as they are
+    return prepared, users, (owner, items), scores
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_compiled_entries_equal_the_sorted_keys(seed, monkeypatch):
+    prepared, users, held, scores = _case(seed)
+    monkeypatch.setattr(rank_entries, "COMPILED_ENTRIES", 1 << 62)
+    plain = entries_of(prepared, users, held, scores)
+    monkeypatch.setattr(rank_entries, "COMPILED_ENTRIES", 0)
+    compiled = entries_of(prepared, users, held, scores)
+    for name in ("owner", "items", "flags", "personal"):
+        mine, theirs = getattr(compiled, name), getattr(plain, name)
+        assert mine.dtype == theirs.dtype and mine.shape == theirs.shape, name
+        np.testing.assert_array_equal(mine.view(np.uint8), theirs.view(np.uint8), name)
+
+
+def test_held_owners_out_of_order_take_the_sort(monkeypatch):
+    seed = 0
+    prepared, users, held, scores = _case(seed)
+    while len(np.unique(held[0])) < 2:  # two owners at least: reversed, they descend
+        seed += 1
+        prepared, users, held, scores = _case(seed)
+    owner, items = held
+    flipped = (owner[::-1].copy(), items[::-1].copy())
+    monkeypatch.setattr(rank_entries, "COMPILED_ENTRIES", 0)
+    got = entries_of(prepared, users, flipped, scores[::-1].copy())
+    monkeypatch.setattr(rank_entries, "COMPILED_ENTRIES", 1 << 62)
+    want = entries_of(prepared, users, flipped, scores[::-1].copy())
+    for name in ("owner", "items", "flags", "personal"):
+        np.testing.assert_array_equal(
+            getattr(got, name).view(np.uint8), getattr(want, name).view(np.uint8)
+        )
