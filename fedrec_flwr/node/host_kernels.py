@@ -395,3 +395,27 @@ def user_entries(bounds, items, part_flags, held_part, scores, num_items):
                 total += 1
             bits[word] = 0
     return owner[:total].copy(), found[:total].copy(), flags[:total].copy(), personal[:total].copy()
+
+
+@jit
+def entry_ranks(owner, flags, personal, counted, target, above, out_flags, held_flag, num_items):
+    """One split's full ranks: ``above`` plus, entry by entry, what the entry counts anew
+    (its own score beats ``target`` where it is held, else what the scan ``counted``; none
+    where its flags meet ``out_flags``) less what the scan counted; the valid items where
+    the target is NaN."""
+    rank = above.copy()
+    excluded = np.zeros(len(target), dtype=np.int64)
+    for e in range(len(owner)):
+        user, flag, was = owner[e], flags[e], counted[e]
+        now = was
+        if flag & held_flag:
+            score = personal[e]
+            now = score >= target[user] or score != score
+        if flag & out_flags:
+            now = False
+            excluded[user] += 1
+        rank[user] += np.int64(now) - np.int64(was)
+    for user in range(len(target)):
+        if target[user] != target[user]:
+            rank[user] = num_items - excluded[user]
+    return rank

@@ -265,3 +265,28 @@ def user_entries(
         np.ascontiguousarray(scores, dtype=np.float32),
         int(num_items),
     )
+
+
+def entry_ranks(
+    entries,
+    counted: np.ndarray,
+    target: np.ndarray,
+    above: np.ndarray,
+    out_flags: int,
+    held_flag: int,
+    num_items: int,
+) -> np.ndarray:
+    """One split's :func:`fedrec_flwr.node.rank_entries.full_ranks` (int64) from the
+    :class:`~fedrec_flwr.node.rank_entries.Entries` ``entries``: each entry counted where
+    it stands, with no mask or count array the size of the entries."""
+    return _kernels().entry_ranks(
+        _ints(entries.owner),
+        np.ascontiguousarray(entries.flags, dtype=np.uint8),
+        np.ascontiguousarray(entries.personal),
+        np.ascontiguousarray(counted, dtype=np.bool_),
+        np.ascontiguousarray(target),
+        _ints(above),
+        int(out_flags),
+        int(held_flag),
+        int(num_items),
+    )

@@ -167,6 +167,19 @@ def full_ranks(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The validation and test ranks over the whole catalogue, the user's exclusions out."""
     a, owner = len(targets), entries.owner
+    if len(owner) >= COMPILED_ENTRIES:  # one compiled pass per split, no temporaries
+        return tuple(  # type: ignore[return-value]  # two splits
+            host_loops.entry_ranks(
+                entries,
+                decided.entries[k],
+                targets[:, k],
+                decided.above[:, k],
+                TRAIN | VALID | (TEST if k else 0),
+                HELD,
+                num_items,
+            )
+            for k in range(2)
+        )
     ranks = []
     flags = entries.flags
     excluded = ((flags & (TRAIN | VALID)) > 0, (flags & (TRAIN | VALID | TEST)) > 0)

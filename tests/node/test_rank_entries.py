@@ -62,3 +62,26 @@ def test_held_owners_out_of_order_take_the_sort(monkeypatch):
         np.testing.assert_array_equal(
             getattr(got, name).view(np.uint8), getattr(want, name).view(np.uint8)
         )
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_compiled_full_ranks_equal_the_counts(seed, monkeypatch):
+    prepared, users, held, scores = _case(seed)
+    entries = entries_of(prepared, users, held, scores)
+    rng = np.random.default_rng(seed + 100)
+    a, size = len(users), len(entries.owner)
+    decided = SimpleNamespace(
+        above=rng.integers(0, 50, (a, 2)),
+        entries=[rng.random(size) < 0.4, rng.random(size) < 0.6],
+    )
+    targets = rng.normal(size=(a, 2))
+    targets[rng.random((a, 2)) < 0.2] = np.nan  # a user without that split
+    ties = entries.flags & rank_entries.HELD > 0  # own scores equal to the target: beaten
+    targets[entries.owner[ties][:1], 0] = entries.personal[ties][:1]
+    monkeypatch.setattr(rank_entries, "COMPILED_ENTRIES", 1 << 62)
+    plain = rank_entries.full_ranks(entries, decided, targets, prepared.num_items)
+    monkeypatch.setattr(rank_entries, "COMPILED_ENTRIES", 0)
+    compiled = rank_entries.full_ranks(entries, decided, targets, prepared.num_items)
+    for mine, theirs in zip(compiled, plain, strict=True):
+        assert mine.dtype == theirs.dtype == np.int64
+        np.testing.assert_array_equal(mine, theirs)
