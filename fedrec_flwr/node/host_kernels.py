@@ -344,17 +344,13 @@ def pair_positions(bounds, items, wanted, slots, out):
 
 
 @jit
-def segment_take(storage, start, source, out):
-    """``out[k] = source[storage[k] - start]`` for each ``k`` whose index lies in
-    ``source`` (a segment starting at ``start`` of rows laid end to end); others untouched.
-    ``source`` and ``out``: [n, width]."""
-    end = start + source.shape[0]
-    for k in range(len(storage)):
-        at = storage[k]
-        if start <= at < end:
-            row, target = source[at - start], out[k]
-            for c in range(source.shape[1]):
-                target[c] = row[c]
+def rows_into(order, source, local, out):
+    """``out[order[n]] = source[local[n]]`` for every ``n``, a row at a time (``source``
+    and ``out``: [n, width])."""
+    for n in range(len(order)):
+        row, target = source[local[n]], out[order[n]]
+        for c in range(source.shape[1]):
+            target[c] = row[c]
 
 
 @jit

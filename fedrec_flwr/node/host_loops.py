@@ -235,14 +235,11 @@ def pair_positions(
     return out
 
 
-def segment_take(storage: np.ndarray, start: int, source: np.ndarray, out: np.ndarray) -> None:
-    """``out[k] = source[storage[k] - start]`` where ``storage[k]`` lies in the segment
-    ``source`` (a layered store's, starting at ``start``); ``out``: C-contiguous, one row
-    (or value) per storage index, with ``source``'s dtype."""
-    width = int(np.prod(out.shape[1:], dtype=np.int64))
-    flat_out = out.reshape(len(out), width)
-    flat_source = np.ascontiguousarray(source).reshape(len(source), width)
-    _kernels().segment_take(_ints(storage), int(start), flat_source, flat_out)
+def rows_into(order: np.ndarray, source: np.ndarray, local: np.ndarray, out: np.ndarray) -> None:
+    """``out[order] = source[local]`` (rows of a 2-D ``source``, C-contiguous ``out`` of its
+    dtype), each row copied where it goes: no temporary of the rows taken."""
+    source = np.ascontiguousarray(source)
+    _kernels().rows_into(_ints(order), source, _ints(local), out)
 
 
 def user_entries(

@@ -28,8 +28,8 @@ from fedrec_flwr.node.personal import PersonalRows, run_indices, whole_rows
 MAX_SEGMENTS = 8
 OWNER = "personal-owner"  # array name of the owners (only in a store of several segments)
 IDS = "personal-segments"  # array name of the segments' names (idem)
-#: Storage indices from which :meth:`LayeredRows.take_rows` (and ``take_items``) copy in
-#: a compiled loop (:func:`fedrec_flwr.node.host_loops.segment_take`).
+#: Storage indices from which :meth:`LayeredRows.take_rows` (and ``take_items``) group them
+#: by segment in one sort and copy rows in a compiled loop (``LayeredRows._take_grouped``).
 COMPILED_TAKES = 1 << 14
 
 
@@ -170,15 +170,32 @@ class LayeredRows:
         if len(self.segments) == 1:  # one copy, no look-up of each row's segment
             return np.take(first, storage, axis=0)
         out = np.empty((len(storage), *first.shape[1:]), dtype=first.dtype)
-        if len(storage) >= COMPILED_TAKES:  # one compiled pass per segment, no temporaries
-            for index, segment in enumerate(self.segments):
-                host_loops.segment_take(storage, self._offsets[index], getattr(segment, part), out)
-            return out
+        if len(storage) >= COMPILED_TAKES:
+            return self._take_grouped(storage, part, out)
         segment_of = np.searchsorted(self._offsets, storage, side="right") - 1
         for index, segment in enumerate(self.segments):
             selected = np.flatnonzero(segment_of == index)
             if len(selected):
                 out[selected] = getattr(segment, part)[storage[selected] - self._offsets[index]]
+        return out
+
+    def _take_grouped(self, storage: np.ndarray, part: str, out: np.ndarray) -> np.ndarray:
+        """:meth:`_take` into ``out``: the indices grouped by segment in one stable (radix)
+        sort of their small segment numbers, each segment's rows copied where they go in
+        a compiled loop (:func:`fedrec_flwr.node.host_loops.rows_into`)."""
+        # bucket 0: before the first segment, s + 1: segment s, past the last: none taken
+        bucket = np.searchsorted(self._offsets, storage, side="right").astype(np.int16)
+        order = np.argsort(bucket, kind="stable")
+        bounds = np.cumsum(np.bincount(bucket, minlength=len(self.segments) + 2))
+        for index, segment in enumerate(self.segments):
+            selected = order[bounds[index] : bounds[index + 1]]
+            if not len(selected):
+                continue
+            source, local = getattr(segment, part), storage[selected] - self._offsets[index]
+            if source.ndim == 2:
+                host_loops.rows_into(selected, source, local, out)
+            else:
+                out[selected] = source[local]
         return out
 
     def take_items(self, storage: np.ndarray) -> np.ndarray:
