@@ -5,7 +5,7 @@ taken out and its held rows put back with their own scores."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -42,10 +42,16 @@ class Entries:
     items: np.ndarray
     flags: np.ndarray
     personal: np.ndarray  # float32 own score of held entries (NaN elsewhere: unused)
+    #: (num_items, the entries' keys) of the last :meth:`where` (the arrays never change)
+    _keys: tuple[int, np.ndarray] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def where(self, owner: np.ndarray, items: np.ndarray, num_items: int) -> np.ndarray:
         """Index of each (owner, item) among the entries, -1 where it is none."""
-        keys = self.owner * num_items + self.items
+        if self._keys is None or self._keys[0] != num_items:
+            self._keys = (num_items, self.owner * num_items + self.items)
+        keys = self._keys[1]
         wanted = np.asarray(owner, np.int64) * num_items + np.asarray(items, np.int64)
         found = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
         hit = keys[found] == wanted if len(keys) else np.zeros(len(wanted), dtype=bool)

@@ -85,3 +85,14 @@ def test_compiled_full_ranks_equal_the_counts(seed, monkeypatch):
     for mine, theirs in zip(compiled, plain, strict=True):
         assert mine.dtype == theirs.dtype == np.int64
         np.testing.assert_array_equal(mine, theirs)
+
+
+def test_where_finds_each_pair_whatever_catalogue_it_is_asked_with():
+    prepared, users, held, scores = _case(1)
+    entries = entries_of(prepared, users, held, scores)
+    picks = np.arange(0, len(entries.owner), 3)
+    owner, items = entries.owner[picks], entries.items[picks]
+    for num_items in (prepared.num_items, prepared.num_items + 7, prepared.num_items):
+        np.testing.assert_array_equal(entries.where(owner, items, num_items), picks)
+    absent = entries.where(owner[:1], np.array([prepared.num_items + 3]), prepared.num_items + 7)
+    np.testing.assert_array_equal(absent, [-1])
