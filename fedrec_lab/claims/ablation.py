@@ -15,7 +15,7 @@ from fedrec_lab.experiments.tables import ABLATION_ROUNDS
 #: The bases whose ablation rows are committed on each dataset (strict, seeds 0-2).
 BASES = {
     "ml-100k": ("fedrap", "pfedrec", "fedmf-dual", "fedncf-dual", "fedrecon-dual"),
-    "lastfm-2k": ("pfedrec",),
+    "lastfm-2k": ("pfedrec", "fedrecon-dual"),
 }
 PROTOCOL = "strict"
 NAMES = {"ml-100k": "ML-100K", "lastfm-2k": "Last.fm-2K"}
