@@ -209,7 +209,12 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(PROJECT / "bench" / "results" / "before-after.md"))
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="write the report here too (printed either way; a report to commit names its "
+        "file under bench/results/)",
+    )
     parser.add_argument("--json", default=None, help="also every figure as JSON")
     parser.add_argument(
         "--last-apart", action="store_true", help="the last round apart from the others"
@@ -320,8 +325,9 @@ def main() -> int:
             "",
         ]
     )
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(report)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(report)
     if args.json:
         figures = {
             case: {
