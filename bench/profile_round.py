@@ -167,6 +167,29 @@ def summary(rounds: dict[int, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def run_profiling(
+    config: dict[str, Any],
+    profiled_round: int,
+    start: Callable[[], Any],
+    stop: Callable[[], Any],
+) -> None:
+    """One run of ``config`` with ``start`` called when round ``profiled_round`` begins and
+    ``stop`` when the next one does (or at the end of the run)."""
+    state = {"on": False}
+
+    def on_round(server_round: int) -> None:
+        if server_round == profiled_round and not state["on"]:
+            start()
+            state["on"] = True
+        elif state["on"]:
+            stop()
+            state["on"] = False
+
+    run_case(config, PhaseClock(), on_round)
+    if state["on"]:
+        stop()
+
+
 def op_profile(config: dict[str, Any], profiled_round: int, top: int) -> dict[str, Any]:
     """One run with ``torch.profiler`` on round ``profiled_round``: operator counts and the
     top operators by self CPU time."""
@@ -177,19 +200,7 @@ def op_profile(config: dict[str, Any], profiled_round: int, top: int) -> dict[st
     if str(config.get("device", "cpu")).startswith("cuda"):
         activities.append(ProfilerActivity.CUDA)
     profiler = profile(activities=activities)
-    state = {"on": False}
-
-    def on_round(server_round: int) -> None:
-        if server_round == profiled_round and not state["on"]:
-            profiler.start()
-            state["on"] = True
-        elif state["on"]:
-            profiler.stop()
-            state["on"] = False
-
-    run_case(config, PhaseClock(), on_round)
-    if state["on"]:
-        profiler.stop()
+    run_profiling(config, profiled_round, profiler.start, profiler.stop)
     events = profiler.key_averages()
     rows = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
     launches = sum(e.count for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
@@ -210,19 +221,7 @@ def python_profile(config: dict[str, Any], profiled_round: int, top: int) -> dic
     import pstats
 
     profiler = cProfile.Profile()
-    state = {"on": False}
-
-    def on_round(server_round: int) -> None:
-        if server_round == profiled_round and not state["on"]:
-            profiler.enable()
-            state["on"] = True
-        elif state["on"]:
-            profiler.disable()
-            state["on"] = False
-
-    run_case(config, PhaseClock(), on_round)
-    if state["on"]:
-        profiler.disable()
+    run_profiling(config, profiled_round, profiler.enable, profiler.disable)
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
 
     def rows(column: int) -> list[dict[str, Any]]:
