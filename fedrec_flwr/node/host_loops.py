@@ -49,6 +49,13 @@ def _kernels():
     return host_kernels
 
 
+def _ranks():
+    """The full ranking's loops' module (numba imported on first use)."""
+    from fedrec_flwr.node import rank_kernels
+
+    return rank_kernels
+
+
 def _pcg():
     """The PCG64 loops' module (numba imported on first use)."""
     from fedrec_flwr.node import pcg_kernels
@@ -254,7 +261,7 @@ def user_entries(
     of its parts laid end to end in ``items`` (part ``p``'s entries of user ``j``:
     ``bounds[p, j]:bounds[p, j + 1]``; part ``held_part``'s entries have ``scores``): each
     user's items marked in a scratch bitmap, read back sorted."""
-    return _kernels().user_entries(
+    return _ranks().user_entries(
         _ints(bounds),
         _ints(items),
         np.ascontiguousarray(part_flags, dtype=np.uint8),
@@ -276,7 +283,7 @@ def entry_ranks(
     """One split's :func:`fedrec_flwr.node.rank_entries.full_ranks` (int64) from the
     :class:`~fedrec_flwr.node.rank_entries.Entries` ``entries``: each entry counted where
     it stands, with no mask or count array the size of the entries."""
-    return _kernels().entry_ranks(
+    return _ranks().entry_ranks(
         _ints(entries.owner),
         np.ascontiguousarray(entries.flags, dtype=np.uint8),
         np.ascontiguousarray(entries.personal),
