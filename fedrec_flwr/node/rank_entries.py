@@ -168,6 +168,10 @@ def pair_where(owner: np.ndarray, items: np.ndarray, wanted: np.ndarray, num_ite
     return out
 
 
+#: The flags that take an entry out of each split's ranking (validation, test).
+EXCLUDED_FLAGS = (TRAIN | VALID, TRAIN | VALID | TEST)
+
+
 def full_ranks(
     entries: Entries, decided: Decided, targets: np.ndarray, num_items: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -180,7 +184,7 @@ def full_ranks(
                 decided.entries[k],
                 targets[:, k],
                 decided.above[:, k],
-                TRAIN | VALID | (TEST if k else 0),
+                EXCLUDED_FLAGS[k],
                 HELD,
                 num_items,
             )
@@ -188,7 +192,7 @@ def full_ranks(
         )
     ranks = []
     flags = entries.flags
-    excluded = ((flags & (TRAIN | VALID)) > 0, (flags & (TRAIN | VALID | TEST)) > 0)
+    excluded = tuple((flags & out) > 0 for out in EXCLUDED_FLAGS)
     held = np.flatnonzero(flags & HELD)  # rescored from their own rows
     held_owner = owner[held]
     for k in range(2):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from fedrec_lab.analysis.state import rounds
 from fedrec_lab.experiments.cells import Cell, RowSpec
+from fedrec_lab.experiments.report import NAMES
 from fedrec_lab.experiments.tables import (
     ABLATION_ROUNDS,
     plgc_ablation_against,
@@ -26,7 +27,6 @@ from fedrec_lab.experiments.tables import (
 #: The horizons read (rounds); the last is the table's.
 HORIZONS = (10, 20, 25, ABLATION_ROUNDS)
 SEEDS = (0, 1, 2)
-NAMES = {"ml-100k": "ML-100K", "lastfm-2k": "Last.fm-2K"}
 
 
 def best_within(rows: list[dict[str, str]], horizon: int) -> dict[str, str]:

@@ -10,6 +10,7 @@ import statistics
 
 from fedrec_lab.claims.sources import Runs
 from fedrec_lab.claims.verdicts import NOT_REPRODUCED, REPRODUCED, Claim, Measure, Measured, better
+from fedrec_lab.experiments.report import NAMES
 from fedrec_lab.experiments.tables import ABLATION_ROUNDS
 
 #: The bases whose ablation rows are committed on each dataset (strict, seeds 0-2).
@@ -18,7 +19,6 @@ BASES = {
     "lastfm-2k": ("pfedrec", "fedrecon-dual"),
 }
 PROTOCOL = "strict"
-NAMES = {"ml-100k": "ML-100K", "lastfm-2k": "Last.fm-2K"}
 
 
 def row(base: str, part: str = "plgc", dataset: str = "ml-100k") -> Runs:
