@@ -203,13 +203,20 @@ def op_profile(config: dict[str, Any], profiled_round: int, top: int) -> dict[st
     run_profiling(config, profiled_round, profiler.start, profiler.stop)
     events = profiler.key_averages()
     rows = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
-    launches = sum(e.count for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    busiest = sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:top]
     return {
         "round": profiled_round,
         "operators": sum(e.count for e in events if e.key.startswith("aten::")),
-        "cuda_kernels": launches,
+        "cuda_kernels": sum(e.count for e in kernels),
         "top": [
             {"op": e.key, "calls": e.count, "self_cpu_s": e.self_cpu_time_total / 1e6} for e in rows
+        ],
+        # the device's side: its busy seconds (kernels and copies) and the busiest kernels
+        "device_s": sum(e.self_device_time_total for e in kernels) / 1e6,
+        "top_device": [
+            {"kernel": e.key, "calls": e.count, "device_s": e.self_device_time_total / 1e6}
+            for e in busiest
         ],
     }
 
@@ -271,6 +278,19 @@ def markdown(name: str, result: dict[str, Any]) -> str:
             "|---|---:|---:|",
             *(f"| {t['op']} | {t['calls']} | {t['self_cpu_s']:.3f} |" for t in ops["top"]),
         ]
+        if ops.get("top_device"):
+            lines += [
+                "",
+                f"The device's side, round {ops['round']}: {ops['device_s']:.3f} s busy "
+                "(kernels and copies, by the profiler's device times).",
+                "",
+                "| kernel | calls | device s |",
+                "|---|---:|---:|",
+                *(
+                    f"| {t['kernel'][:90]} | {t['calls']} | {t['device_s']:.3f} |"
+                    for t in ops["top_device"]
+                ),
+            ]
     if "python" in result:
         py = result["python"]
         lines += [

@@ -52,6 +52,9 @@ from fedrec_flwr.node.scoring import held_pairs, pair_scores
 UNIT = 2.0**-24
 #: Scores one block of the matrix product holds (users x items).
 BLOCK_SCORES = 1 << 22
+#: The same on an accelerator, where a block's cost is its launches and host syncs (about a
+#: dozen each) rather than its size: 256 MB of scores and as much of comparisons.
+DEVICE_BLOCK_SCORES = 1 << 26
 #: At most this many on the CPU: a block and its comparison buffer (8 MB) stay in the cache
 #: for the four comparison passes.
 CPU_BLOCK_SCORES = 1 << 20
@@ -297,7 +300,7 @@ def _scan_tensors(
     device = weight.device
     num_items = table.rows.shape[0]
     a = len(weight)
-    block_scores = BLOCK_SCORES
+    block_scores = BLOCK_SCORES if device.type == "cpu" else DEVICE_BLOCK_SCORES
     step = max(1, block_scores // max(num_items, 1))
     bounds = np.searchsorted(entries.owner, np.arange(0, a + step, step))
     count_dtype = torch.float32 if num_items < 1 << 24 else torch.float64

@@ -132,17 +132,25 @@ def tensor_epoch_steps(
     counts = torch.from_numpy(host_counts).to(device)
     global_users = torch.from_numpy(np.asarray(users, np.int64)).to(device)
     source = shuffled_order(seed, global_users, counts, server_round, tag)
-    return planned_steps(plan, source, sample_rows, sample_labels)
+    return planned_steps(plan, source, sample_rows, sample_labels, spread_padding=uniform)
 
 
 def planned_steps(
-    plan: BatchPlan, source: torch.Tensor, sample_rows: torch.Tensor, sample_labels: torch.Tensor
+    plan: BatchPlan,
+    source: torch.Tensor,
+    sample_rows: torch.Tensor,
+    sample_labels: torch.Tensor,
+    spread_padding: bool = False,
 ) -> list[Step]:
     """The steps of ``plan``, the samples taken in the shuffled order ``source`` (the flat
     index of the sample at each (user, position), users in order): the rows and labels of
     every step one scatter into flat buffers (on the CPU, from ``COMPILED_SAMPLES``
     entries, one compiled pass: :func:`fedrec_flwr.node.host_loops.batch_entries`), the
-    weights runs, each step a view."""
+    weights runs, each step a view.
+
+    Padding entries (weight zero) point at row 0; with ``spread_padding`` (the uniform
+    layout of an accelerator, :func:`uniform_steps`) at rows of the samples instead
+    (:func:`spread_rows`)."""
     device = sample_rows.device
     if plan.total == 0:
         return []
@@ -177,6 +185,8 @@ def planned_steps(
     values = torch.cat([values, values.new_zeros(1)])
     weights = repeat(values, torch.from_numpy(lengths)).to(device)
     members = torch.from_numpy(plan.members).to(device)
+    if spread_padding:
+        rows = spread_rows(rows, weights, sample_rows)
     steps = []
     for lo, hi, first_member, count, width in plan.groups:
         shape = (count, width)
@@ -189,6 +199,21 @@ def planned_steps(
             )
         )
     return steps
+
+
+def spread_rows(
+    rows: torch.Tensor, weights: torch.Tensor, sample_rows: torch.Tensor
+) -> torch.Tensor:
+    """``rows`` with each padding entry (weight zero) moved from row 0 to a row of the
+    samples (entry ``k``: sample ``k`` modulo their number). A padding entry's gradient is
+    zero, so its row is never changed by more than the sign of a zero; but a deterministic
+    ``index_add_`` on a device (a sort, then each row's entries summed one after another)
+    would take every padding entry of a step in one chain on row 0. Spread over the round's
+    rows, the chains are as long as a row's real repeats. No host sync: one ``where``."""
+    spare = sample_rows.index_select(
+        0, torch.arange(len(rows), device=rows.device).remainder_(len(sample_rows))
+    )
+    return torch.where(weights > 0, rows, spare)
 
 
 class BatchPlan:

@@ -37,13 +37,19 @@ def plan(counts, users=None, batch=8, seed=0, server_round=1, tag=0, max_entries
     return offsets, steps
 
 
-def batches_of(offsets, steps):
-    """Each user's batches: (its sample indices, labels, weights) per step, in order."""
+def batches_of(offsets, steps, padding_at_zero=True):
+    """Each user's batches: (its sample indices, labels, weights) per step, in order.
+    ``padding_at_zero``: padding entries point at row 0 (else anywhere among the rows)."""
     out: dict[int, list] = {}
     for step in steps:
         for k, j in enumerate(step.users.tolist()):
             real = step.weights[k] > 0
-            assert not step.weights[k][~real].any() and not step.rows[k][~real].any()
+            assert not step.weights[k][~real].any()
+            padding = step.rows[k][~real]
+            if padding_at_zero:
+                assert not padding.any()
+            else:
+                assert ((padding >= 0) & (padding < int(offsets[-1]))).all()
             rows = step.rows[k][real] - int(offsets[j])
             out.setdefault(j, []).append(
                 (rows.tolist(), step.labels[k][real].tolist(), step.weights[k][real].tolist())
@@ -242,7 +248,31 @@ def test_the_uniform_layout_gives_each_user_the_same_batches_in_fewer_steps(max_
         assert len(built[True]) == 1 < len(built[False])
     widths = {step.rows.shape[1] for step in built[True]}
     assert widths == {int(user_widths(counts, 256).max())}
-    assert batches_of(offsets, built[True]) == batches_of(offsets, built[False])
+    uniform = batches_of(offsets, built[True], padding_at_zero=False)
+    assert uniform == batches_of(offsets, built[False])
+
+
+def test_the_uniform_layout_spreads_its_padding_over_the_rows():
+    """A device's deterministic ``index_add_`` sums a row's entries one after another: the
+    uniform layout's padding (zero weight) points at many rows, not all at row 0."""
+    counts = np.asarray([3, 250, 40, 0, 7] * 20, np.int64)
+    offsets = np.r_[0, np.cumsum(counts)]
+    rows = torch.arange(int(offsets[-1])) * 2 + 5  # the samples' rows: none is row 0
+    labels = torch.zeros(len(rows))
+    widths = user_widths(counts, 256, full=True)
+    steps = tensor_epoch_steps(
+        offsets, rows, labels, np.arange(100), widths, 256, 1, 1, 0, uniform=True
+    )
+    for step in steps:
+        padding = step.rows[step.weights == 0]
+        assert len(padding) > 1000
+        assert torch.isin(padding, rows).all()
+        most = int(torch.unique(padding, return_counts=True)[1].max())
+        assert most <= -(-step.rows.numel() // len(rows))  # entries over samples, not all
+    narrow = tensor_epoch_steps(
+        offsets, rows, labels, np.arange(100), user_widths(counts, 256), 256, 1, 1, 0, uniform=False
+    )
+    assert all(not step.rows[step.weights == 0].any() for step in narrow)  # the CPU's: row 0
 
 
 def test_only_an_accelerator_takes_the_uniform_layout():
