@@ -123,10 +123,16 @@ def row(
     """One row: both sides' figures over the seeds that have both, and the paired intervals."""
     sides: dict[bool, list[dict]] = {False: [], True: []}
     seeds_done = []
+    recorded = []
     for seed in seeds:
         found = [
             run_figures(SamCell(method, sam, dataset, protocol, seed), runs, records)
             for sam in (False, True)
+        ]
+        recorded += [
+            {"side": "with" if sam else "without", "seed": seed}
+            for sam, figures in zip((False, True), found, strict=True)
+            if figures is not None
         ]
         pair = [figures for figures in found if figures is not None]
         if len(pair) == len(found):
@@ -138,6 +144,7 @@ def row(
         "dataset": dataset,
         "protocol": protocol,
         "seeds": seeds_done,
+        "recorded": recorded,
         "radii": sides[True][0]["radii"] if seeds_done else None,
         "rounds": sorted({f["rounds"] for side in sides.values() for f in side}),
         "best_rounds": {
@@ -311,6 +318,17 @@ def replayed_hr_lines(rows: list[dict[str, Any]], names: dict[str, str]) -> list
     ]
 
 
+def recorded_note(r: dict[str, Any]) -> str:
+    """The cells a row not measured already has (its run and its record), e.g.
+    `` (cells recorded: without SAM seed 0)`` ("" when none)."""
+    cells = r.get("recorded") or []
+    if not cells:
+        return ""
+    return (
+        " (cells recorded: " + ", ".join(f"{c['side']} SAM seed {c['seed']}" for c in cells) + ")"
+    )
+
+
 def row_command(r: dict[str, Any]) -> str:
     """The command that makes a row's records (runs or replays what is missing)."""
     return (
@@ -355,7 +373,9 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
     lines += early_lines(done, names)
     lines += replayed_hr_lines(done, names)
     missing = [
-        f"{r['method']} {names[r['dataset']]} {r['protocol']}" for r in rows if not r["seeds"]
+        f"{r['method']} {names[r['dataset']]} {r['protocol']}{recorded_note(r)}"
+        for r in rows
+        if not r["seeds"]
     ]
     lines += ["", "Across the rows:", "", *verdict(done), ""]
     if done:

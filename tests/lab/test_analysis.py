@@ -312,6 +312,32 @@ def test_figure3_rows_pair_the_views_over_seeds(tmp_path, monkeypatch):
     )
 
 
+def test_a_sam_row_not_measured_names_the_cells_it_already_has(tmp_path):
+    from fedrec_lab.analysis import sam_table
+    from fedrec_lab.analysis.cells import SamCell
+
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    records.mkdir(parents=True)
+    cell = SamCell("FedRecGEL", False, "lastfm-2k", "strict", 0)
+    fake_run(
+        runs, cell.name, {"round": [1]}, {"rounds": 1, "best_round": 1, "test": {"hr@10": 0.1}}
+    )
+    sampled = [{"user": 0, "lambda_max": 1.0, "rho_sharpness": 0.1}]
+    record = {"gap": 0.1, "users": [0], "user_gap": [0.1], "mean_lambda_max": 1.0}
+    record |= {"mean_rho_sharpness": 0.1, "sampled": sampled, "radii": [0.3, 0.01]}
+    (records / f"{cell.name}.json").write_text(json.dumps(record))
+    # a record whose run is not here is no cell of the row
+    twin = SamCell("FedRecGEL", True, "lastfm-2k", "strict", 1)
+    (records / f"{twin.name}.json").write_text(json.dumps(record))
+    rows_ = sam_table.table_rows(runs, records)
+    (gel,) = [r for r in rows_ if r["recorded"]]
+    assert gel["seeds"] == [] and gel["recorded"] == [{"side": "without", "seed": 0}]
+    text = sam_table.markdown(rows_, "cmd")
+    assert "Not measured (20 of 20 rows)" in text
+    assert "FedRecGEL Last.fm-2K strict (cells recorded: without SAM seed 0);" in text
+    assert "FedRecGEL Last.fm-2K paper;" in text
+
+
 def test_sam_table_pairs_seeds_lists_them_and_says_what_is_missing(tmp_path):
     from fedrec_lab.analysis import sam_plot, sam_table
     from fedrec_lab.analysis.cells import SamCell
