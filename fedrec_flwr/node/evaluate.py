@@ -97,8 +97,10 @@ class NodeEvaluation:
                 item_rows,
                 state.private_rows,
             )
+            terms = self._terms(ranks)  # each user's values, once per chunk
+            per_user.append(np.concatenate([stacked(t, len(positions)) for t in terms], axis=1))
             for part in range(0, len(positions), step):  # the sums: eval_chunk users at a time
-                per_user.append(self._summed(ranks, slice(part, part + step), totals))
+                self._summed(terms, ranks.exposed, slice(part, part + step), totals)
                 # the generalization gap (fedrec_flwr.node.losses)
                 if self.config.evaluation.eval_loss:
                     block = slice(part, part + step)
@@ -132,25 +134,27 @@ class NodeEvaluation:
         totals["fit-loss"] = totals.get("fit-loss", 0.0) + float(fit.sum())
         totals["val-loss"] = totals.get("val-loss", 0.0) + float(val.sum())
 
-    def _summed(self, ranks, part: slice, totals: dict[str, float]) -> np.ndarray:
-        """Add the metric terms of the users at ``part`` of ``ranks`` to ``totals`` (a
-        float64 sum per metric and block of users, in order); their per-user values."""
-        protocol = self.protocol
-        columns = []
-        for split, full, sampled in (
-            ("val", ranks.val, ranks.sampled_val),
-            ("test", ranks.test, ranks.sampled_test),
-        ):
-            terms = metric_terms(full[part], protocol.name)
+    def _terms(self, ranks) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """The metric terms of every user of ``ranks`` (float64 [users] per metric): the
+        validation split's, then the test split's, each in ``reported_metrics`` order."""
+        out = []
+        for full, sampled in ((ranks.val, ranks.sampled_val), (ranks.test, ranks.sampled_test)):
+            terms = metric_terms(full, self.protocol.name)
             if sampled is not None:  # strict: the sampled-100 metrics of the same scores
-                terms |= sampled_metric_terms(sampled[part])
-            for name, values in terms.items():
-                totals[f"{split}-{name}"] += float(values.sum())
-            columns.append(stacked(terms, len(full[part])))
-        if ranks.exposed is not None:  # a malicious attack's target items
-            exposed = totals.get("target-exposed", 0.0) + float(ranks.exposed[part].sum())
-            totals["target-exposed"] = exposed
-        return np.concatenate(columns, axis=1)
+                terms |= sampled_metric_terms(sampled)
+            out.append(terms)
+        return out[0], out[1]
+
+    def _summed(self, terms, exposed, part: slice, totals: dict[str, float]) -> None:
+        """Add the metric terms (:meth:`_terms`) of the users at ``part`` to ``totals`` (a
+        float64 sum per metric and block of users, in order)."""
+        for split, split_terms in zip(("val", "test"), terms, strict=True):
+            for name, values in split_terms.items():
+                totals[f"{split}-{name}"] += float(values[part].sum())
+        if exposed is not None:  # a malicious attack's target items
+            totals["target-exposed"] = totals.get("target-exposed", 0.0) + float(
+                exposed[part].sum()
+            )
 
     def eval_positions(self, server_round: int, sample: int) -> np.ndarray | None:
         """Positions of this node's users in the round's evaluation sample of ``sample``

@@ -37,6 +37,8 @@ cache).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 MASK32 = 0xFFFFFFFF
@@ -273,24 +275,54 @@ def user_entries(
 
 def entry_ranks(
     entries,
-    counted: np.ndarray,
-    target: np.ndarray,
+    counted: Sequence[np.ndarray],
+    targets: np.ndarray,
     above: np.ndarray,
-    out_flags: int,
+    out_flags: tuple[int, int],
     held_flag: int,
-    num_items: int,
-) -> np.ndarray:
-    """One split's :func:`fedrec_flwr.node.rank_entries.full_ranks` (int64) from the
-    :class:`~fedrec_flwr.node.rank_entries.Entries` ``entries``: each entry counted where
-    it stands, with no mask or count array the size of the entries."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """Both splits' :func:`fedrec_flwr.node.rank_entries.full_ranks` counts (int64
+    ``[users, 2]``) and excluded entries per user (idem) from the
+    :class:`~fedrec_flwr.node.rank_entries.Entries` ``entries``, in one pass: each entry
+    counted where it stands, with no mask or count array the size of the entries."""
     return _ranks().entry_ranks(
         _ints(entries.owner),
         np.ascontiguousarray(entries.flags, dtype=np.uint8),
         np.ascontiguousarray(entries.personal),
-        np.ascontiguousarray(counted, dtype=np.bool_),
-        np.ascontiguousarray(target),
+        np.ascontiguousarray(counted[0], dtype=np.bool_),
+        np.ascontiguousarray(counted[1], dtype=np.bool_),
+        np.ascontiguousarray(targets),
         _ints(above),
-        int(out_flags),
+        np.asarray(out_flags, dtype=np.uint8),
         int(held_flag),
-        int(num_items),
+    )
+
+
+def sampled_counts(
+    entries,
+    sample: np.ndarray,
+    beaten: np.ndarray,
+    targets: np.ndarray,
+    held_flag: int,
+    half: int,
+    num_items: int,
+) -> np.ndarray:
+    """Per user and split (int64 ``[users, 2]``; split 0: the first ``half`` columns of
+    ``sample``) the sampled negatives that beat the target
+    (:func:`fedrec_flwr.node.rank_entries.sampled_ranks`): the scan's ``beaten``, or the
+    own score of an item the user holds (its entries marked in a scratch map over the
+    items, one user at a time)."""
+    sample = _ints(sample)
+    bounds = np.searchsorted(entries.owner, np.arange(sample.shape[0] + 1))
+    return _ranks().sampled_counts(
+        _ints(bounds),
+        _ints(entries.items),
+        np.ascontiguousarray(entries.flags, dtype=np.uint8),
+        np.ascontiguousarray(entries.personal),
+        sample,
+        np.ascontiguousarray(beaten, dtype=np.bool_),
+        np.ascontiguousarray(targets),
+        int(held_flag),
+        int(half),
+        np.full(num_items, -1, dtype=np.int64),
     )

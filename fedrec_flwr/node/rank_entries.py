@@ -177,19 +177,12 @@ def full_ranks(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The validation and test ranks over the whole catalogue, the user's exclusions out."""
     a, owner = len(targets), entries.owner
-    if len(owner) >= COMPILED_ENTRIES:  # one compiled pass per split, no temporaries
-        return tuple(  # type: ignore[return-value]  # two splits
-            host_loops.entry_ranks(
-                entries,
-                decided.entries[k],
-                targets[:, k],
-                decided.above[:, k],
-                EXCLUDED_FLAGS[k],
-                HELD,
-                num_items,
-            )
-            for k in range(2)
+    if len(owner) >= COMPILED_ENTRIES:  # one compiled pass for both splits, no temporaries
+        rank, out_of = host_loops.entry_ranks(
+            entries, decided.entries, targets, decided.above, EXCLUDED_FLAGS, HELD
         )
+        out = np.where(np.isnan(targets), num_items - out_of, rank).astype(np.int64)
+        return out[:, 0].copy(), out[:, 1].copy()
     ranks = []
     flags = entries.flags
     excluded = tuple((flags & out) > 0 for out in EXCLUDED_FLAGS)
@@ -219,10 +212,20 @@ def sampled_ranks(
     num_items: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The validation and test ranks among the sampled negatives (each split's half)."""
+    width = sample.shape[1]
+    if sample.size >= COMPILED_PAIRS:  # one compiled pass, no position or mask array
+        count = host_loops.sampled_counts(
+            entries, sample, decided.sample, targets, HELD, EVAL_NEGATIVES_PER_SPLIT, num_items
+        )
+        sizes = (
+            len(range(width)[:EVAL_NEGATIVES_PER_SPLIT]),
+            len(range(width)[EVAL_NEGATIVES_PER_SPLIT:]),
+        )
+        out = np.where(np.isnan(targets), np.array(sizes), count).astype(np.int64)
+        return out[:, 0].copy(), out[:, 1].copy()
     where = sampled_where(entries, sample, num_items).reshape(-1)
     found = np.flatnonzero(where >= 0)
     held = found[(entries.flags[where[found]] & HELD) > 0]  # rescored from their own rows
-    width = sample.shape[1]
     split = (held % width >= EVAL_NEGATIVES_PER_SPLIT).astype(np.int64)  # 0: val, 1: test
     sample_beats = np.array(decided.sample, dtype=bool, order="C")
     sample_beats.reshape(-1)[held] = beats(

@@ -1,7 +1,8 @@
 """The compiled loops of a full ranking's host side (numba, cached on disk where numba can
 write its cache), for :mod:`fedrec_flwr.node.host_loops`: each user's entries from a bitmap
-over the items (:func:`user_entries`) and one split's ranks counted entry by entry
-(:func:`entry_ranks`). Imported on first use."""
+over the items (:func:`user_entries`), both splits' ranks counted entry by entry
+(:func:`entry_ranks`) and among the sampled negatives (:func:`sampled_counts`). Imported on
+first use."""
 
 from __future__ import annotations
 
@@ -51,24 +52,48 @@ def user_entries(bounds, items, part_flags, held_part, scores, num_items):
 
 
 @jit
-def entry_ranks(owner, flags, personal, counted, target, above, out_flags, held_flag, num_items):
-    """One split's full ranks: ``above`` plus, entry by entry, what the entry counts anew
-    (its own score beats ``target`` where it is held, else what the scan ``counted``; none
-    where its flags meet ``out_flags``) less what the scan counted; the valid items where
-    the target is NaN."""
+def entry_ranks(owner, flags, personal, counted0, counted1, targets, above, out_flags, held_flag):
+    """Both splits' full ranks (``[users, 2]``; split ``k``'s scan decisions ``counted<k>``,
+    its excluded flags ``out_flags[k]``) in one pass over the entries: ``above`` plus, entry
+    by entry, what the entry counts anew (its own score beats the target where it is held,
+    else what the scan counted; none where its flags meet the split's) less what the scan
+    counted; and each split's excluded entries per user (for a NaN target's rank)."""
     rank = above.copy()
-    excluded = np.zeros(len(target), dtype=np.int64)
+    excluded = np.zeros(above.shape, dtype=np.int64)
     for e in range(len(owner)):
-        user, flag, was = owner[e], flags[e], counted[e]
-        now = was
-        if flag & held_flag:
-            score = personal[e]
-            now = score >= target[user] or score != score
-        if flag & out_flags:
-            now = False
-            excluded[user] += 1
-        rank[user] += np.int64(now) - np.int64(was)
-    for user in range(len(target)):
-        if target[user] != target[user]:
-            rank[user] = num_items - excluded[user]
-    return rank
+        user, flag = owner[e], flags[e]
+        held = flag & held_flag
+        score = personal[e]
+        for k in range(2):
+            was = counted0[e] if k == 0 else counted1[e]
+            now = was
+            if held:
+                now = score >= targets[user, k] or score != score
+            if flag & out_flags[k]:
+                now = False
+                excluded[user, k] += 1
+            rank[user, k] += np.int64(now) - np.int64(was)
+    return rank, excluded
+
+
+@jit
+def sampled_counts(bounds, items, flags, personal, sample, beaten, targets, held_flag, half, slots):
+    """Per user and split (``[users, 2]``; split 0 the first ``half`` columns of
+    ``sample``) the sampled negatives that beat the target: the scan's decision
+    ``beaten[j, s]``, or where the user holds the item (its entry found in ``slots``, a
+    scratch map over the items, all -1 before and after) its own score's."""
+    counts = np.zeros((sample.shape[0], 2), dtype=np.int64)
+    for j in range(sample.shape[0]):
+        for k in range(bounds[j], bounds[j + 1]):
+            slots[items[k]] = k
+        for s in range(sample.shape[1]):
+            split = 0 if s < half else 1
+            now = beaten[j, s]
+            e = slots[sample[j, s]]
+            if e >= 0 and flags[e] & held_flag:
+                score = personal[e]
+                now = score >= targets[j, split] or score != score
+            counts[j, split] += np.int64(now)
+        for k in range(bounds[j], bounds[j + 1]):
+            slots[items[k]] = -1
+    return counts

@@ -96,3 +96,28 @@ def test_where_finds_each_pair_whatever_catalogue_it_is_asked_with():
         np.testing.assert_array_equal(entries.where(owner, items, num_items), picks)
     absent = entries.where(owner[:1], np.array([prepared.num_items + 3]), prepared.num_items + 7)
     np.testing.assert_array_equal(absent, [-1])
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_compiled_sampled_ranks_equal_the_position_map(seed, monkeypatch):
+    """The compiled sampled ranks (one user's entries mapped at a time) against the position
+    map and masks: held sampled items rescored from their own scores (NaN ones, ties), NaN
+    targets, users without entries, a width that leaves the test split short."""
+    prepared, users, held, scores = _case(seed)
+    entries = entries_of(prepared, users, held, scores)
+    rng = np.random.default_rng(seed + 200)
+    a = len(users)
+    for width in (2 * rank_entries.EVAL_NEGATIVES_PER_SPLIT, 120, 7):
+        sample = rng.integers(0, prepared.num_items, (a, width))
+        decided = SimpleNamespace(sample=rng.random((a, width)) < 0.3)
+        targets = rng.normal(size=(a, 2)).astype(np.float32)
+        targets[rng.random((a, 2)) < 0.2] = np.nan  # a user without that split
+        ties = entries.flags & rank_entries.HELD > 0
+        targets[entries.owner[ties][:1], 1] = entries.personal[ties][:1]
+        monkeypatch.setattr(rank_entries, "COMPILED_PAIRS", 1 << 62)
+        plain = rank_entries.sampled_ranks(entries, decided, targets, sample, prepared.num_items)
+        monkeypatch.setattr(rank_entries, "COMPILED_PAIRS", 0)
+        compiled = rank_entries.sampled_ranks(entries, decided, targets, sample, prepared.num_items)
+        for mine, theirs in zip(compiled, plain, strict=True):
+            assert mine.dtype == theirs.dtype == np.int64
+            np.testing.assert_array_equal(mine, theirs)
