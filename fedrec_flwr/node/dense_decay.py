@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from fedrec_flwr.methods.base import ROWS
+from fedrec_flwr.node.round_params import host_copy
 from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.stages import Finish, TrainResult, UploadRound, Uploads, UploadStage
 
@@ -45,12 +46,12 @@ class DenseDecay(UploadStage):
     def of(cls, config: RunGroups, received: torch.Tensor) -> DenseDecay | None:
         """The round's bookkeeping, or None (``weight-decay-rows = "held"``, or no decay).
         ``received`` (the rows the round starts from, on the run's device) is copied to the
-        host only when the decay applies: no device-to-host copy of the round's rows
-        otherwise."""
+        host only when the decay applies (one copy, from the device or on the host): no
+        device-to-host copy of the round's rows otherwise."""
         schedule = config.schedule
         if schedule.weight_decay_rows != "all" or schedule.weight_decay <= 0:
             return None
-        return cls(received.cpu().numpy().copy())
+        return cls(host_copy(received).numpy())
 
     def factors(self, num_users: int) -> np.ndarray:
         """``f_u`` of each of the round's users on the shared rows (1: no step decayed)."""

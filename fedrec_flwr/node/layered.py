@@ -22,6 +22,7 @@ from functools import cached_property
 import numpy as np
 
 from fedrec_flwr.node import host_loops
+from fedrec_flwr.node.host_memory import populated_empty
 from fedrec_flwr.node.personal import PersonalRows, run_indices, whole_rows
 
 #: More segments than this are merged into one (each read loops over the segments).
@@ -219,16 +220,21 @@ class LayeredRows:
         return self.compact()
 
     def _built(self) -> PersonalRows:
+        """The live rows in user order, each segment's copied where they go (from
+        ``COMPILED_TAKES`` rows in a compiled loop, no temporary of the rows taken) into
+        memory mapped at once (:func:`~fedrec_flwr.node.host_memory.populated_empty`)."""
         counts = self._counts
         indptr = np.r_[0, np.cumsum(counts)].astype(np.int64)
         items = np.empty(int(indptr[-1]), dtype=np.int64)
-        rows = np.empty((len(items), self.row_dim), dtype=np.float32)
-        out_rows = whole_rows(rows)
+        rows = populated_empty((len(items), self.row_dim), np.float32)
         for _, segment, selected in self._members(np.arange(self.num_users)):
             source = segment.storage_of(selected)
             dest = run_indices(indptr[selected], counts[selected])
             items[dest] = segment.items[source]
-            out_rows[dest] = whole_rows(segment.rows)[source]
+            if len(source) >= COMPILED_TAKES:
+                host_loops.rows_into(dest, segment.rows, source, rows)
+            else:
+                whole_rows(rows)[dest] = whole_rows(segment.rows)[source]
         return PersonalRows(indptr=indptr, items=items, rows=rows)
 
     @property

@@ -15,6 +15,7 @@ from functools import cached_property
 import numpy as np
 
 from fedrec_flwr.node import host_loops
+from fedrec_flwr.node.host_memory import populated_empty
 
 KEY_STRIDE = 1 << 32  # (position, item) -> position * KEY_STRIDE + item
 #: Pairs from which :meth:`PersonalRows.find` takes the compiled search.
@@ -153,7 +154,7 @@ class PersonalRows:
         # Output slot of each kept old row and each new row (both lists are sorted).
         old_slot = np.arange(len(old)) + where
         new_slot = np.arange(len(new)) + np.searchsorted(old, new)
-        out = np.empty((len(old) + len(new), self.rows.shape[1]), dtype=np.float32)
+        out = populated_empty((len(old) + len(new), self.rows.shape[1]), np.float32)
         out[old_slot] = self.rows[keep]
         out[new_slot] = rows
         keys = np.empty(len(out), dtype=np.int64)

@@ -33,7 +33,13 @@ from fedrec_flwr.node.host_memory import tune_host_memory
 from fedrec_flwr.node.layered import LayeredRows
 from fedrec_flwr.node.personal import PersonalRows, whole_rows
 from fedrec_flwr.node.protocols import build_protocol, lookup_rows
-from fedrec_flwr.node.round_params import round_params, zero_small_rows
+from fedrec_flwr.node.round_params import (
+    host_array,
+    host_copy,
+    round_params,
+    round_rows,
+    zero_small_rows,
+)
 from fedrec_flwr.node.samples import (
     RoundDraws,
     RoundSamples,
@@ -186,8 +192,8 @@ class NodeRuntime(NodeEvaluation):
         samples = build_round_samples(
             self.prepared, self.config, users, positions, server_round, draws=draws
         )
-        received = lookup_rows(samples.row_items, item_ids, item_rows)  # the global rows
-        sent = torch.from_numpy(received.copy()) if self.uploads.reads_sent else None
+        received = round_rows(samples.row_items, item_ids, item_rows, self.device)
+        sent = host_copy(received) if self.uploads.reads_sent else None
         params = round_params(
             self.method, state, positions, dense or {}, samples, received, self.device
         )
@@ -237,13 +243,13 @@ class NodeRuntime(NodeEvaluation):
             private[name][index] = params[name].cpu()
         personal = state.personal
         if layout(self.method).personal_rows:
-            personal = self._kept_rows(personal, samples, tuned.cpu().numpy())
+            personal = self._kept_rows(personal, samples, host_array(tuned))
         private_rows = {
             name: store.merged(
                 samples.row_positions(),
                 samples.row_items,
                 capabilities.private_rows_out(
-                    self.method, name, params[name].cpu().numpy(), samples.row_items
+                    self.method, name, host_array(params[name]), samples.row_items
                 ),
                 zero_at=zero_threshold(self.method),
             )
