@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from fedrec_flwr.data.prepared import EVAL_NEGATIVES_PER_SPLIT
-from fedrec_flwr.node.rank_entries import Decided, Entries, beats
+from fedrec_flwr.node import host_loops
+from fedrec_flwr.node.rank_entries import Decided, Entries
 
 #: Scores (users x items) an evaluation call must hold for the compiled loop to pay for its
 #: compilation (about half a CPU-second a process and row width).
@@ -236,7 +237,9 @@ def decide_in_fixed_order(
         sample,
     )
     decided.above[:] = counts
+    *entry_beats, sample_beats = host_loops.scan_beats(
+        entry_scores, entries.owner, sample_scores, targets, EVAL_NEGATIVES_PER_SPLIT
+    )
     for k in range(2):
-        decided.entries[k][:] = beats(entry_scores, targets[entries.owner, k])
-    split = (np.arange(sample.shape[1]) >= EVAL_NEGATIVES_PER_SPLIT).astype(np.int64)
-    decided.sample[:] = beats(sample_scores, targets[:, split])
+        decided.entries[k][:] = entry_beats[k]
+    decided.sample[:] = sample_beats

@@ -326,3 +326,27 @@ def sampled_counts(
         int(half),
         np.full(num_items, -1, dtype=np.int64),
     )
+
+
+def scan_beats(
+    entry_scores: np.ndarray,
+    owner: np.ndarray,
+    sample_scores: np.ndarray,
+    targets: np.ndarray,
+    half: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(each entry beats its owner's validation target, its test target, each sampled
+    negative beats its split's target; split 0: the first ``half`` columns): ``beats`` of
+    fixed-order scores (:mod:`fedrec_flwr.node.fixed_order_scan`) in one compiled pass."""
+    entries = (np.empty(len(entry_scores), np.bool_), np.empty(len(entry_scores), np.bool_))
+    sample = np.empty(sample_scores.shape, np.bool_)
+    _ranks().scan_beats(
+        np.ascontiguousarray(entry_scores),
+        _ints(owner),
+        np.ascontiguousarray(sample_scores),
+        np.ascontiguousarray(targets),
+        int(half),
+        *entries,
+        sample,
+    )
+    return entries[0], entries[1], sample

@@ -48,7 +48,7 @@ def user_entries(bounds, items, part_flags, held_part, scores, num_items):
                 left &= left - ONE
                 total += 1
             bits[word] = 0
-    return owner[:total].copy(), found[:total].copy(), flags[:total].copy(), personal[:total].copy()
+    return owner[:total], found[:total], flags[:total], personal[:total]  # no copies
 
 
 @jit
@@ -97,3 +97,20 @@ def sampled_counts(bounds, items, flags, personal, sample, beaten, targets, held
         for k in range(bounds[j], bounds[j + 1]):
             slots[items[k]] = -1
     return counts
+
+
+@jit
+def scan_beats(entry_scores, owner, sample_scores, targets, half, entries0, entries1, sample):
+    """The fixed-order scan's comparisons (``beats``: at least the target, or NaN): each
+    entry's score against its owner's two targets, each sampled negative's (``sample``
+    ``[users, width]``) against its split's (split 0: the first ``half`` columns)."""
+    for e in range(len(entry_scores)):
+        score, user = entry_scores[e], owner[e]
+        nan = score != score
+        entries0[e] = score >= targets[user, 0] or nan
+        entries1[e] = score >= targets[user, 1] or nan
+    for j in range(sample_scores.shape[0]):
+        for s in range(sample_scores.shape[1]):
+            score = sample_scores[j, s]
+            target = targets[j, 0] if s < half else targets[j, 1]
+            sample[j, s] = score >= target or score != score
