@@ -175,15 +175,7 @@ def planned_steps(
         source = source.to(device)
         rows.index_put_((entry,), sample_rows.index_select(0, source))
         labels.index_put_((entry,), sample_labels.index_select(0, source))
-    # a batch's entries are one run of the buffers: its weight there, zero in the padding
-    size, base = plan.size[plan.order], plan.base[plan.order]  # batches in buffer order
-    ends = base + size
-    lengths = np.stack([base - np.concatenate([[0], ends[:-1]]), size], 1).reshape(-1)
-    lengths = np.append(lengths, plan.total - ends[-1])
-    weight = 1.0 / torch.from_numpy(size).to(torch.float32)
-    values = torch.stack([torch.zeros_like(weight), weight], 1).reshape(-1)
-    values = torch.cat([values, values.new_zeros(1)])
-    weights = repeat(values, torch.from_numpy(lengths)).to(device)
+    weights = entry_weights(plan).to(device)
     members = torch.from_numpy(plan.members).to(device)
     if spread_padding:
         rows = spread_rows(rows, weights, sample_rows)
@@ -199,6 +191,19 @@ def planned_steps(
             )
         )
     return steps
+
+
+def entry_weights(plan: BatchPlan) -> torch.Tensor:
+    """Each entry's weight (float32 [plan.total], on the CPU): a batch's entries are one run
+    of the buffers, ``1 / size`` there, zero in the padding."""
+    size, base = plan.size[plan.order], plan.base[plan.order]  # batches in buffer order
+    ends = base + size
+    lengths = np.stack([base - np.concatenate([[0], ends[:-1]]), size], 1).reshape(-1)
+    lengths = np.append(lengths, plan.total - ends[-1])
+    weight = 1.0 / torch.from_numpy(size).to(torch.float32)
+    values = torch.stack([torch.zeros_like(weight), weight], 1).reshape(-1)
+    values = torch.cat([values, values.new_zeros(1)])
+    return repeat(values, torch.from_numpy(lengths))
 
 
 def spread_rows(
