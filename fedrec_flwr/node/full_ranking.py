@@ -282,7 +282,8 @@ class _Decisions:
             lo += len(flat)
         for k, users, _ in self.pending_band:
             scores = exact[lo : lo + len(users)]
-            np.add.at(self.above[:, k], users, beats(scores, targets[users, k]))
+            beaten = users[beats(scores, targets[users, k])]  # counts: exact in any order
+            self.above[:, k] += np.bincount(beaten, minlength=len(self.above))
             lo += len(users)
 
 
