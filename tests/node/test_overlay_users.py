@@ -7,24 +7,14 @@ import pytest
 
 from fedrec_flwr.node import scoring
 from fedrec_flwr.node.layered import LayeredRows
-from fedrec_flwr.node.personal import PersonalRows
 from fedrec_flwr.node.scoring import overlay_users
+from fedrec_lab.testing.stores import random_layered_store
 
 DIM = 4
 
 
 def _store(rng, users: int, items: int, rounds: int) -> LayeredRows:
-    store = LayeredRows.of_store(PersonalRows.empty(users, DIM))
-    for _ in range(rounds):
-        updated = np.flatnonzero(rng.random(users) < 0.6)
-        blocks = [
-            np.sort(rng.choice(items, int(rng.integers(0, 12)), replace=False)) for _ in updated
-        ]
-        positions = np.repeat(updated, [len(b) for b in blocks]).astype(np.int64)
-        held = np.concatenate(blocks or [np.empty(0)]).astype(np.int64)
-        rows = rng.normal(size=(len(held), DIM)).astype(np.float32)
-        store = store.replaced(updated, positions, held, rows)
-    return store
+    return random_layered_store(rng, users, items, rounds, DIM, 12)
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -6,7 +6,7 @@ import pytest
 
 from fedrec_flwr.node import layered
 from fedrec_flwr.node.layered import LayeredRows
-from fedrec_flwr.node.personal import PersonalRows
+from fedrec_lab.testing.stores import random_layered_store
 
 DIM, ITEMS = 3, 40
 
@@ -15,19 +15,8 @@ def _store(seed: int) -> LayeredRows:
     """Rounds of replacements of random users' rows (NaN, infinities and -0.0 among them)."""
     rng = np.random.default_rng(seed)
     users = int(rng.integers(1, 12))
-    store = LayeredRows.of_store(PersonalRows.empty(users, DIM))
-    for _ in range(int(rng.integers(2, 7))):
-        updated = np.flatnonzero(rng.random(users) < 0.6)
-        blocks = [
-            np.sort(rng.choice(ITEMS, int(rng.integers(0, 6)), replace=False)) for _ in updated
-        ]
-        positions = np.repeat(updated, [len(b) for b in blocks]).astype(np.int64)
-        items = np.concatenate(blocks or [np.empty(0)]).astype(np.int64)
-        rows = rng.normal(size=(len(items), DIM)).astype(np.float32)
-        if len(rows):
-            rows[0] = [np.nan, np.inf, -0.0]
-        store = store.replaced(updated, positions, items, rows)
-    return store
+    rounds = int(rng.integers(2, 7))
+    return random_layered_store(rng, users, ITEMS, rounds, DIM, 6, specials=True)
 
 
 @pytest.mark.parametrize("seed", range(8))
