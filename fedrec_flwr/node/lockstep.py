@@ -140,7 +140,7 @@ def planned_steps(
     source: torch.Tensor,
     sample_rows: torch.Tensor,
     sample_labels: torch.Tensor,
-    spread_padding: bool = False,
+    spread_padding: bool | None = None,
 ) -> list[Step]:
     """The steps of ``plan``, the samples taken in the shuffled order ``source`` (the flat
     index of the sample at each (user, position), users in order): the rows and labels of
@@ -148,10 +148,12 @@ def planned_steps(
     entries, one compiled pass: :func:`fedrec_flwr.node.host_loops.batch_entries`), the
     weights runs, each step a view.
 
-    Padding entries (weight zero) point at row 0; with ``spread_padding`` (the uniform
-    layout of an accelerator, :func:`uniform_steps`) at rows of the samples instead
+    Padding entries (weight zero) point at row 0; with ``spread_padding`` (by default
+    where :func:`uniform_steps` holds: an accelerator) at rows of the samples instead
     (:func:`spread_rows`)."""
     device = sample_rows.device
+    if spread_padding is None:
+        spread_padding = uniform_steps(device)
     if plan.total == 0:
         return []
     if device.type == "cpu" and plan.total >= COMPILED_SAMPLES:  # each sample to its entry

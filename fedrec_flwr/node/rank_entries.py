@@ -213,15 +213,13 @@ def sampled_ranks(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The validation and test ranks among the sampled negatives (each split's half)."""
     width = sample.shape[1]
+    columns = (slice(0, EVAL_NEGATIVES_PER_SPLIT), slice(EVAL_NEGATIVES_PER_SPLIT, width))
+    sizes = np.array([len(range(width)[c]) for c in columns])  # a NaN target's rank
     if sample.size >= COMPILED_PAIRS:  # one compiled pass, no position or mask array
         count = host_loops.sampled_counts(
             entries, sample, decided.sample, targets, HELD, EVAL_NEGATIVES_PER_SPLIT, num_items
         )
-        sizes = (
-            len(range(width)[:EVAL_NEGATIVES_PER_SPLIT]),
-            len(range(width)[EVAL_NEGATIVES_PER_SPLIT:]),
-        )
-        out = np.where(np.isnan(targets), np.array(sizes), count).astype(np.int64)
+        out = np.where(np.isnan(targets), sizes, count).astype(np.int64)
         return out[:, 0].copy(), out[:, 1].copy()
     where = sampled_where(entries, sample, num_items).reshape(-1)
     found = np.flatnonzero(where >= 0)
@@ -232,10 +230,7 @@ def sampled_ranks(
         entries.personal[where[held]], targets[held // width, split]
     )
     ranks = []
-    for k, columns in enumerate(
-        (slice(0, EVAL_NEGATIVES_PER_SPLIT), slice(EVAL_NEGATIVES_PER_SPLIT, width))
-    ):
-        count = np.count_nonzero(sample_beats[:, columns], axis=1)
-        size = len(range(width)[columns])
-        ranks.append(np.where(np.isnan(targets[:, k]), size, count).astype(np.int64))
+    for k, split_columns in enumerate(columns):
+        count = np.count_nonzero(sample_beats[:, split_columns], axis=1)
+        ranks.append(np.where(np.isnan(targets[:, k]), sizes[k], count).astype(np.int64))
     return ranks[0], ranks[1]

@@ -86,7 +86,6 @@ def epoch_steps(
         torch.from_numpy(order),
         torch.from_numpy(np.asarray(samples.sample_rows, np.int64)).to(device),
         torch.from_numpy(np.asarray(samples.sample_labels, np.float32)).to(device),
-        spread_padding=uniform_steps(device),
     )
 
 
