@@ -7,7 +7,8 @@ Hessian eigenvalue of the local loss and the rho-sharpness (means over the sampl
 at the radii of its SAM run. Per row: mean ± std over the seeds of each run's figure, and the
 difference SAM minus no SAM with a paired bootstrap interval over users (each user's value
 averaged over the seeds: every user for HR@10 and the gap, the sampled users for the
-sharpness measures; :func:`fedrec_lab.stats.paired_difference`).
+sharpness measures; :func:`fedrec_lab.stats.paired_difference`). Each side's devices are
+its runs' (:mod:`fedrec_lab.analysis.devices`), and the pairs that mix them are named.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from fedrec_lab import stats
+from fedrec_lab.analysis import devices
 from fedrec_lab.analysis.cells import DATASETS, PAIRS, PROTOCOLS, SEEDS, SamCell
 
 #: The table's measures: (record key of a run's figure, per-user key, label, scale).
@@ -75,6 +77,7 @@ def run_figures(cell: SamCell, runs: Path, records: Path) -> dict[str, Any] | No
         "mean_rho_sharpness": record["mean_rho_sharpness"],
         "best_round": summary["best_round"],
         "rounds": summary["rounds"],
+        "device": devices.run_device(runs / cell.name),
         "per_user": {
             "hr": user_test_hr(runs / cell.name, record),
             "gap": (np.asarray(record["users"]), np.asarray(record["user_gap"])),
@@ -151,6 +154,10 @@ def row(
             "without": [f["best_round"] for f in sides[False]],
             "with": [f["best_round"] for f in sides[True]],
         },
+        "devices": {
+            "without": [f["device"] for f in sides[False]],
+            "with": [f["device"] for f in sides[True]],
+        },
         "replays": [f["replay"] for side in sides.values() for f in side],
         "hr_from_replays": [
             {"side": "with" if sam else "without", "seed": seed}
@@ -165,6 +172,7 @@ def row(
             if is_early(f["best_round"], f["rounds"])
         ],
     }
+    out["mixed_devices"] = devices.mixed_seeds(out["devices"], seeds_done)
     seeds_sides = sides[False] + sides[True]
     for key, per_user, _, scale in MEASURES:
         out[key] = {
@@ -356,13 +364,14 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
     names = {"ml-100k": "ML-100K", "lastfm-2k": "Last.fm-2K"}
     done = [r for r in rows if r["seeds"]]
     header = ["method", "dataset", "protocol", "seeds", "rounds; best (without / with)"]
-    header += ["radii (private / shared)"]
+    header += ["radii (private / shared)", "devices (without / with)"]
     for _, _, label, _ in MEASURES:
         header += [f"{label}: without", "with", "SAM - without [95 % CI]"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in done:
         radii = " / ".join(f"{v:g}" for v in r["radii"])
         cells = [r["method"], names[r["dataset"]], r["protocol"], _seeds(r), _rounds(r), radii]
+        cells.append(devices.cell(r))
         for key, _, _, scale in MEASURES:
             cells += [
                 _mean_std(r[key]["without"], scale),
@@ -372,6 +381,7 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += early_lines(done, names)
     lines += replayed_hr_lines(done, names)
+    lines += devices.lines(done, names)
     missing = [
         f"{r['method']} {names[r['dataset']]} {r['protocol']}{recorded_note(r)}"
         for r in rows

@@ -161,9 +161,10 @@ def test_users_averaged_over_seeds_for_the_paired_interval():
 
 
 # ------------------------------------------------------------------------- reports over runs
-def fake_run(runs, name, columns, summary):
+def fake_run(runs, name, columns, summary, device="cpu"):
     folder = runs / name
     folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"run-name": name, "device": device}))
     header = list(columns)
     lines = [",".join(header)]
     for i in range(len(columns[header[0]])):
@@ -428,6 +429,49 @@ def test_sam_table_pairs_seeds_lists_them_and_says_what_is_missing(tmp_path):
     (tmp_path / "sam-table.png").unlink()
     sam_plot.plot([done], runs, tmp_path / "sam-table.png")  # that panel shows a gap
     assert (tmp_path / "sam-table.png").stat().st_size > 0
+
+
+def test_the_sam_table_names_each_sides_devices_and_the_pairs_that_mix_them(tmp_path):
+    from fedrec_lab.analysis import sam_table
+    from fedrec_lab.analysis.cells import SamCell
+
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    records.mkdir(parents=True)
+    sampled = [{"user": 0, "lambda_max": 1.0, "rho_sharpness": 0.1}]
+    record = {"gap": 0.1, "users": [0], "user_gap": [0.1], "mean_lambda_max": 1.0}
+    record |= {"mean_rho_sharpness": 0.1, "sampled": sampled, "radii": [0.3, 0.01]}
+    # seed 0: both on the CPU; seed 1: with SAM on cuda:0 (read as cuda); seed 2: a config
+    # without the key (made before it: the default, cpu)
+    for seed, device in ((0, "cpu"), (1, "cuda:0"), (2, None)):
+        for sam in (False, True):
+            cell = SamCell("FedRecGEL", sam, "lastfm-2k", "strict", seed)
+            summary = {"rounds": 10, "best_round": 9, "test": {"hr@10": 0.1}}
+            fake_run(runs, cell.name, {"round": [1]}, summary, device if sam else "cpu")
+            if device is None:
+                (runs / cell.name / "config.json").write_text("{}")
+            (records / f"{cell.name}.json").write_text(json.dumps(record))
+    (done,) = [r for r in sam_table.table_rows(runs, records) if r["seeds"]]
+    assert done["devices"] == {"without": ["cpu"] * 3, "with": ["cpu", "cuda", "cpu"]}
+    assert done["mixed_devices"] == [{"seed": 1, "without": "cpu", "with": "cuda"}]
+    text = sam_table.markdown([done], "cmd")
+    assert "| 0.3 / 0.01 | cpu / cpu, cuda, cpu |" in text
+    assert (
+        "1 of 1 rows pair runs trained on different devices: FedRecGEL Last.fm-2K strict "
+        "(seed 1: without SAM on cpu, with SAM on cuda)."
+    ) in text
+    # every pair on one device: one name per side, and the note says so
+    with_one = SamCell("FedRecGEL", True, "lastfm-2k", "strict", 1).name
+    (runs / with_one / "config.json").write_text(json.dumps({"device": "cpu"}))
+    (same,) = [r for r in sam_table.table_rows(runs, records) if r["seeds"]]
+    assert same["mixed_devices"] == []
+    text = sam_table.markdown([same], "cmd")
+    assert "| 0.3 / 0.01 | cpu / cpu |" in text
+    assert "each pair's two runs were trained on the same device" in text
+    assert "different devices" not in text
+    # a run folder without its configuration: the table says what is missing
+    (runs / with_one / "config.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"config\.json: missing"):
+        sam_table.table_rows(runs, records)
 
 
 def test_a_record_takes_its_users_hr_only_from_a_replay_with_the_runs_test_hr(tmp_path):
