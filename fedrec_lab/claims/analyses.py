@@ -54,6 +54,19 @@ def _early(row: dict) -> str:
     return f" (early best round: {runs})"
 
 
+def _mixed(row: dict) -> str:
+    """A SAM-table row's seeds whose two runs were trained on different devices (its
+    ``mixed_devices``), e.g. `` (devices: seed 0 without SAM on cpu, with SAM on cuda)``;
+    "" when none."""
+    mixed = row.get("mixed_devices") or []
+    if not mixed:
+        return ""
+    seeds = "; ".join(
+        f"seed {m['seed']} without SAM on {m['without']}, with SAM on {m['with']}" for m in mixed
+    )
+    return f" (devices: {seeds})"
+
+
 def sam_effect(key: str, lower_is_claimed: bool, method: str | None = None) -> Judge:
     """SAM minus without on the SAM table's measure ``key``, over the measured rows of
     ``method`` (None: every method): reproduced when most rows lie beyond the interval in the
@@ -70,9 +83,11 @@ def sam_effect(key: str, lower_is_claimed: bool, method: str | None = None) -> J
             who = "" if method else f"{r['method']} "
             where = f"{who}{r['dataset']} {r['protocol']} ({_seeds(r['seeds'])})"
             if d is None:  # a run without its users' values: no paired interval
-                parts.append(f"{where}: no interval (per-user values not recorded){_early(r)}")
+                parts.append(
+                    f"{where}: no interval (per-user values not recorded){_early(r)}{_mixed(r)}"
+                )
                 continue
-            parts.append(f"{where}: {_interval(d, fmt)}{_early(r)}")
+            parts.append(f"{where}: {_interval(d, fmt)}{_early(r)}{_mixed(r)}")
             below += d["high"] < 0
             above += d["low"] > 0
             judged += 1
@@ -91,6 +106,12 @@ def sam_effect(key: str, lower_is_claimed: bool, method: str | None = None) -> J
             why += (
                 f"; {early} of the {len(rows)} rows compare a run whose best round is in the "
                 f"first {EARLY_SHARE * 100:g} % of its rounds (a barely trained model)"
+            )
+        mixed = sum(bool(r.get("mixed_devices")) for r in rows)
+        if mixed:
+            why += (
+                f"; {mixed} of the {len(rows)} rows pair runs trained on different devices "
+                "(the CPU and CUDA: they differ by the device as well as by SAM)"
             )
         return "; ".join(parts), _majority(wanted, opposite, judged), why
 

@@ -68,6 +68,14 @@ def test_a_sam_row_without_per_user_values_is_listed_not_judged():
     ours, _, why = judge([[row("FedMF", higher), row("FedNCF", None)]])
     assert "FedNCF ml-100k paper (seed 0): no interval" in ours
     assert "in 1 of 1 rows" in why and "1 row without an interval" in why
+    assert "devices" not in ours and "different devices" not in why
+    mixed = [{"seed": 0, "without": "cpu", "with": "cuda"}]
+    ours, _, why = judge([[{**row("FedMF", higher), "mixed_devices": mixed}]])
+    assert ours == (
+        "FedMF ml-100k paper (seed 0): +1.00 [+0.50, +1.50] "
+        "(devices: seed 0 without SAM on cpu, with SAM on cuda)"
+    )
+    assert "1 of the 1 rows pair runs trained on different devices" in why
 
 
 def test_the_radius_sweep_lists_each_radius_curve_and_how_far_it_moves():
