@@ -18,7 +18,9 @@ a CUDA round.
 
 Cases: ``big`` (synthetic, 100,000 users x 20,000 items, mean degree 50, 10 % train per
 round, 1,000 users evaluated on intermediate rounds, all on the last), ``ml20m`` (the
-ML-20M shape: 138,493 users x 26,744 items, mean degree 144, the same fractions) and
+ML-20M shape: 138,493 users x 26,744 items, mean degree 144, the same fractions), ``ml1m``
+(the ML-1M shape: 6,040 users x 3,706 items, mean degree 165, every user trained and
+evaluated every round) and
 ``ml100k`` / ``ml100k-paper`` (PFedRec's strict and paper presets). Prints Markdown and
 writes ``--out`` (JSON of every figure).
 """
@@ -55,6 +57,12 @@ CASES: dict[str, dict[str, Any]] = {
         "synthetic-mean-degree": 144,
         "fraction-train": 0.1,
         "eval-users": 1000,
+    },
+    "ml1m": {
+        "dataset": "synthetic",
+        "synthetic-users": 6040,
+        "synthetic-items": 3706,
+        "synthetic-mean-degree": 165,
     },
     "ml100k": {"preset": "pfedrec-ml100k-strict"},
     "ml100k-paper": {"preset": "pfedrec-ml100k-paper"},

@@ -17,8 +17,11 @@ several times the cost of zeroing small pages, and varying from round to round. 
 advice a fresh page costs the same every round. Those fresh blocks are taken by
 :func:`populated_empty` where the round allocates them (its rows, which the store keeps):
 the kernel maps all their pages in one call (``MADV_POPULATE_WRITE``) instead of taking a
-fault at the first write to each. Values do not change: no array here reads memory it did
-not write.
+fault at the first write to each. A block such an array leaves when its last reference
+goes is kept as a spare (up to ``MAX_SPARES`` of them) and serves the next request it fits:
+a round's rows then take the memory of the rows the store dropped the round before, already
+mapped, instead of fresh pages every round. Values do not change: no array here reads
+memory it did not write.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import ctypes
 import functools
 import mmap
 import sys
+import threading
+import weakref
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +47,10 @@ TRIM_THRESHOLD = 1 << 30
 MADV_POPULATE_WRITE = 23
 #: Arrays from this size are populated at once (blocks this large are fresh mappings).
 POPULATE_BYTES = MMAP_THRESHOLD
+#: Freed populated blocks kept for the next requests (the oldest unmapped beyond these).
+MAX_SPARES = 2
+#: A spare serves a request of at least this share of its size (no large block wasted).
+SPARE_FILL = 0.8
 
 
 @functools.cache
@@ -81,12 +90,65 @@ def _no_huge_page_advice() -> bool:
 def populated_empty(shape: int | tuple[int, ...], dtype: npt.DTypeLike) -> np.ndarray:
     """``np.empty(shape, dtype)``; from ``POPULATE_BYTES`` its pages are mapped by the kernel
     in one ``madvise(MADV_POPULATE_WRITE)`` call, not one page fault per page at the first
-    write (where the kernel has no such advice, the faults come as before). The contents
-    are as undefined as ``np.empty``'s (in fact zeros)."""
-    out = np.empty(shape, dtype)
-    if out.nbytes >= POPULATE_BYTES:
-        _populate(out.ctypes.data, out.nbytes)
-    return out
+    write (where the kernel has no such advice, the faults come as before), or it takes a
+    spare block that an earlier such array left (pages already mapped). The contents are
+    as undefined as ``np.empty``'s (zeros, or what the spare's last array held)."""
+    dtype = np.dtype(dtype)
+    dims = tuple(int(n) for n in np.ravel(shape))
+    nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    if nbytes < POPULATE_BYTES:
+        return np.empty(dims, dtype)
+    block = _SPARES.take(nbytes)
+    if block is None:  # a fresh mapping, a little larger: the next rounds' rows vary
+        block = mmap.mmap(-1, _capacity(nbytes))
+        _populate(_address(block), len(block))
+    base = np.frombuffer(block, dtype=np.uint8, count=nbytes)
+    weakref.finalize(base, _SPARES.give, block).atexit = False
+    return base.view(dtype).reshape(dims)
+
+
+def _capacity(nbytes: int) -> int:
+    """A fresh block's size for ``nbytes``: rounded up to a sixteenth to a thirty-second of
+    it (a power of two), whole pages."""
+    granule = max(mmap.PAGESIZE, 1 << max(nbytes.bit_length() - 5, 0))
+    return -(-nbytes // granule) * granule
+
+
+def _address(block: mmap.mmap) -> int:
+    """The address of ``block``'s memory."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(block))
+
+
+class _SpareBlocks:
+    """Freed populated blocks (mapped pages) waiting for a request they fit."""
+
+    def __init__(self) -> None:
+        self.blocks: list[mmap.mmap] = []
+        self.lock = threading.Lock()
+
+    def take(self, nbytes: int) -> mmap.mmap | None:
+        """The smallest spare of ``nbytes`` or more that it fills to ``SPARE_FILL``, out of
+        the spares; None if there is none."""
+        with self.lock:
+            fits = [b for b in self.blocks if nbytes <= len(b) and nbytes >= SPARE_FILL * len(b)]
+            if not fits:
+                return None
+            block = min(fits, key=len)
+            self.blocks.remove(block)
+            return block
+
+    def give(self, block: mmap.mmap) -> None:
+        """Keep ``block`` (no array uses it any more); the oldest spare beyond
+        ``MAX_SPARES`` is unmapped."""
+        with self.lock:
+            self.blocks.append(block)
+            dropped = self.blocks[:-MAX_SPARES]
+            del self.blocks[:-MAX_SPARES]
+        for old in dropped:
+            old.close()
+
+
+_SPARES = _SpareBlocks()
 
 
 def _populate(address: int, size: int) -> bool:

@@ -94,3 +94,39 @@ def test_rows_at_copies_whole_rows_as_fancy_indexing_does():
         _rows_at(table, np.array([0, 50]))
     big = rng.integers(0, 50, host_memory.POPULATE_BYTES // 32 + 1)  # a populated block
     assert np.array_equal(_rows_at(table, big), table[big])
+
+
+def test_a_freed_populated_block_serves_the_next_request_without_page_faults():
+    """A populated array's block goes back to the spares when its last reference (a view, a
+    tensor on it) goes, and the next request it fits takes it, pages already mapped; at
+    most ``MAX_SPARES`` are kept."""
+    import resource
+
+    import numpy as np
+    import torch
+
+    from fedrec_flwr.node import host_memory
+
+    spares = host_memory._SPARES.blocks
+    spares.clear()
+    size = 2 * host_memory.POPULATE_BYTES
+    block = host_memory.populated_empty((size // 128, 32), np.float32)
+    block[:] = 1.0
+    tensor = torch.from_numpy(block[1:])
+    del block
+    assert not spares  # the tensor holds it
+    del tensor
+    assert len(spares) == 1
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    again = host_memory.populated_empty((size // 128 - 1000, 32), np.float32)
+    again[:] = 2.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < (size // 4096) // 10
+    assert not spares and np.all(again == 2.0)
+    del again
+    small = host_memory.populated_empty(host_memory.POPULATE_BYTES // 4, np.float32)
+    assert len(spares) == 1  # it would fill too little of the spare: a block of its own
+    del small
+    blocks = [host_memory.populated_empty(size // 4, np.float32) for _ in range(4)]
+    del blocks
+    assert len(spares) == host_memory.MAX_SPARES
+    spares.clear()
