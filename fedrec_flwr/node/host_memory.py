@@ -124,7 +124,7 @@ class _SpareBlocks:
 
     def __init__(self) -> None:
         self.blocks: list[mmap.mmap] = []
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # a collection inside may free an array: give()
 
     def take(self, nbytes: int) -> mmap.mmap | None:
         """The smallest spare of ``nbytes`` or more that it fills to ``SPARE_FILL``, out of
