@@ -217,6 +217,33 @@ def fixed_order_scores(
     return counts, entry_scores, sample_scores
 
 
+def pair_scores(
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    table: PaddedTable,
+    owner: np.ndarray,
+    items: np.ndarray,
+) -> np.ndarray:
+    """Fixed-order scores (float32 [n]) of the pairs (user ``owner[n]``, item ``items[n]``)
+    from the compiled pair loop: :func:`fixed_order_scores`' arithmetic, pair by pair."""
+    values = weight.cpu().numpy()
+    a, width = values.shape
+    padded = padded_width(width)
+    weights = np.zeros((a, padded), dtype=np.float32)
+    weights[:, :width] = values
+    shift = np.zeros(a, np.float32) if bias is None else bias.cpu().numpy().astype(np.float32)
+    out = np.empty(len(items), dtype=np.float32)
+    _pair_kernel(padded // 4)(
+        weights,
+        shift,
+        table.rows(padded),
+        np.ascontiguousarray(owner, np.int64),
+        np.ascontiguousarray(items, np.int64),
+        out,
+    )
+    return out
+
+
 def decide_in_fixed_order(
     weight: torch.Tensor,
     bias: torch.Tensor | None,

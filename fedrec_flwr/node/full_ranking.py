@@ -44,12 +44,12 @@ from fedrec_flwr.node.rank_entries import (
     beats,
     entries_of,
     full_ranks,
+    read_held,
     sampled_ranks,
 )
 from fedrec_flwr.node.scoring import held_pairs, pair_scores
 
-#: Unit roundoff of float32.
-UNIT = 2.0**-24
+UNIT = 2.0**-24  # unit roundoff of float32
 #: Scores one block of the matrix product holds (users x items).
 BLOCK_SCORES = 1 << 22
 #: The same on an accelerator, where a block's cost is its launches and host syncs (about a
@@ -104,8 +104,10 @@ def exact_scores(
     owner: np.ndarray,
     items: np.ndarray,
 ) -> np.ndarray:
-    """Fixed-order scores (float32 [n]) of the pairs (user ``owner[k]``, item ``items[k]``),
-    the values :func:`~fedrec_flwr.methods.heads.linear_logits_all` gives them."""
+    """Fixed-order scores (float32 [n]) of the pairs (user ``owner[k]``, item ``items[k]``):
+    :func:`~fedrec_flwr.methods.heads.linear_logits_all`'s, or the compiled pair loop's."""
+    if fixed_order_scan.applies(weight, bias, table.rows.shape[0]):
+        return fixed_order_scan.pair_scores(weight, bias, table.padded, owner, items)
     out = np.empty(len(items), dtype=np.float32)
     device = weight.device
     for lo in range(0, len(items), EXACT_CHUNK):
@@ -151,13 +153,12 @@ def linear_full_ranks(
         return None
     shift, error = bounds
     owner, items, storage = held_pairs(personal, private_rows, positions)
-    own = np.empty(0, dtype=np.float32)
-    if len(items):
-        scored = pair_scores(
-            method, params, personal, private_rows, positions, owner, items, table, storage
-        )
-        own = scored.cpu().numpy()
-    entries = entries_of(prepared, users, (owner, items), own)
+    entries = entries_of(prepared, users, (owner, items), np.full(len(items), np.nan, np.float32))
+    pairs, at = read_held(entries, owner, items, prepared.num_items)
+    if len(pairs):  # storage: the pairs' indices in the personal store, or None
+        kept = (owner[pairs], items[pairs], table, None if storage is None else storage[pairs])
+        scored = pair_scores(method, params, personal, private_rows, positions, *kept)
+        entries.personal[at] = scored.cpu().numpy()
     targets = _targets(device_table, weight, bias, entries, prepared, users)
     if not np.isfinite(targets[~np.isnan(targets)]).all():
         return None

@@ -58,6 +58,23 @@ class Entries:
         return np.where(hit, found, -1)
 
 
+def read_held(
+    entries: Entries, owner: np.ndarray, items: np.ndarray, num_items: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(pairs, at): the held rows (``owner[k]``, ``items[k]``) whose own score a ranking
+    reads, and their entries. A train positive is excluded from both splits' rankings, and
+    never a sampled negative (those avoid every item the user interacted with), so its own
+    score is read only where it is also a held-out item. Every held row where the pairs are
+    not the entries' held ones in order (distinct, sorted per user)."""
+    held = np.flatnonzero(entries.flags & HELD)
+    keys = np.asarray(owner, np.int64) * num_items + np.asarray(items, np.int64)
+    if len(held) != len(keys) or (np.diff(keys) <= 0).any():
+        return np.arange(len(keys)), entries.where(owner, items, num_items)
+    flags = entries.flags[held]
+    read = ((flags & TRAIN) == 0) | ((flags & (VALID | TEST)) > 0)
+    return np.flatnonzero(read), held[read]
+
+
 def train_csr(prepared: PreparedData, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(owner, items): each of ``users``' train positives (``owner``: its index in
     ``users``), user after user, from the split's CSR (no loop over users)."""

@@ -296,3 +296,23 @@ def test_the_compiled_loop_takes_large_float32_calls_on_the_cpu_only():
     assert not fixed_order_scan.applies(weight, bias, 4000)
     assert not fixed_order_scan.applies(weight.double(), bias, 4096)
     assert not fixed_order_scan.applies(weight, bias.double(), 4096)
+
+
+@pytest.mark.parametrize("dim", [3, 8, 32])
+def test_the_compiled_pair_scores_are_the_fixed_order_dots(dim):
+    """The compiled pair loop's scores (pairs in any order, repeated, with or without a
+    bias) are fixed_order_dots' plus the bias, to the bit."""
+    rng = np.random.default_rng(dim)
+    users, items = 7, 40
+    table = rng.normal(size=(items, dim)).astype(np.float32)
+    table[3] = np.nan
+    weight = torch.from_numpy(rng.normal(size=(users, dim)).astype(np.float32))
+    bias = torch.from_numpy(rng.normal(size=users).astype(np.float32))
+    padded = fixed_order_scan.PaddedTable(np.ascontiguousarray(table.T))
+    owner, item = rng.integers(0, users, 90), rng.integers(0, items, 90)
+    dots = fixed_order_dots(torch.from_numpy(table[item]), weight[owner])
+    for head in (bias, None):
+        want = (dots if head is None else dots + head[owner]).numpy()
+        got = fixed_order_scan.pair_scores(weight, head, padded, owner, item)
+        assert got.dtype == np.float32
+        assert np.array_equal(got, want, equal_nan=True)

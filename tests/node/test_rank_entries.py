@@ -121,3 +121,38 @@ def test_compiled_sampled_ranks_equal_the_position_map(seed, monkeypatch):
         for mine, theirs in zip(compiled, plain, strict=True):
             assert mine.dtype == theirs.dtype == np.int64
             np.testing.assert_array_equal(mine, theirs)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_own_scores_read_are_the_held_rows_but_train_positives(seed):
+    """``read_held``: each held row that is no train positive, or is a held-out item too,
+    with its entry; full ranks from those own scores alone are the ranks from all of them.
+    Held rows out of the entries' order: every one, at its entry."""
+    prepared, users, held, scores = _case(seed)
+    entries = entries_of(prepared, users, held, scores)
+    pairs, at = rank_entries.read_held(entries, *held, prepared.num_items)
+    flags = entries.flags[entries.where(*held, prepared.num_items)]
+    train, held_out = rank_entries.TRAIN, rank_entries.VALID | rank_entries.TEST
+    np.testing.assert_array_equal(pairs, np.flatnonzero((flags & train == 0) | (flags & held_out)))
+    np.testing.assert_array_equal(
+        at, entries.where(held[0][pairs], held[1][pairs], prepared.num_items)
+    )
+    partial = entries_of(prepared, users, held, np.full(len(scores), np.nan, np.float32))
+    partial.personal[at] = scores[pairs]
+    rng = np.random.default_rng(seed + 300)
+    a, size = len(users), len(entries.owner)
+    decided = SimpleNamespace(
+        above=rng.integers(0, 50, (a, 2)),
+        entries=[rng.random(size) < 0.4, rng.random(size) < 0.6],
+    )
+    targets = rng.normal(size=(a, 2))
+    for mine, theirs in zip(
+        rank_entries.full_ranks(partial, decided, targets, prepared.num_items),
+        rank_entries.full_ranks(entries, decided, targets, prepared.num_items),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(mine, theirs)
+    flipped = (held[0][::-1].copy(), held[1][::-1].copy())
+    pairs, at = rank_entries.read_held(entries, *flipped, prepared.num_items)
+    np.testing.assert_array_equal(pairs, np.arange(len(scores)))
+    np.testing.assert_array_equal(at, entries.where(*flipped, prepared.num_items))
