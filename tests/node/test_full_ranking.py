@@ -205,6 +205,20 @@ def test_the_device_s_tensor_scan_decides_as_the_host_scan(unit, monkeypatch):
     assert np.array_equal(tensors[2], host[2])
 
 
+@pytest.mark.parametrize("block", [1, 700, full_ranking.DEVICE_BLOCK_SCORES])
+def test_the_tensor_scan_s_ranks_do_not_depend_on_its_block(block, monkeypatch):
+    """The tensor scan (the device's, run on the CPU) with blocks of one user, of a few, or
+    of the device's size (every user in one block): the host scan's ranks."""
+    runtime, state, table = node_with_state("pfedrec", seed=5)
+    monkeypatch.setattr(type(runtime), "erank_positions", property(lambda self: np.empty(0)))
+    host = runtime.evaluate_users(state, None, table)
+    monkeypatch.setattr(full_ranking, "_scan_host", full_ranking._scan_tensors)
+    monkeypatch.setattr(full_ranking, "BLOCK_SCORES", block)
+    tensors = runtime.evaluate_users(state, None, table)
+    assert tensors[0] == host[0]
+    assert np.array_equal(tensors[2], host[2])
+
+
 def test_a_user_s_ranks_do_not_depend_on_its_node(monkeypatch):
     one = node_with_state("fedrap", seed=3)
     alone = evaluated(*one, True, monkeypatch)
