@@ -16,7 +16,7 @@ from fedrec_lab.experiments.tables import ABLATION_ROUNDS
 #: The bases whose ablation rows are committed on each dataset (strict, seeds 0-2).
 BASES = {
     "ml-100k": ("fedrap", "pfedrec", "fedmf-dual", "fedncf-dual", "fedrecon-dual"),
-    "lastfm-2k": ("fedrap", "pfedrec", "fedmf-dual", "fedrecon-dual"),
+    "lastfm-2k": ("fedrap", "pfedrec", "fedmf-dual", "fedncf-dual", "fedrecon-dual"),
 }
 PROTOCOL = "strict"
 
