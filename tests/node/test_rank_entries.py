@@ -64,18 +64,22 @@ def test_held_owners_out_of_order_take_the_sort(monkeypatch):
         )
 
 
+def _decided_and_targets(rng, a: int, size: int):
+    """Random band decisions (comparisons above, decided entries per split) and targets."""
+    decided = SimpleNamespace(
+        above=rng.integers(0, 50, (a, 2)),
+        entries=[rng.random(size) < 0.4, rng.random(size) < 0.6],
+    )
+    return decided, rng.normal(size=(a, 2))
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_compiled_full_ranks_equal_the_counts(seed, monkeypatch):
     prepared, users, held, scores = _case(seed)
     entries = entries_of(prepared, users, held, scores)
     rng = np.random.default_rng(seed + 100)
-    a, size = len(users), len(entries.owner)
-    decided = SimpleNamespace(
-        above=rng.integers(0, 50, (a, 2)),
-        entries=[rng.random(size) < 0.4, rng.random(size) < 0.6],
-    )
-    targets = rng.normal(size=(a, 2))
-    targets[rng.random((a, 2)) < 0.2] = np.nan  # a user without that split
+    decided, targets = _decided_and_targets(rng, len(users), len(entries.owner))
+    targets[rng.random(targets.shape) < 0.2] = np.nan  # a user without that split
     ties = entries.flags & rank_entries.HELD > 0  # own scores equal to the target: beaten
     targets[entries.owner[ties][:1], 0] = entries.personal[ties][:1]
     monkeypatch.setattr(rank_entries, "COMPILED_ENTRIES", 1 << 62)
@@ -140,12 +144,7 @@ def test_the_own_scores_read_are_the_held_rows_but_train_positives(seed):
     partial = entries_of(prepared, users, held, np.full(len(scores), np.nan, np.float32))
     partial.personal[at] = scores[pairs]
     rng = np.random.default_rng(seed + 300)
-    a, size = len(users), len(entries.owner)
-    decided = SimpleNamespace(
-        above=rng.integers(0, 50, (a, 2)),
-        entries=[rng.random(size) < 0.4, rng.random(size) < 0.6],
-    )
-    targets = rng.normal(size=(a, 2))
+    decided, targets = _decided_and_targets(rng, len(users), len(entries.owner))
     for mine, theirs in zip(
         rank_entries.full_ranks(partial, decided, targets, prepared.num_items),
         rank_entries.full_ranks(entries, decided, targets, prepared.num_items),
