@@ -39,6 +39,15 @@ def mixed_seeds(devices: dict[str, list[str]], seeds: list[int]) -> list[dict[st
     ]
 
 
+def mixed_text(mixed: list[dict[str, Any]], after_seed: str, between: str) -> str:
+    """``mixed_seeds``' entries as text: ``seed 0<after_seed>without SAM on cpu, with SAM
+    on cuda``, joined by ``between``."""
+    return between.join(
+        f"seed {m['seed']}{after_seed}without SAM on {m['without']}, with SAM on {m['with']}"
+        for m in mixed
+    )
+
+
 def cell(r: dict[str, Any]) -> str:
     """A row's devices, without SAM / with SAM: one name per side when all its runs share
     it, else one per seed (``cpu / cuda``, ``cpu / cuda, cpu``)."""
@@ -55,14 +64,10 @@ def lines(rows: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
     if not flagged:
         return ["", "Devices: each pair's two runs were trained on the same device."]
 
-    def seeds(r: dict[str, Any]) -> str:
-        return ", ".join(
-            f"seed {m['seed']}: without SAM on {m['without']}, with SAM on {m['with']}"
-            for m in r["mixed_devices"]
-        )
-
     which = "; ".join(
-        f"{r['method']} {names[r['dataset']]} {r['protocol']} ({seeds(r)})" for r in flagged
+        f"{r['method']} {names[r['dataset']]} {r['protocol']} "
+        f"({mixed_text(r['mixed_devices'], ': ', ', ')})"
+        for r in flagged
     )
     return [
         "",

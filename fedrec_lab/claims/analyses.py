@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from fedrec_lab.analysis import devices
 from fedrec_lab.analysis.sam_table import EARLY_SHARE
 from fedrec_lab.analysis.sweep import SCHEDULE
 from fedrec_lab.claims.verdicts import (
@@ -61,10 +62,7 @@ def _mixed(row: dict) -> str:
     mixed = row.get("mixed_devices") or []
     if not mixed:
         return ""
-    seeds = "; ".join(
-        f"seed {m['seed']} without SAM on {m['without']}, with SAM on {m['with']}" for m in mixed
-    )
-    return f" (devices: {seeds})"
+    return f" (devices: {devices.mixed_text(mixed, ' ', '; ')})"
 
 
 def sam_effect(key: str, lower_is_claimed: bool, method: str | None = None) -> Judge:
