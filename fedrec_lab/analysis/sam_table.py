@@ -24,6 +24,7 @@ import numpy as np
 from fedrec_lab import stats
 from fedrec_lab.analysis import devices
 from fedrec_lab.analysis.cells import DATASETS, PAIRS, PROTOCOLS, SEEDS, SamCell
+from fedrec_lab.experiments.report import NAMES
 
 #: The table's measures: (record key of a run's figure, per-user key, label, scale).
 MEASURES = (
@@ -361,7 +362,6 @@ def replay_line(rows: list[dict[str, Any]]) -> str:
 
 def markdown(rows: list[dict[str, Any]], command: str) -> str:
     """The table of the measured rows, what each row took, and the rows not measured."""
-    names = {"ml-100k": "ML-100K", "lastfm-2k": "Last.fm-2K"}
     done = [r for r in rows if r["seeds"]]
     header = ["method", "dataset", "protocol", "seeds", "rounds; best (without / with)"]
     header += ["radii (private / shared)", "devices (without / with)"]
@@ -370,7 +370,7 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in done:
         radii = " / ".join(f"{v:g}" for v in r["radii"])
-        cells = [r["method"], names[r["dataset"]], r["protocol"], _seeds(r), _rounds(r), radii]
+        cells = [r["method"], NAMES[r["dataset"]], r["protocol"], _seeds(r), _rounds(r), radii]
         cells.append(devices.cell(r))
         for key, _, _, scale in MEASURES:
             cells += [
@@ -379,11 +379,11 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
                 _difference(r[key].get("difference"), scale),
             ]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += early_lines(done, names)
-    lines += replayed_hr_lines(done, names)
-    lines += devices.lines(done, names)
+    lines += early_lines(done, NAMES)
+    lines += replayed_hr_lines(done, NAMES)
+    lines += devices.lines(done, NAMES)
     missing = [
-        f"{r['method']} {names[r['dataset']]} {r['protocol']}{recorded_note(r)}"
+        f"{r['method']} {NAMES[r['dataset']]} {r['protocol']}{recorded_note(r)}"
         for r in rows
         if not r["seeds"]
     ]

@@ -22,13 +22,13 @@ from fedrec_lab.claims.verdicts import (
     json_values,
     not_measurable,
 )
+from fedrec_lab.experiments.report import NAMES
 from fedrec_lab.experiments.tables import TABLE2, TABLE3
 
 T2, T3, T4 = (f"bench/results/pfedrec-table{n}.md" for n in (2, 3, 4))
 STRICT, STRUCTURE = "bench/results/strict.md", "bench/results/table-structure.md"
 AUDIT_T4 = "bench/results/privacy/table4-paper.md"
 FIDELITY = "bench/results/fidelity.md"
-NAMES = {"ml-100k": "ML-100K", "lastfm-2k": "Last.fm-2K"}
 
 
 #: The methods as published (no plug-in), in our tables' order.
