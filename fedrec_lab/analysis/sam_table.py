@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from fedrec_lab import stats
-from fedrec_lab.analysis import devices
+from fedrec_lab.analysis import devices, rejections
 from fedrec_lab.analysis.cells import DATASETS, PAIRS, PROTOCOLS, SEEDS, SamCell
 from fedrec_lab.experiments.report import NAMES
 
@@ -128,18 +128,23 @@ def row(
     sides: dict[bool, list[dict]] = {False: [], True: []}
     seeds_done = []
     recorded = []
+    left_out = []
     for seed in seeds:
-        found = [
-            run_figures(SamCell(method, sam, dataset, protocol, seed), runs, records)
-            for sam in (False, True)
-        ]
+        cells = [SamCell(method, sam, dataset, protocol, seed) for sam in (False, True)]
+        found = [run_figures(c, runs, records) for c in cells]
         recorded += [
             {"side": "with" if sam else "without", "seed": seed}
             for sam, figures in zip((False, True), found, strict=True)
             if figures is not None
         ]
+        rejected = [rejections.first_rejected_round(runs / c.name) for c in cells]
+        left_out += [
+            {"side": "with" if c.sam else "without", "seed": seed, "round": at}
+            for c, at in zip(cells, rejected, strict=True)
+            if at is not None
+        ]
         pair = [figures for figures in found if figures is not None]
-        if len(pair) == len(found):
+        if len(pair) == len(found) and rejected == [None, None]:
             seeds_done.append(seed)
             for sam, figures in zip((False, True), pair, strict=True):
                 sides[sam].append(figures)
@@ -149,6 +154,7 @@ def row(
         "protocol": protocol,
         "seeds": seeds_done,
         "recorded": recorded,
+        "left_out": left_out,
         "radii": sides[True][0]["radii"] if seeds_done else None,
         "rounds": sorted({f["rounds"] for side in sides.values() for f in side}),
         "best_rounds": {
@@ -343,7 +349,7 @@ def row_command(r: dict[str, Any]) -> str:
     return (
         f"python -m fedrec_lab.analysis sam-table --data-dir DIR --out bench/results "
         f"--methods {r['method']} --datasets {r['dataset']} --protocols {r['protocol']} "
-        f"--seeds {' '.join(map(str, r['seeds']))}"
+        f"--seeds {' '.join(map(str, sorted({*r['seeds'], *rejections.seeds(r)})))}"
     )
 
 
@@ -382,6 +388,7 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
     lines += early_lines(done, NAMES)
     lines += replayed_hr_lines(done, NAMES)
     lines += devices.lines(done, NAMES)
+    lines += rejections.lines(rows, NAMES)
     missing = [
         f"{r['method']} {NAMES[r['dataset']]} {r['protocol']}{recorded_note(r)}"
         for r in rows

@@ -474,6 +474,41 @@ def test_the_sam_table_names_each_sides_devices_and_the_pairs_that_mix_them(tmp_
         sam_table.table_rows(runs, records)
 
 
+def test_a_seed_whose_run_had_a_reply_rejected_is_left_out_and_named(tmp_path):
+    from fedrec_lab.analysis import sam_table
+    from fedrec_lab.analysis.cells import SamCell
+
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    records.mkdir(parents=True)
+    sampled = [{"user": 0, "lambda_max": 1.0, "rho_sharpness": 0.1}]
+    record = {"gap": 0.1, "users": [0], "user_gap": [0.1], "mean_lambda_max": 1.0}
+    record |= {"mean_rho_sharpness": 0.1, "sampled": sampled, "radii": [0.01, 0.01]}
+    for seed in (0, 1, 2):
+        for sam in (False, True):
+            cell = SamCell("FedNCF", sam, "lastfm-2k", "paper", seed)
+            # seed 1 with SAM: a node's reply rejected from round 2 on
+            rejected = [0, 1, 2] if (seed, sam) == (1, True) else [0, 0, 0]
+            columns = {"round": [1, 2, 3], "rejected-replies": rejected}
+            summary = {"rounds": 3, "best_round": 3, "test": {"hr@10": 0.5}}
+            fake_run(runs, cell.name, columns, summary)
+            (records / f"{cell.name}.json").write_text(json.dumps(record))
+    (row,) = [r for r in sam_table.table_rows(runs, records) if r["seeds"]]
+    assert row["seeds"] == [0, 2]
+    assert row["left_out"] == [{"side": "with", "seed": 1, "round": 2}]
+    text = sam_table.markdown([row], "cmd")
+    assert "| FedNCF | Last.fm-2K | paper | 0, 2 |" in text
+    assert (
+        "a node's reply rejected: FedNCF Last.fm-2K paper (seed 1 with SAM (from round 2))" in text
+    )
+    assert "--protocols paper --seeds 0 1 2" in text  # the command makes every seed's records
+    # no rejection anywhere: every seed paired, no note
+    without = SamCell("FedNCF", True, "lastfm-2k", "paper", 1).name
+    (runs / without / "rounds.csv").write_text("round,rejected-replies\n1,0\n")
+    (row,) = [r for r in sam_table.table_rows(runs, records) if r["seeds"]]
+    assert row["seeds"] == [0, 1, 2] and row["left_out"] == []
+    assert "reply rejected" not in sam_table.markdown([row], "cmd")
+
+
 def test_a_record_takes_its_users_hr_only_from_a_replay_with_the_runs_test_hr(tmp_path):
     from fedrec_lab.analysis import sam_table
     from fedrec_lab.analysis.command import _take_user_hr

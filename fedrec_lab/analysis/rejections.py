@@ -1,0 +1,61 @@
+"""The SAM table's runs in which the server rejected a node's reply, from each run's rounds.
+
+A reply holding NaN or inf (a node whose users' training diverged) or otherwise malformed is
+rejected (``rejected-replies`` in ``rounds.csv``) and the round goes on with the other nodes'.
+From then on such a run trains and evaluates only some of its users, and its best round is
+chosen over validation figures of different user sets: it measures neither the method nor
+the users its twin measures. The table leaves such a seed out of its row (both sides) and
+names it under the table.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+#: The ``rounds.csv`` column that counts a round's rejected replies.
+COLUMN = "rejected-replies"
+
+
+def first_rejected_round(run_dir: Path) -> int | None:
+    """The first round of a run whose server rejected a reply, or None (also for a run
+    whose ``rounds.csv`` predates the column, or that has no ``rounds.csv``)."""
+    rounds_file = Path(run_dir) / "rounds.csv"
+    if not rounds_file.exists():
+        return None
+    with rounds_file.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            if float(row.get(COLUMN) or 0) > 0:
+                return int(row["round"])
+    return None
+
+
+def seeds(r: dict[str, Any]) -> set[int]:
+    """The seeds a row leaves out."""
+    return {e["seed"] for e in r.get("left_out", [])}
+
+
+def text(left_out: list[dict[str, Any]]) -> str:
+    """A row's left-out runs: ``seed 2 with SAM (from round 19)``, joined by ``, ``."""
+    return ", ".join(
+        f"seed {e['seed']} {e['side']} SAM (from round {e['round']})" for e in left_out
+    )
+
+
+def lines(rows: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
+    """The note on the rows with a seed left out for a rejected reply (empty when none)."""
+    flagged = [r for r in rows if r.get("left_out")]
+    if not flagged:
+        return []
+    which = "; ".join(
+        f"{r['method']} {names[r['dataset']]} {r['protocol']} ({text(r['left_out'])})"
+        for r in flagged
+    )
+    return [
+        "",
+        f"Seeds left out, a node's reply rejected: {which}. The server rejects a reply that "
+        "holds NaN or inf (that node's users' training diverged) and goes on with the other "
+        "nodes', so from that round such a run trains and evaluates part of its users only; "
+        "the row pairs its other seeds (`rejected-replies` in the run's `rounds.csv`).",
+    ]
