@@ -66,6 +66,8 @@ def dataset_label(config: RunConfig) -> str:
 TIMING_COLUMNS = ("seconds", "cpu-seconds")
 #: Traffic: it depends on the wire form (record headers, packing) as well as on the model.
 WIRE_COLUMNS = ("bytes-down", "bytes-up")
+#: The columns counting a round's replies left out (failed, timed out, rejected).
+LEFT_OUT_COLUMNS = ("train-failures", "eval-failures", "rejected-replies")
 
 
 def write_per_user_csv(folder: Path, users: Any, names: Any, values: Any) -> None:
@@ -185,6 +187,20 @@ class RunRecorder:
             if row["train-users"] in ("", None) and int(row["round"]) != diverged
         ]
 
+    def partial_rounds(self) -> list[int]:
+        """The rounds (void ones and a diverged run's last aside) in which some node's reply
+        was left out: it failed, timed out or was rejected (NaN or inf in it, say). Their
+        training and evaluation cover the other nodes' users only, so their figures are
+        not those of every user (:mod:`fedrec_lab.launch.run_folder` says so)."""
+        diverged = self.diverged_round()
+        skipped = {*self.void_rounds(), *([] if diverged is None else [int(diverged)])}
+        return [
+            int(row["round"])
+            for row in self.rows
+            if int(row["round"]) not in skipped
+            and any(float(row.get(c) or 0) > 0 for c in LEFT_OUT_COLUMNS)
+        ]
+
     def diverged_round(self) -> int | None:
         """The round the run stopped at because every update held NaN or inf, or the first
         round whose training loss is not finite; None if the run did not diverge."""
@@ -221,6 +237,7 @@ class RunRecorder:
             "final_val": {m: last[f"val-{m}"] for m in self.metrics} if last else {},
             "diverged_round": self.diverged_round(),
             "void_rounds": self.void_rounds(),
+            "partial_rounds": self.partial_rounds(),
             **self.extra,
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -60,6 +60,7 @@ class Verdict:
     rounds: int = 0
     planned: int | None = None  # num-server-rounds of its config.json
     void_rounds: tuple[int, ...] = ()  # a completed run's rounds that changed nothing shared
+    partial_rounds: tuple[int, ...] = ()  # its rounds with a node's reply left out
 
     @property
     def resumable(self) -> bool:
@@ -72,17 +73,28 @@ class Verdict:
         if self.folder is None:
             return "no run folder was written"
         of = f" of {self.planned}" if self.planned else ""
-        if self.state == COMPLETED and self.void_rounds:
-            void = ", ".join(map(str, self.void_rounds[:10]))
-            more = f" and {len(self.void_rounds) - 10} more" if len(self.void_rounds) > 10 else ""
-            return (
-                f"{self.rounds} rounds in rounds.csv, summary.json written ({self.folder}); "
-                f"{len(self.void_rounds)} of them void, no shared update applied (rounds "
-                f"{void}{more}: see the warnings of the log)"
-            )
         if self.state == COMPLETED:
-            return f"{self.rounds} rounds in rounds.csv, summary.json written ({self.folder})"
+            text = f"{self.rounds} rounds in rounds.csv, summary.json written ({self.folder})"
+            if self.void_rounds:
+                text += (
+                    f"; {len(self.void_rounds)} of them void, no shared update applied "
+                    f"(rounds {_listed(self.void_rounds)}: see the warnings of the log)"
+                )
+            if self.partial_rounds:
+                text += (
+                    f"; {len(self.partial_rounds)} partial, a node's reply left out, so their "
+                    f"figures cover the other nodes' users only (rounds "
+                    f"{_listed(self.partial_rounds)}: rejected-replies, train-failures and "
+                    "eval-failures in rounds.csv, and the warnings of the log)"
+                )
+            return text
         return f"{self.rounds}{of} rounds in rounds.csv, no summary.json ({self.folder})"
+
+
+def _listed(rounds: tuple[int, ...]) -> str:
+    """At most the first ten rounds, and how many more."""
+    more = f" and {len(rounds) - 10} more" if len(rounds) > 10 else ""
+    return ", ".join(map(str, rounds[:10])) + more
 
 
 def judge(folder: Path | None) -> Verdict:
@@ -94,9 +106,11 @@ def judge(folder: Path | None) -> Verdict:
         planned = json.loads((folder / "config.json").read_text()).get("num-server-rounds")
     done = (folder / "summary.json").is_file() and not (folder / incomplete_marker()).exists()
     void: tuple[int, ...] = ()
+    partial: tuple[int, ...] = ()
     if done:
         with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
             summary = json.loads((folder / "summary.json").read_text())
             void = tuple(int(r) for r in summary.get("void_rounds") or ())
+            partial = tuple(int(r) for r in summary.get("partial_rounds") or ())
     state = COMPLETED if done else UNFINISHED
-    return Verdict(state, folder, rounds_written(folder), planned, void)
+    return Verdict(state, folder, rounds_written(folder), planned, void, partial)

@@ -223,6 +223,8 @@ def conclude(
         if verdict.void_rounds:
             say(f"warning: the run is not a plain completed one: {verdict.describe()}")
             return Outcome(COMPLETED_VOID, output, verdict.folder)
+        if verdict.partial_rounds:
+            say(f"warning: some rounds left a node's reply out: {verdict.describe()}")
         return Outcome(COMPLETED, output, verdict.folder)
     if verdict.state == run_folder.UNFINISHED:
         say(f"the run did not finish: {verdict.describe()}")

@@ -148,7 +148,7 @@ def test_a_run_whose_every_update_is_nan_stops_as_diverged(tmp_path, caplog):
     run_config = {**SMALL, "num-server-rounds": 4, "results-dir": str(tmp_path / "results")}
     grid = LocalGrid(_nan_rows_from(2, {0, 1}), run_config, num_nodes=2)
     summary = run_federation(grid, RunConfig.from_mapping(run_config))
-    assert summary["diverged_round"] == 2
+    assert summary["diverged_round"] == 2 and summary["partial_rounds"] == []
     assert summary["rounds"] == 2  # round 2 is recorded, rounds 3 and 4 never run
     assert summary["best_round"] == 1
     assert "training diverged" in caplog.text and "Lower the learning rates" in caplog.text
@@ -163,6 +163,15 @@ def test_one_diverged_node_is_left_out_and_the_run_goes_on(tmp_path):
     assert summary["diverged_round"] is None
     assert summary["rounds"] == 3
     assert [r["rejected-replies"] for r in read_rounds(tmp_path)] == ["1"] * 3
+    # every round left node 1's users out: summary.json and the run's verdict say so
+    assert summary["partial_rounds"] == [1, 2, 3] and summary["void_rounds"] == []
+    from fedrec_lab.launch import run_folder
+
+    (folder,) = (tmp_path / "results").iterdir()
+    verdict = run_folder.judge(folder)
+    assert verdict.state == run_folder.COMPLETED and verdict.partial_rounds == (1, 2, 3)
+    assert "3 partial, a node's reply left out" in verdict.describe()
+    assert "(rounds 1, 2, 3: rejected-replies" in verdict.describe()
 
 
 def test_an_unavailable_node_counts_once_for_the_node_it_answers_for(tmp_path, caplog):
@@ -223,6 +232,7 @@ def test_a_run_with_void_rounds_is_not_a_plain_completed_one(tmp_path):
     grid = LocalGrid(failing, run_config, num_nodes=2)
     summary = run_federation(grid, RunConfig.from_mapping(run_config))
     assert summary["diverged_round"] is None and summary["void_rounds"] == [2]
+    assert summary["partial_rounds"] == []  # a void round is no partial one
     (folder,) = (tmp_path / "results").iterdir()
     verdict = run_folder.judge(folder)
     assert verdict.state == run_folder.COMPLETED and verdict.void_rounds == (2,)
