@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fedrec_lab.analysis import devices
+from fedrec_lab.analysis import devices, rejections
 from fedrec_lab.analysis.sam_table import EARLY_SHARE
 from fedrec_lab.analysis.sweep import SCHEDULE
 from fedrec_lab.claims.verdicts import (
@@ -65,6 +65,13 @@ def _mixed(row: dict) -> str:
     return f" (devices: {devices.mixed_text(mixed, ' ', '; ')})"
 
 
+def _left_out(row: dict) -> str:
+    """A SAM-table row's seeds left out for a rejected reply (its ``left_out``), e.g.
+    `` (left out: seed 2 with SAM (from round 19))``; "" when none."""
+    left_out = row.get("left_out") or []
+    return f" (left out: {rejections.text(left_out)})" if left_out else ""
+
+
 def sam_effect(key: str, lower_is_claimed: bool, method: str | None = None) -> Judge:
     """SAM minus without on the SAM table's measure ``key``, over the measured rows of
     ``method`` (None: every method): reproduced when most rows lie beyond the interval in the
@@ -80,12 +87,11 @@ def sam_effect(key: str, lower_is_claimed: bool, method: str | None = None) -> J
             d = r[key].get("difference")
             who = "" if method else f"{r['method']} "
             where = f"{who}{r['dataset']} {r['protocol']} ({_seeds(r['seeds'])})"
+            notes = _early(r) + _mixed(r) + _left_out(r)
             if d is None:  # a run without its users' values: no paired interval
-                parts.append(
-                    f"{where}: no interval (per-user values not recorded){_early(r)}{_mixed(r)}"
-                )
+                parts.append(f"{where}: no interval (per-user values not recorded){notes}")
                 continue
-            parts.append(f"{where}: {_interval(d, fmt)}{_early(r)}{_mixed(r)}")
+            parts.append(f"{where}: {_interval(d, fmt)}{notes}")
             below += d["high"] < 0
             above += d["low"] > 0
             judged += 1
@@ -110,6 +116,12 @@ def sam_effect(key: str, lower_is_claimed: bool, method: str | None = None) -> J
             why += (
                 f"; {mixed} of the {len(rows)} rows pair runs trained on different devices "
                 "(the CPU and CUDA: they differ by the device as well as by SAM)"
+            )
+        left_out = sum(bool(r.get("left_out")) for r in rows)
+        if left_out:
+            why += (
+                f"; {left_out} of the {len(rows)} rows leave out a seed whose run had a "
+                "node's reply rejected (it measures part of the users only)"
             )
         return "; ".join(parts), _majority(wanted, opposite, judged), why
 
