@@ -4,8 +4,9 @@ A reply holding NaN or inf (a node whose users' training diverged) or otherwise 
 rejected (``rejected-replies`` in ``rounds.csv``) and the round goes on with the other nodes'.
 From then on such a run trains and evaluates only some of its users, and its best round is
 chosen over validation figures of different user sets: it measures neither the method nor
-the users its twin measures. The table leaves such a seed out of its row (both sides) and
-names it under the table.
+the users its twin measures. The table leaves such a seed out of its row (both sides),
+names it under the table, and takes the next seed after the row's seeds in its place where
+that seed's records exist (``sam-table --seeds 3`` makes them).
 """
 
 from __future__ import annotations

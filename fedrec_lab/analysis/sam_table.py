@@ -24,6 +24,7 @@ import numpy as np
 from fedrec_lab import stats
 from fedrec_lab.analysis import devices, rejections
 from fedrec_lab.analysis.cells import DATASETS, PAIRS, PROTOCOLS, SEEDS, SamCell
+from fedrec_lab.analysis.early import EARLY_MARK, early_lines, is_early
 from fedrec_lab.experiments.report import NAMES
 
 #: The table's measures: (record key of a run's figure, per-user key, label, scale).
@@ -33,16 +34,6 @@ MEASURES = (
     ("mean_lambda_max", "lambda_max", "top Hessian eigenvalue", 1.0),
     ("mean_rho_sharpness", "rho_sharpness", "rho-sharpness", 1.0),
 )
-#: A run's best validation round is early when it falls in this first share of its rounds:
-#: the model the row measures is then barely trained, and the table flags it.
-EARLY_SHARE = 0.1
-#: The mark of an early best round in the table.
-EARLY_MARK = "†"
-
-
-def is_early(best_round: int, rounds: int) -> bool:
-    """Whether a run's best round lies in the first :data:`EARLY_SHARE` of its rounds."""
-    return best_round <= EARLY_SHARE * rounds
 
 
 def record_path(records: Path, cell: SamCell) -> Path:
@@ -124,14 +115,24 @@ def row(
     records: Path,
     seeds: Iterable[int] = SEEDS,
 ) -> dict[str, Any]:
-    """One row: both sides' figures over the seeds that have both, and the paired intervals."""
+    """One row: both sides' figures over the seeds that have both, and the paired intervals.
+    A seed left out for a rejected reply is replaced by the next seed after ``seeds`` whose
+    records exist (:mod:`fedrec_lab.analysis.rejections`)."""
     sides: dict[bool, list[dict]] = {False: [], True: []}
-    seeds_done = []
+    seeds_done: list[int] = []
     recorded = []
-    left_out = []
-    for seed in seeds:
+    left_out: list[dict[str, Any]] = []
+    base = tuple(seeds)
+    after = max(base, default=-1) + 1
+    for seed in (*base, *range(after, after + len(base))):
+        extra = seed not in base
+        replaced = sum(d not in base for d in seeds_done)
+        if extra and replaced >= len({e["seed"] for e in left_out}):
+            break  # every seed left out is replaced (or none is)
         cells = [SamCell(method, sam, dataset, protocol, seed) for sam in (False, True)]
         found = [run_figures(c, runs, records) for c in cells]
+        if extra and None in found:
+            break  # the next seed's records are not there
         recorded += [
             {"side": "with" if sam else "without", "seed": seed}
             for sam, figures in zip((False, True), found, strict=True)
@@ -279,36 +280,6 @@ def _rounds(r: dict[str, Any]) -> str:
         )
 
     return f"{'/'.join(map(str, r['rounds']))}; best {side('without')} / {side('with')}"
-
-
-def early_note(r: dict[str, Any]) -> str:
-    """The row's runs whose best round is early, e.g. ``with SAM, seeds 1, 2: round 2, 2``
-    ("" when none)."""
-    parts = []
-    for name, label in (("without", "without SAM"), ("with", "with SAM")):
-        early = [e for e in r["early_best"] if e["side"] == name]
-        if early:
-            seeds = ", ".join(str(e["seed"]) for e in early)
-            at = ", ".join(str(e["round"]) for e in early)
-            plural = "s" if len(early) > 1 else ""
-            parts.append(f"{label}, seed{plural} {seeds}: round{plural} {at}")
-    return "; ".join(parts)
-
-
-def early_lines(rows: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
-    """The footnote on the rows whose runs peak early (empty when none do)."""
-    flagged = [r for r in rows if r["early_best"]]
-    if not flagged:
-        return []
-    which = "; ".join(
-        f"{r['method']} {names[r['dataset']]} {r['protocol']} ({early_note(r)})" for r in flagged
-    )
-    return [
-        "",
-        f"{EARLY_MARK} A best validation round in the first {EARLY_SHARE * 100:g} % of the run's "
-        f"rounds: that run's model is barely trained, and its row compares it with the other "
-        f"arm's as it is ({len(flagged)} of {len(rows)} rows: {which}).",
-    ]
 
 
 def replayed_hr_lines(rows: list[dict[str, Any]], names: dict[str, str]) -> list[str]:

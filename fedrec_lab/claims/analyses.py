@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fedrec_lab.analysis import devices, rejections
-from fedrec_lab.analysis.sam_table import EARLY_SHARE
+from fedrec_lab.analysis.early import EARLY_SHARE
 from fedrec_lab.analysis.sweep import SCHEDULE
 from fedrec_lab.claims.verdicts import (
     CONTRADICTED,

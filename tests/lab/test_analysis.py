@@ -501,11 +501,21 @@ def test_a_seed_whose_run_had_a_reply_rejected_is_left_out_and_named(tmp_path):
         "a node's reply rejected: FedNCF Last.fm-2K paper (seed 1 with SAM (from round 2))" in text
     )
     assert "--protocols paper --seeds 0 1 2" in text  # the command makes every seed's records
+    # the next seed's records: it takes the place of the seed left out (no further seed)
+    for sam in (False, True):
+        cell = SamCell("FedNCF", sam, "lastfm-2k", "paper", 3)
+        summary = {"rounds": 3, "best_round": 2, "test": {"hr@10": 0.5}}
+        fake_run(runs, cell.name, {"round": [1, 2, 3], "rejected-replies": [0, 0, 0]}, summary)
+        (records / f"{cell.name}.json").write_text(json.dumps(record))
+    (row,) = [r for r in sam_table.table_rows(runs, records) if r["seeds"]]
+    assert row["seeds"] == [0, 2, 3] and row["best_rounds"]["with"] == [3, 3, 2]
+    assert "| FedNCF | Last.fm-2K | paper | 0, 2, 3 |" in sam_table.markdown([row], "cmd")
+    assert "--protocols paper --seeds 0 1 2 3" in sam_table.markdown([row], "cmd")
     # no rejection anywhere: every seed paired, no note
     without = SamCell("FedNCF", True, "lastfm-2k", "paper", 1).name
     (runs / without / "rounds.csv").write_text("round,rejected-replies\n1,0\n")
     (row,) = [r for r in sam_table.table_rows(runs, records) if r["seeds"]]
-    assert row["seeds"] == [0, 1, 2] and row["left_out"] == []
+    assert row["seeds"] == [0, 1, 2] and row["left_out"] == []  # seed 3 not needed
     assert "reply rejected" not in sam_table.markdown([row], "cmd")
 
 
