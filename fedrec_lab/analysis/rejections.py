@@ -57,6 +57,7 @@ def lines(rows: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
         "",
         f"Seeds left out, a node's reply rejected: {which}. The server rejects a reply that "
         "holds NaN or inf (that node's users' training diverged) and goes on with the other "
-        "nodes', so from that round such a run trains and evaluates part of its users only; "
-        "the row pairs its other seeds (`rejected-replies` in the run's `rounds.csv`).",
+        "nodes', so from that round such a run trains and evaluates part of its users only "
+        "(`rejected-replies` in the run's `rounds.csv`). The row pairs its other seeds, and "
+        "the next seed after them takes a left-out seed's place where its records exist.",
     ]
