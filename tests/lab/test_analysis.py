@@ -313,6 +313,13 @@ def test_figure3_rows_pair_the_views_over_seeds(tmp_path, monkeypatch):
     )
 
 
+def one_user_record(radii: list[float]) -> dict:
+    """A SAM-table record of one user (user 0) with the radii ``radii``."""
+    sampled = [{"user": 0, "lambda_max": 1.0, "rho_sharpness": 0.1}]
+    record = {"gap": 0.1, "users": [0], "user_gap": [0.1], "mean_lambda_max": 1.0}
+    return record | {"mean_rho_sharpness": 0.1, "sampled": sampled, "radii": radii}
+
+
 def test_a_sam_row_not_measured_names_the_cells_it_already_has(tmp_path):
     from fedrec_lab.analysis import sam_table
     from fedrec_lab.analysis.cells import SamCell
@@ -323,9 +330,7 @@ def test_a_sam_row_not_measured_names_the_cells_it_already_has(tmp_path):
     fake_run(
         runs, cell.name, {"round": [1]}, {"rounds": 1, "best_round": 1, "test": {"hr@10": 0.1}}
     )
-    sampled = [{"user": 0, "lambda_max": 1.0, "rho_sharpness": 0.1}]
-    record = {"gap": 0.1, "users": [0], "user_gap": [0.1], "mean_lambda_max": 1.0}
-    record |= {"mean_rho_sharpness": 0.1, "sampled": sampled, "radii": [0.3, 0.01]}
+    record = one_user_record([0.3, 0.01])
     (records / f"{cell.name}.json").write_text(json.dumps(record))
     # a record whose run is not here is no cell of the row
     twin = SamCell("FedRecGEL", True, "lastfm-2k", "strict", 1)
@@ -437,9 +442,7 @@ def test_the_sam_table_names_each_sides_devices_and_the_pairs_that_mix_them(tmp_
 
     runs, records = tmp_path / "runs", tmp_path / "records"
     records.mkdir(parents=True)
-    sampled = [{"user": 0, "lambda_max": 1.0, "rho_sharpness": 0.1}]
-    record = {"gap": 0.1, "users": [0], "user_gap": [0.1], "mean_lambda_max": 1.0}
-    record |= {"mean_rho_sharpness": 0.1, "sampled": sampled, "radii": [0.3, 0.01]}
+    record = one_user_record([0.3, 0.01])
     # seed 0: both on the CPU; seed 1: with SAM on cuda:0 (read as cuda); seed 2: a config
     # without the key (made before it: the default, cpu)
     for seed, device in ((0, "cpu"), (1, "cuda:0"), (2, None)):
@@ -480,9 +483,7 @@ def test_a_seed_whose_run_had_a_reply_rejected_is_left_out_and_named(tmp_path):
 
     runs, records = tmp_path / "runs", tmp_path / "records"
     records.mkdir(parents=True)
-    sampled = [{"user": 0, "lambda_max": 1.0, "rho_sharpness": 0.1}]
-    record = {"gap": 0.1, "users": [0], "user_gap": [0.1], "mean_lambda_max": 1.0}
-    record |= {"mean_rho_sharpness": 0.1, "sampled": sampled, "radii": [0.01, 0.01]}
+    record = one_user_record([0.01, 0.01])
     for seed in (0, 1, 2):
         for sam in (False, True):
             cell = SamCell("FedNCF", sam, "lastfm-2k", "paper", seed)
