@@ -1,8 +1,10 @@
-"""The SAM table's runs in which the server rejected a node's reply, from each run's rounds.
+"""The SAM table's runs in which a node's reply was left out, from each run's rounds.
 
 A reply holding NaN or inf (a node whose users' training diverged) or otherwise malformed is
-rejected (``rejected-replies`` in ``rounds.csv``) and the round goes on with the other nodes'.
-From then on such a run trains and evaluates only some of its users, and its best round is
+rejected, and a node may fail or time out; the round goes on with the other nodes' replies
+(``rejected-replies``, ``train-failures`` and ``eval-failures`` in ``rounds.csv``: the columns
+of :data:`fedrec_flwr.results.LEFT_OUT_COLUMNS`, those of a run's ``partial_rounds``). From
+then on such a run may train and evaluate only some of its users, and its best round is
 chosen over validation figures of different user sets: it measures neither the method nor
 the users its twin measures. The table leaves such a seed out of its row (both sides),
 names it under the table, and takes the next seed after the row's seeds in its place where
@@ -15,26 +17,25 @@ import csv
 from pathlib import Path
 from typing import Any
 
-#: The ``rounds.csv`` column that counts a round's rejected replies.
-COLUMN = "rejected-replies"
+from fedrec_flwr.results import LEFT_OUT_COLUMNS
 
 
-def first_rejected_round(run_dir: Path) -> int | None:
-    """The first round of a run whose server rejected a reply, or None (also for a run
-    whose ``rounds.csv`` predates the column, or that has no ``rounds.csv``)."""
+def first_partial_round(run_dir: Path) -> int | None:
+    """The first round of a run with a node's reply left out, or None (also for a run
+    whose ``rounds.csv`` predates the columns, or that has no ``rounds.csv``)."""
     rounds_file = Path(run_dir) / "rounds.csv"
     if not rounds_file.exists():
         return None
     with rounds_file.open(newline="") as handle:
         for row in csv.DictReader(handle):
-            if float(row.get(COLUMN) or 0) > 0:
+            if any(float(row.get(column) or 0) > 0 for column in LEFT_OUT_COLUMNS):
                 return int(row["round"])
     return None
 
 
-def seeds(r: dict[str, Any]) -> set[int]:
-    """The seeds a row leaves out."""
-    return {e["seed"] for e in r.get("left_out", [])}
+def seeds(left_out: list[dict[str, Any]]) -> set[int]:
+    """The seeds of a row's left-out runs (its ``left_out``)."""
+    return {e["seed"] for e in left_out}
 
 
 def text(left_out: list[dict[str, Any]]) -> str:
@@ -45,7 +46,8 @@ def text(left_out: list[dict[str, Any]]) -> str:
 
 
 def lines(rows: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
-    """The note on the rows with a seed left out for a rejected reply (empty when none)."""
+    """The note on the rows with a seed left out for a node's reply left out (empty when
+    none)."""
     flagged = [r for r in rows if r.get("left_out")]
     if not flagged:
         return []
@@ -55,9 +57,10 @@ def lines(rows: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
     )
     return [
         "",
-        f"Seeds left out, a node's reply rejected: {which}. The server rejects a reply that "
-        "holds NaN or inf (that node's users' training diverged) and goes on with the other "
-        "nodes', so from that round such a run trains and evaluates part of its users only "
-        "(`rejected-replies` in the run's `rounds.csv`). The row pairs its other seeds, and "
-        "the next seed after them takes a left-out seed's place where its records exist.",
+        f"Seeds left out, a node's reply left out: {which}. The server rejects a reply that "
+        "holds NaN or inf (that node's users' training diverged), and a node may fail or time "
+        "out; the round goes on with the other nodes', so from that round such a run trains "
+        "and evaluates part of its users only (`rejected-replies`, `train-failures` and "
+        "`eval-failures` in the run's `rounds.csv`). The row pairs its other seeds, and the "
+        "next seed after them takes a left-out seed's place where its records exist.",
     ]

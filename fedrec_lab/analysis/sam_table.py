@@ -116,7 +116,7 @@ def row(
     seeds: Iterable[int] = SEEDS,
 ) -> dict[str, Any]:
     """One row: both sides' figures over the seeds that have both, and the paired intervals.
-    A seed left out for a rejected reply is replaced by the next seed after ``seeds`` whose
+    A seed left out for a node's reply left out is replaced by the next seed after ``seeds`` whose
     records exist (:mod:`fedrec_lab.analysis.rejections`)."""
     sides: dict[bool, list[dict]] = {False: [], True: []}
     seeds_done: list[int] = []
@@ -127,7 +127,7 @@ def row(
     for seed in (*base, *range(after, after + len(base))):
         extra = seed not in base
         replaced = sum(d not in base for d in seeds_done)
-        if extra and replaced >= len({e["seed"] for e in left_out}):
+        if extra and replaced >= len(rejections.seeds(left_out)):
             break  # every seed left out is replaced (or none is)
         cells = [SamCell(method, sam, dataset, protocol, seed) for sam in (False, True)]
         found = [run_figures(c, runs, records) for c in cells]
@@ -138,7 +138,7 @@ def row(
             for sam, figures in zip((False, True), found, strict=True)
             if figures is not None
         ]
-        rejected = [rejections.first_rejected_round(runs / c.name) for c in cells]
+        rejected = [rejections.first_partial_round(runs / c.name) for c in cells]
         left_out += [
             {"side": "with" if c.sam else "without", "seed": seed, "round": at}
             for c, at in zip(cells, rejected, strict=True)
@@ -317,10 +317,11 @@ def recorded_note(r: dict[str, Any]) -> str:
 
 def row_command(r: dict[str, Any]) -> str:
     """The command that makes a row's records (runs or replays what is missing)."""
+    seeds = sorted({*r["seeds"], *rejections.seeds(r.get("left_out", []))})
     return (
         f"python -m fedrec_lab.analysis sam-table --data-dir DIR --out bench/results "
         f"--methods {r['method']} --datasets {r['dataset']} --protocols {r['protocol']} "
-        f"--seeds {' '.join(map(str, sorted({*r['seeds'], *rejections.seeds(r)})))}"
+        f"--seeds {' '.join(map(str, seeds))}"
     )
 
 

@@ -66,7 +66,7 @@ def _mixed(row: dict) -> str:
 
 
 def _left_out(row: dict) -> str:
-    """A SAM-table row's seeds left out for a rejected reply (its ``left_out``), e.g.
+    """A SAM-table row's seeds left out for a node's reply left out (its ``left_out``), e.g.
     `` (left out: seed 2 with SAM (from round 19))``; "" when none."""
     left_out = row.get("left_out") or []
     return f" (left out: {rejections.text(left_out)})" if left_out else ""
@@ -121,7 +121,7 @@ def sam_effect(key: str, lower_is_claimed: bool, method: str | None = None) -> J
         if left_out:
             why += (
                 f"; {left_out} of the {len(rows)} rows leave out a seed whose run had a "
-                "node's reply rejected (it measures part of the users only)"
+                "node's reply left out (it measures part of the users only)"
             )
         return "; ".join(parts), _majority(wanted, opposite, judged), why
 

@@ -477,7 +477,7 @@ def test_the_sam_table_names_each_sides_devices_and_the_pairs_that_mix_them(tmp_
         sam_table.table_rows(runs, records)
 
 
-def test_a_seed_whose_run_had_a_reply_rejected_is_left_out_and_named(tmp_path):
+def test_a_seed_whose_run_had_a_reply_left_out_is_left_out_and_named(tmp_path):
     from fedrec_lab.analysis import sam_table
     from fedrec_lab.analysis.cells import SamCell
 
@@ -499,7 +499,7 @@ def test_a_seed_whose_run_had_a_reply_rejected_is_left_out_and_named(tmp_path):
     text = sam_table.markdown([row], "cmd")
     assert "| FedNCF | Last.fm-2K | paper | 0, 2 |" in text
     assert (
-        "a node's reply rejected: FedNCF Last.fm-2K paper (seed 1 with SAM (from round 2))" in text
+        "a node's reply left out: FedNCF Last.fm-2K paper (seed 1 with SAM (from round 2))" in text
     )
     assert "--protocols paper --seeds 0 1 2" in text  # the command makes every seed's records
     # the next seed's records: it takes the place of the seed left out (no further seed)
@@ -517,7 +517,12 @@ def test_a_seed_whose_run_had_a_reply_rejected_is_left_out_and_named(tmp_path):
     (runs / without / "rounds.csv").write_text("round,rejected-replies\n1,0\n")
     (row,) = [r for r in sam_table.table_rows(runs, records) if r["seeds"]]
     assert row["seeds"] == [0, 1, 2] and row["left_out"] == []  # seed 3 not needed
-    assert "reply rejected" not in sam_table.markdown([row], "cmd")
+    assert "reply left out" not in sam_table.markdown([row], "cmd")
+    # a node's evaluation that failed leaves its run out too (the runtime's partial rounds)
+    (runs / without / "rounds.csv").write_text("round,rejected-replies,eval-failures\n1,0,1\n")
+    (row,) = [r for r in sam_table.table_rows(runs, records) if r["seeds"]]
+    assert row["seeds"] == [0, 2, 3]
+    assert row["left_out"] == [{"side": "with", "seed": 1, "round": 1}]
 
 
 def test_a_record_takes_its_users_hr_only_from_a_replay_with_the_runs_test_hr(tmp_path):

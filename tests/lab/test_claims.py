@@ -80,7 +80,7 @@ def test_a_sam_row_without_per_user_values_is_listed_not_judged():
     left = [{"side": "with", "seed": 2, "round": 19}]
     ours, _, why = judge([[{**row("FedMF", higher), "left_out": left}]])
     assert ours.endswith("(left out: seed 2 with SAM (from round 19))")
-    assert "1 of the 1 rows leave out a seed whose run had a node's reply rejected" in why
+    assert "1 of the 1 rows leave out a seed whose run had a node's reply left out" in why
 
 
 def test_the_radius_sweep_lists_each_radius_curve_and_how_far_it_moves():
