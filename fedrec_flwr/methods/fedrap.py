@@ -185,7 +185,8 @@ class FedRAP(Method):
 
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
         """One shared initialisation for every user: PyTorch's nn.Linear(d, 1) default (the
-        same draw as PFedRec's); each user's factor on ``D_u`` (1) when it is scaled."""
+        same draw as PFedRec's), or under ``score-init = "per-user"`` one keyed draw per
+        user; each user's factor on ``D_u`` (1) when it is scaled."""
         return {**linear_head_init(self.config, users, self.dim), **self.local.scale_init(users)}
 
     def private_rows_in(self, name: str, rows: np.ndarray, items: np.ndarray) -> np.ndarray:

@@ -3,12 +3,51 @@
 from __future__ import annotations
 
 import math
+from enum import StrEnum
 
 import numpy as np
 import torch
 
 from fedrec_flwr.run_keys import RunGroups
+from fedrec_flwr.schema import ConfigError, Group, RunValues, key
 from fedrec_flwr.seeding import keyed_rng
+
+#: The methods whose private score function is :func:`linear_head_init`'s linear head.
+SCORE_HEAD_METHODS = ("pfedrec", "fedrap")
+
+
+class HeadInit(StrEnum):
+    """``score-init``: how each user's private score function starts."""
+
+    SHARED = "shared"
+    PER_USER = "per-user"
+
+
+def check_score_init(config: RunValues) -> None:
+    method = str(config.value("method"))
+    if config.group(ScoreHeadKeys).score_init != HeadInit.SHARED and (
+        method not in SCORE_HEAD_METHODS
+    ):
+        raise ConfigError(
+            f"score-init applies to the methods with a private linear score function "
+            f"({', '.join(SCORE_HEAD_METHODS)}); method '{method}' has none: leave "
+            "score-init = 'shared'."
+        )
+
+
+class ScoreHeadKeys(Group):
+    title = "Score function (PFedRec, FedRAP)"
+
+    score_init: str = key(
+        default=HeadInit.SHARED.value,
+        help="how each user's private score function (d -> 1) starts: `shared`, one draw for "
+        "every user (PyTorch's nn.Linear default, as the papers' code); `per-user`, weights "
+        "N(0, init-std^2) drawn per (seed, user) and bias 0, as FedMF's user vectors, so that "
+        "users start apart and the shared rows learn more than one common direction",
+        choices=HeadInit,
+    )
+
+    check = check_score_init
 
 
 def linear_logits(
@@ -68,6 +107,11 @@ def linear_logits_all(
     return out if bias is None else out + bias.unsqueeze(-1)
 
 
+#: The ``private-init`` stream key of ``score-init = "per-user"`` heads (apart from FedMF's
+#: user vectors, key 1, and FedNCF's, keys 2 and 3).
+HEAD_KEY = 4
+
+
 def user_normal(config: RunGroups, users: np.ndarray, dim: int, key: int) -> np.ndarray:
     """[n, dim] N(0, init-std^2) vectors, one keyed draw per (seed, user)."""
     if not len(users):
@@ -83,13 +127,20 @@ def user_normal(config: RunGroups, users: np.ndarray, dim: int, key: int) -> np.
 
 
 def linear_head_init(config: RunGroups, users: np.ndarray, dim: int) -> dict[str, torch.Tensor]:
-    """A linear score head d -> 1 per user (``score-weight`` [n, d], ``score-bias`` [n]), all
-    from one shared draw: PyTorch's nn.Linear(d, 1) default init, keyed by the seed."""
+    """A linear score head d -> 1 per user (``score-weight`` [n, d], ``score-bias`` [n]):
+    under ``score-init = "shared"`` all from one draw, PyTorch's nn.Linear(d, 1) default
+    init keyed by the seed; under ``"per-user"`` weights N(0, init-std^2) keyed by (seed,
+    user), as :func:`user_normal`, and bias 0."""
+    n = len(users)
+    if config.group(ScoreHeadKeys).score_init == HeadInit.PER_USER:
+        return {
+            "score-weight": torch.from_numpy(user_normal(config, users, dim, key=HEAD_KEY)),
+            "score-bias": torch.zeros(n, dtype=torch.float32),
+        }
     rng = keyed_rng(config.training.seed, "private-init", 0)
     bound = 1.0 / math.sqrt(dim)
     weight = rng.uniform(-bound, bound, size=dim).astype(np.float32)
     bias = np.float32(rng.uniform(-bound, bound))
-    n = len(users)
     return {
         "score-weight": torch.from_numpy(np.tile(weight, (n, 1))),
         "score-bias": torch.full((n,), float(bias), dtype=torch.float32),

@@ -25,6 +25,7 @@ from fedrec_flwr.methods.base import (
     linear_logits_all,
 )
 from fedrec_flwr.methods.card import ITEM_LR, LR, NEGATIVES, AuditImitation, MethodCard
+from fedrec_flwr.methods.heads import ScoreHeadKeys
 from fedrec_flwr.methods.parts import factors_rows
 from fedrec_flwr.methods.parts import outer_rows as outer
 
@@ -36,7 +37,8 @@ class PFedRec(Method):
     rowwise_logits = True  # linear_logits: a product and a sum over each row
 
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
-        """One shared initialisation for every user: PyTorch's nn.Linear(d, 1) default."""
+        """One shared initialisation for every user, PyTorch's nn.Linear(d, 1) default; or,
+        under ``score-init = "per-user"``, one keyed draw per user."""
         return linear_head_init(self.config, users, self.dim)
 
     def roles(self) -> dict[str, Role]:
@@ -74,8 +76,10 @@ CARD = MethodCard(
     PFedRec,
     title="PFedRec",
     paper="Zhang et al., IJCAI 2023",
+    keys=ScoreHeadKeys,
     search_space={"lr": LR, "item-lr": ITEM_LR, "num-negatives": NEGATIVES},
-    # Every user's score function starts from the same public initialisation.
+    # Every user's score function starts from the same public initialisation (the default
+    # score-init; the audit imitates that one).
     audit=AuditImitation(update="alternate", head="shared", train_bias=True, ldp_clip=15.0),
     golden=("sam", "plgc", "paper", "counter", "paper-counter"),
     order=1,

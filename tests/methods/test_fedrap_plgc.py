@@ -307,3 +307,7 @@ def test_effective_rank_of_rank_one_is_one_and_of_the_identity_is_its_size():
     assert effective_rank(rank_one) == pytest.approx(1.0, abs=1e-6)
     assert effective_rank(np.eye(7)) == pytest.approx(7.0)
     assert effective_rank(np.zeros((3, 3))) == 0.0
+
+
+class TestFedRAPPerUserHead(MethodConformance):
+    config: ClassVar = {"method": "fedrap", "score-init": "per-user", "init-std": 0.1}

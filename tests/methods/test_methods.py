@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedrec_flwr.config import RunConfig
+from fedrec_flwr.config import ConfigError, RunConfig
 from fedrec_flwr.methods import ROWS, build_method
 from fedrec_flwr.node.training import RoundSamples, local_update
 from fedrec_lab.testing import MethodConformance
@@ -153,3 +153,31 @@ class TestPFedRecSAM(MethodConformance):
 
 class TestFedMFSAM(MethodConformance):
     config: ClassVar = {"method": "fedmf", "sam-rho-private": 0.05, "sam-rho-shared": 0.05}
+
+
+class TestPFedRecPerUserHead(MethodConformance):
+    config: ClassVar = {"method": "pfedrec", "score-init": "per-user", "init-std": 0.1}
+
+
+def test_score_init_per_user_draws_each_users_head_by_seed_and_user():
+    from fedrec_flwr.methods.heads import linear_head_init
+
+    shared = RunConfig.from_mapping({"method": "pfedrec", "embedding-dim": 8})
+    heads = linear_head_init(shared, np.array([3, 7]), 8)
+    assert torch.equal(heads["score-weight"][0], heads["score-weight"][1])  # one draw
+    config = RunConfig.from_mapping(
+        {"method": "pfedrec", "score-init": "per-user", "init-std": 0.5, "embedding-dim": 8}
+    )
+    both = linear_head_init(config, np.array([3, 7]), 8)
+    alone = linear_head_init(config, np.array([7]), 8)
+    assert not torch.equal(both["score-weight"][0], both["score-weight"][1])
+    assert torch.equal(both["score-weight"][1], alone["score-weight"][0])  # whatever the pack
+    assert torch.equal(both["score-bias"], torch.zeros(2))
+    spread = float(linear_head_init(config, np.arange(500), 8)["score-weight"].std())
+    assert abs(spread - 0.5) < 0.03  # N(0, init-std^2)
+    other_seed = RunConfig.from_mapping({**config.to_mapping(), "seed": 1})
+    assert not torch.equal(
+        linear_head_init(other_seed, np.array([7]), 8)["score-weight"], alone["score-weight"]
+    )
+    with pytest.raises(ConfigError, match="score-init applies to"):
+        RunConfig.from_mapping({"method": "fedmf", "score-init": "per-user"})
