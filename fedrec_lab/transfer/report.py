@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrec_lab.project import conf_dir
-from fedrec_lab.transfer.cells import DATASETS, candidate_keys
+from fedrec_lab.transfer.cells import DATASETS, DEFAULT, candidate_keys
 from fedrec_lab.transfer.choice import PATIENCES
 
 
@@ -23,6 +23,14 @@ def interval(low: float, high: float) -> str:
 
 def signed_interval(d: dict[str, float]) -> str:
     return f"{100 * d['mean']:+.2f} [{100 * d['low']:+.2f}, {100 * d['high']:+.2f}]"
+
+
+def setting(method: str, candidate: str) -> str:
+    """A candidate as the report names it: ``tuned on ML-100K``, or for :data:`DEFAULT`
+    (tuned on none of the datasets) its preset, ``conf/<method>-default.toml``."""
+    if candidate == DEFAULT:
+        return f"`conf/{method}-default.toml`"
+    return f"tuned on {DATASETS[candidate]['label']}"
 
 
 def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) -> str:
@@ -69,12 +77,12 @@ def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) ->
         key=lambda r: (r["method"], order.index(r["target"]), r["candidate"] != r["target"]),
     ):
         own = row["candidate"] == row["target"]
-        setting = f"tuned on {label[row['candidate']]}" + (" (own)" if own else "")
+        name = setting(row["method"], row["candidate"]) + (" (own)" if own else "")
         if row["candidate"] == row["reference"] and not row["reference_tuned"]:
-            setting += " (best measured)"
+            name += " (best measured)"
         diff = "-" if row["candidate"] == row["reference"] else signed_interval(row["vs_reference"])
         out.append(
-            f"| {row['method']} | {label[row['target']]} | {setting} | {pct(row['test_hr10'])} "
+            f"| {row['method']} | {label[row['target']]} | {name} | {pct(row['test_hr10'])} "
             f"| {interval(*row['ci'])} | {diff} | {row['ratio']:.3f} "
             f"| {row['best_round']} / {row['rounds']} |"
         )
@@ -87,7 +95,13 @@ def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) ->
         "",
         "Leave-one-dataset-out: a setting tuned on one dataset is scored on the others "
         "(held out); its worst ratio to the reference there decides. The chosen one is "
-        "`conf/<method>-default.toml`.",
+        "`conf/<method>-default.toml`"
+        + (
+            "; a default preset scored as a setting was tuned on none of them, so every "
+            "dataset is held out for it."
+            if any(r["candidate"] == DEFAULT for r in rows)
+            else "."
+        ),
         "",
         "| method | setting | held-out datasets | worst ratio | mean ratio | default |",
         "|---|---|---|---|---|---|",
@@ -95,7 +109,7 @@ def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) ->
     for choice in summary["choices"]:
         for cand in choice["candidates"]:
             out.append(
-                f"| {choice['method']} | tuned on {label[cand['candidate']]} "
+                f"| {choice['method']} | {setting(choice['method'], cand['candidate'])} "
                 f"| {', '.join(label[t] for t in cand['held_out'])} | {cand['worst_ratio']:.3f} "
                 f"| {cand['mean_ratio']:.3f} "
                 f"| {'yes' if cand['candidate'] == choice['default'] else ''} |"
@@ -120,8 +134,8 @@ def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) ->
             for row in match:
                 own = " (own)" if row["candidate"] == target else ""
                 out.append(
-                    f"| {label[target]} | {row['method']} | tuned on "
-                    f"{label[row['candidate']]}{own} | {pct(row['test_hr10'])} "
+                    f"| {label[target]} | {row['method']} | "
+                    f"{setting(row['method'], row['candidate'])}{own} | {pct(row['test_hr10'])} "
                     f"| {pct(knn[target]['test_hr10'])} | {signed_interval(row['vs_itemknn'])} |"
                 )
     out += [
@@ -145,7 +159,7 @@ def markdown(summary: dict[str, Any], command: str, settings: dict[str, Any]) ->
             if group:
                 best = max(group, key=lambda r: r["test_hr10"])
                 line += [
-                    f"{best['method']} (tuned on {label[best['candidate']]})",
+                    f"{best['method']} ({setting(best['method'], best['candidate'])})",
                     pct(best["test_hr10"]),
                     signed_interval(best["vs_itemknn"]),
                 ]
@@ -185,6 +199,8 @@ def write_default_presets(summary: dict[str, Any], command: str, patience: int) 
     label = {k: v["label"] for k, v in DATASETS.items()}
     for choice in summary["choices"]:
         method, source = choice["method"], choice["default"]
+        if source == DEFAULT:
+            continue  # the default preset itself is the best: it stays as it is
         keys = candidate_keys(method, source)
         worst = next(c for c in choice["candidates"] if c["candidate"] == source)
         lines = [

@@ -100,6 +100,31 @@ def test_differences_are_paired_and_the_report_names_reference_and_itemknn():
     assert "| 18.00 | +3.00 [" in text.split("| ML-100K | fedmf (tuned on Last.fm-2K) |")[1]
 
 
+def test_the_default_preset_scored_as_a_setting_is_held_out_everywhere(tmp_path, monkeypatch):
+    # conf/fedmf-default.toml as a third setting, tuned on none of the datasets: every
+    # dataset is held out for it, it is named by its preset, and it may win the choice
+    cells = [
+        *CELLS,
+        cell("fedmf", "default", "ml100k", 0.20),
+        cell("fedmf", "default", "lastfm2k", 0.20),
+        cell("fedmf", "default", "synthetic", 0.42),
+    ]
+    summary = study.summarise(cells, KNN)
+    (choice,) = summary["choices"]
+    scores = {c["candidate"]: c for c in choice["candidates"]}
+    assert scores["default"]["held_out"] == ["ml100k", "lastfm2k", "synthetic"]
+    assert choice["default"] == "default"
+    settings = {"seed": 0, "rounds": 50, "patience": 0}
+    text = report.markdown(summary, "python bench/transfer.py --data-dir DIR", settings)
+    assert "| fedmf | Last.fm-2K | `conf/fedmf-default.toml` | 20.00 |" in text
+    assert "| fedmf | `conf/fedmf-default.toml` | ML-100K, Last.fm-2K, synthetic" in text
+    assert "so every dataset is held out for it" in text
+    # --presets leaves a default preset that is itself the best as it is
+    monkeypatch.setattr(report, "conf_dir", lambda: tmp_path)
+    assert report.write_default_presets(summary, "cmd", 0) == []
+    assert not list(tmp_path.iterdir())
+
+
 def test_early_stopping_cuts_a_run_where_the_server_would():
     val = [0.10, 0.05, 0.06, 0.10, 0.07, 0.20, 0.19]  # equal to the best is no improvement
     assert study.early_stopped(val, 0) == (7, 6)
