@@ -30,6 +30,7 @@ from fedrec_flwr.data.registry import DataKeys, dataset_key_groups
 from fedrec_flwr.data.settings import DATA_DIR_ENV, DataSettings
 from fedrec_flwr.learning_keys import LearningKeys, ScheduleKeys, ServerKeys, ServerOptimizerKeys
 from fedrec_flwr.methods import Method, build_method, methods, plugin_key_groups
+from fedrec_flwr.methods.heads import check_score_init
 from fedrec_flwr.methods.layout import layout
 from fedrec_flwr.run_keys import (
     EvaluationKeys,
@@ -344,9 +345,11 @@ class RunConfig(Settings, RunGroups):
     def validate(self) -> None:
         """Raise :class:`ConfigError` for impossible values: each key's and each group's
         checks, then the method's and its plug-ins' own (building it), then
-        ``keep-personal-rows`` against the method."""
+        ``keep-personal-rows`` and ``score-init`` against the method."""
         super().validate()
-        self._validate_keep_personal_rows(build_method(self, num_items=1))
+        method = build_method(self, num_items=1)
+        self._validate_keep_personal_rows(method)
+        check_score_init(self, method, methods())
 
     def _validate_keep_personal_rows(self, method: Method) -> None:
         """``keep-personal-rows``: only for a method that keeps personal rows, and not with

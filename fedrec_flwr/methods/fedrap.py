@@ -169,6 +169,7 @@ def fedrap_weights(keys: FedRapKeys, server_round: int) -> tuple[float, float]:
 class FedRAP(Method):
     name = "fedrap"
     rowwise_logits = True  # linear_logits: a product and a sum over each row
+    linear_score_head = True  # heads.linear_head_init's head: score-init acts on it
 
     def __init__(self, config: RunGroups, num_items: int) -> None:
         super().__init__(config, num_items)

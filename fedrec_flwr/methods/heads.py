@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 import torch
 
 from fedrec_flwr.run_keys import RunGroups
-from fedrec_flwr.schema import ConfigError, Group, RunValues, key
+from fedrec_flwr.schema import ConfigError, Group, key
 from fedrec_flwr.seeding import keyed_rng
-
-#: The methods whose private score function is :func:`linear_head_init`'s linear head.
-SCORE_HEAD_METHODS = ("pfedrec", "fedrap")
 
 
 class HeadInit(StrEnum):
@@ -21,18 +20,6 @@ class HeadInit(StrEnum):
 
     SHARED = "shared"
     PER_USER = "per-user"
-
-
-def check_score_init(config: RunValues) -> None:
-    method = str(config.value("method"))
-    if config.group(ScoreHeadKeys).score_init != HeadInit.SHARED and (
-        method not in SCORE_HEAD_METHODS
-    ):
-        raise ConfigError(
-            f"score-init applies to the methods with a private linear score function "
-            f"({', '.join(SCORE_HEAD_METHODS)}); method '{method}' has none: leave "
-            "score-init = 'shared'."
-        )
 
 
 class ScoreHeadKeys(Group):
@@ -47,7 +34,20 @@ class ScoreHeadKeys(Group):
         choices=HeadInit,
     )
 
-    check = check_score_init
+
+def check_score_init(config: RunGroups, method: object, cards: Mapping[str, Any]) -> None:
+    """``score-init`` other than ``shared`` only for a method whose private score function is
+    :func:`linear_head_init`'s: its class declares ``linear_score_head = True`` (``cards``:
+    the registered methods' cards, named in the message)."""
+    if config.group(ScoreHeadKeys).score_init == HeadInit.SHARED:
+        return
+    if not getattr(method, "linear_score_head", False):
+        heads = [n for n, c in cards.items() if getattr(c.method, "linear_score_head", False)]
+        raise ConfigError(
+            f"score-init applies to the methods with a private linear score function "
+            f"({', '.join(heads)}); method '{config.value('method')}' has none: leave "
+            "score-init = 'shared'."
+        )
 
 
 def linear_logits(

@@ -35,6 +35,7 @@ SCORE = ("score-weight", "score-bias")
 class PFedRec(Method):
     name = "pfedrec"
     rowwise_logits = True  # linear_logits: a product and a sum over each row
+    linear_score_head = True  # heads.linear_head_init's head: score-init acts on it
 
     def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]:
         """One shared initialisation for every user, PyTorch's nn.Linear(d, 1) default; or,
