@@ -11,13 +11,10 @@ The conformance suite holds each fast path to the plain path.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
-
-if TYPE_CHECKING:
-    from fedrec_flwr.methods.base import Method
 
 #: Users scored at once by a full ranking, unless the method says otherwise (``eval_chunk``).
 EVAL_CHUNK = 256
@@ -31,6 +28,14 @@ class RowwiseLogits(Protocol):
     scores."""
 
     rowwise_logits: bool
+
+
+class LinearScoreHead(Protocol):
+    """``linear_score_head = True``: the private score function is
+    :func:`~fedrec_flwr.methods.heads.linear_head_init`'s linear head, so ``score-init``
+    applies to it (PFedRec, FedRAP)."""
+
+    linear_score_head: bool
 
 
 class EvalChunk(Protocol):
@@ -59,6 +64,13 @@ class SparseRows(Protocol):
     def zero_threshold(self) -> float: ...
 
 
+class InitPrivate(Protocol):
+    """The contract's ``init_private(users)``, all :func:`init_private_from` needs of a method
+    (so that this module stays below :mod:`fedrec_flwr.methods.base`)."""
+
+    def init_private(self, users: np.ndarray) -> dict[str, torch.Tensor]: ...
+
+
 class InitFromData(Protocol):
     """``init_private_from(users, data)``: the private parameters of ``users`` on the node
     holding ``data`` (their interactions), for a method whose private parameters are the
@@ -83,6 +95,12 @@ def rowwise_logits(method: object) -> bool:
     return bool(getattr(method, "rowwise_logits", False))
 
 
+def linear_score_head(method: object) -> bool:
+    """Is the method's private score function a linear head (:class:`LinearScoreHead`)? False
+    by default."""
+    return bool(getattr(method, "linear_score_head", False))
+
+
 def eval_chunk(method: object) -> int:
     """Users scored at once by a full ranking (:class:`EvalChunk`; :data:`EVAL_CHUNK`)."""
     return int(getattr(method, "eval_chunk", EVAL_CHUNK))
@@ -101,7 +119,7 @@ def zero_threshold(method: object) -> float | None:
     return getattr(method, "zero_threshold", None)
 
 
-def init_private_from(method: Method, users: np.ndarray, data) -> dict[str, torch.Tensor]:
+def init_private_from(method: InitPrivate, users: np.ndarray, data) -> dict[str, torch.Tensor]:
     """The private parameters of ``users`` on the node holding ``data`` (:class:`InitFromData`;
     ``init_private(users)`` by default)."""
     init = getattr(method, "init_private_from", None)

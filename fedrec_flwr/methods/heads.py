@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedrec_flwr.methods.capabilities import linear_score_head
 from fedrec_flwr.run_keys import RunGroups
 from fedrec_flwr.schema import ConfigError, Group, key
 from fedrec_flwr.seeding import keyed_rng
@@ -37,12 +38,12 @@ class ScoreHeadKeys(Group):
 
 def check_score_init(config: RunGroups, method: object, cards: Mapping[str, Any]) -> None:
     """``score-init`` other than ``shared`` only for a method whose private score function is
-    :func:`linear_head_init`'s: its class declares ``linear_score_head = True`` (``cards``:
-    the registered methods' cards, named in the message)."""
+    :func:`linear_head_init`'s (:func:`~fedrec_flwr.methods.capabilities.linear_score_head`;
+    ``cards``: the registered methods' cards, named in the message)."""
     if config.group(ScoreHeadKeys).score_init == HeadInit.SHARED:
         return
-    if not getattr(method, "linear_score_head", False):
-        heads = [n for n, c in cards.items() if getattr(c.method, "linear_score_head", False)]
+    if not linear_score_head(method):
+        heads = [name for name, card in cards.items() if linear_score_head(card.method)]
         raise ConfigError(
             f"score-init applies to the methods with a private linear score function "
             f"({', '.join(heads)}); method '{config.value('method')}' has none: leave "
