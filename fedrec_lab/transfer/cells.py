@@ -166,7 +166,8 @@ RUN_KEYS = ("data-dir", "results-dir", "run-name", "checkpoint-every", "node_dat
 def committed_run(config: dict[str, Any]) -> Path | None:
     """The committed run (``bench/results/runs/<preset>-seed<seed>``) of a cell whose setting is
     the target's own preset, run as the cell would be (same keys, no early stopping); else
-    None. The runs are deterministic (``bench/regression.py`` checks them bit for bit)."""
+    None. The runs are deterministic within one environment (``bench/regression.py``); NeuMF's
+    differ in float order elsewhere (``bench/results/regression-100-rounds.md``)."""
     run = project_root() / "bench" / "results" / "runs" / f"{config['run-name']}"
     if not (run / "config.json").is_file() or not (run / "per-user.csv").is_file():
         return None
