@@ -56,7 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--patience", type=int, default=0, help="0: no early stopping")
     parser.add_argument("--write", default=None, help="write <stem>.md and <stem>.json")
-    parser.add_argument("--presets", action="store_true", help="write conf/<method>-default.toml")
+    parser.add_argument(
+        "--presets",
+        action="store_true",
+        help="write conf/<method>-default.toml from the choice (a default that is a setting of "
+        "its own is kept unless `default` is among --candidates)",
+    )
     args = parser.parse_args(argv)
     unknown = [t for t in args.targets if t not in DATASETS]
     if unknown:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
 from fedrec_lab.project import conf_dir
-from fedrec_lab.transfer.cells import DATASETS, DEFAULT, candidate_keys
+from fedrec_lab.transfer.cells import DATA_KEYS, DATASETS, DEFAULT, SOURCES, candidate_keys
 from fedrec_lab.transfer.choice import PATIENCES
 
 
@@ -192,6 +193,24 @@ def early_stopping_markdown(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def own_default(method: str) -> bool:
+    """Whether ``conf/<method>-default.toml`` is a setting of its own: the method keys of no
+    tuned strict preset (early stopping aside), so that only a study scoring it may replace it."""
+    from fedrec_lab.presets import resolve
+
+    folder = conf_dir()
+    path = folder / f"{method}-default.toml"
+    if not path.is_file():
+        return False
+
+    def method_keys(file: Path) -> dict[str, Any]:
+        skip = {*DATA_KEYS, "early-stopping-patience"}
+        return {k: v for k, v in resolve(file).items() if k not in skip}
+
+    tuned = [folder / f"{method}-{source}-strict.toml" for source in SOURCES]
+    return method_keys(path) not in [method_keys(file) for file in tuned if file.is_file()]
+
+
 def write_default_presets(summary: dict[str, Any], command: str, patience: int) -> list[Path]:
     """``conf/<method>-default.toml``: the chosen setting's method keys, no dataset key, and
     early stopping as measured."""
@@ -201,6 +220,15 @@ def write_default_presets(summary: dict[str, Any], command: str, patience: int) 
         method, source = choice["method"], choice["default"]
         if source == DEFAULT:
             continue  # the default preset itself is the best: it stays as it is
+        scored = {c["candidate"] for c in choice["candidates"]}
+        if DEFAULT not in scored and own_default(method):
+            print(
+                f"conf/{method}-default.toml is a setting of its own (no tuned preset's keys) "
+                "that this study did not score: left as it is; add `default` to --candidates "
+                "to score it against the tuned presets",
+                file=sys.stderr,
+            )
+            continue
         keys = candidate_keys(method, source)
         worst = next(c for c in choice["candidates"] if c["candidate"] == source)
         lines = [

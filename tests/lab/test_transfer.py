@@ -125,6 +125,34 @@ def test_the_default_preset_scored_as_a_setting_is_held_out_everywhere(tmp_path,
     assert not list(tmp_path.iterdir())
 
 
+def test_presets_leave_a_default_of_its_own_that_the_study_did_not_score(
+    tmp_path, monkeypatch, capsys
+):
+    # a study of the tuned presets alone picks Last.fm-2K's; a default preset that is no
+    # tuned preset's setting (chosen by a study that scored it) must survive --presets
+    monkeypatch.setattr(report, "conf_dir", lambda: tmp_path)
+    (tmp_path / "fedmf-ml100k-strict.toml").write_text(
+        'method = "fedmf"\ndataset = "ml-100k"\nlr = 1.0\n'
+    )
+    (tmp_path / "fedmf-lastfm2k-strict.toml").write_text(
+        'method = "fedmf"\ndataset = "lastfm-2k"\nlr = 2.0\n'
+    )
+    own = tmp_path / "fedmf-default.toml"
+    own.write_text('method = "fedmf"\nlr = 3.0\n')
+    candidates = [
+        {"candidate": "ml100k", "worst_ratio": 0.8, "mean_ratio": 0.8},
+        {"candidate": "lastfm2k", "worst_ratio": 0.9, "mean_ratio": 0.9},
+    ]
+    summary = {"choices": [{"method": "fedmf", "default": "lastfm2k", "candidates": candidates}]}
+    assert report.write_default_presets(summary, "cmd", 0) == []
+    assert own.read_text() == 'method = "fedmf"\nlr = 3.0\n'
+    assert "add `default` to --candidates" in capsys.readouterr().err
+    # a default that is a tuned preset's setting is the study's to replace
+    own.write_text('method = "fedmf"\nlr = 1.0\n')
+    assert report.write_default_presets(summary, "cmd", 0) == [own]
+    assert "conf/fedmf-lastfm2k-strict.toml (tuned on Last.fm-2K)" in own.read_text()
+
+
 def test_early_stopping_cuts_a_run_where_the_server_would():
     val = [0.10, 0.05, 0.06, 0.10, 0.07, 0.20, 0.19]  # equal to the best is no improvement
     assert study.early_stopped(val, 0) == (7, 6)
