@@ -94,13 +94,14 @@ def tuned_methods() -> list[str]:
     ]
 
 
-def candidate_keys(method: str, candidate: str) -> dict[str, Any]:
+def candidate_keys(method: str, candidate: str, folder: Path | None = None) -> dict[str, Any]:
     """The method keys of a candidate: the source preset's keys (``conf/<method>-default
-    .toml`` for :data:`DEFAULT`) less the dataset's."""
+    .toml`` for :data:`DEFAULT`; ``folder``: another presets folder than ``conf/``) less the
+    dataset's."""
     from fedrec_lab.presets import resolve
 
     name = f"{method}-default" if candidate == DEFAULT else f"{method}-{candidate}-strict"
-    keys = resolve(conf_dir() / f"{name}.toml")
+    keys = resolve((folder or conf_dir()) / f"{name}.toml")
     return {k: v for k, v in keys.items() if k not in DATA_KEYS}
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrec_lab.project import conf_dir
-from fedrec_lab.transfer.cells import DATA_KEYS, DATASETS, DEFAULT, SOURCES, candidate_keys
+from fedrec_lab.transfer.cells import DATASETS, DEFAULT, SOURCES, candidate_keys
 from fedrec_lab.transfer.choice import PATIENCES
 
 
@@ -196,19 +196,16 @@ def early_stopping_markdown(rows: list[dict[str, Any]]) -> list[str]:
 def own_default(method: str) -> bool:
     """Whether ``conf/<method>-default.toml`` is a setting of its own: the method keys of no
     tuned strict preset (early stopping aside), so that only a study scoring it may replace it."""
-    from fedrec_lab.presets import resolve
-
     folder = conf_dir()
-    path = folder / f"{method}-default.toml"
-    if not path.is_file():
+
+    def method_keys(candidate: str) -> dict[str, Any]:
+        keys = candidate_keys(method, candidate, folder)
+        return {k: v for k, v in keys.items() if k != "early-stopping-patience"}
+
+    if not (folder / f"{method}-default.toml").is_file():
         return False
-
-    def method_keys(file: Path) -> dict[str, Any]:
-        skip = {*DATA_KEYS, "early-stopping-patience"}
-        return {k: v for k, v in resolve(file).items() if k not in skip}
-
-    tuned = [folder / f"{method}-{source}-strict.toml" for source in SOURCES]
-    return method_keys(path) not in [method_keys(file) for file in tuned if file.is_file()]
+    tuned = [s for s in SOURCES if (folder / f"{method}-{s}-strict.toml").is_file()]
+    return method_keys(DEFAULT) not in [method_keys(source) for source in tuned]
 
 
 def write_default_presets(summary: dict[str, Any], command: str, patience: int) -> list[Path]:
@@ -229,7 +226,7 @@ def write_default_presets(summary: dict[str, Any], command: str, patience: int) 
                 file=sys.stderr,
             )
             continue
-        keys = candidate_keys(method, source)
+        keys = candidate_keys(method, source, conf_dir())
         worst = next(c for c in choice["candidates"] if c["candidate"] == source)
         lines = [
             f"# {method}: the default setting, chosen to transfer across datasets (not the best "
