@@ -54,16 +54,28 @@ def scaled_cell(
     """The transfer cell (method, source preset, target) with ``lr`` times ``factor``."""
     name = f"{method}--{source}-lr-scaled--on-{target}"
     path = cache / "cells" / f"{name}.json"
-    if path.exists():
-        return json.loads(path.read_text())
     runs = cache / "runs"
     config = cells.cell_config(method, source, target, args, runs)
     config["lr"] = float(config["lr"]) * factor
     config["run-name"] = name
+    cached = cells.cached_cell(path, config)
+    if cached is not None:
+        return cached
     print(f"{name}: running (lr {config['lr']:.4g})", flush=True)
     summary = cells.run_config(name, config)
     users, hits = cells.hits_of(runs / name)
-    return cells.finish(path, name, method, f"{source}-lr-scaled", target, summary, users, hits, "")
+    return cells.finish(
+        path,
+        name,
+        method,
+        f"{source}-lr-scaled",
+        target,
+        summary,
+        users,
+        hits,
+        "",
+        setting=cells.setting_of(config),
+    )
 
 
 def table(rows: list[dict], args: argparse.Namespace) -> str:

@@ -78,6 +78,10 @@ DEFAULT = "default"
 #: validation round; ``ndcg`` only in records made since it is kept): never in a report.
 PER_USER = ("users", "hits", "ndcg")
 
+#: What a cell's record keeps for the cache only, never for a report's rows: the per-user
+#: values and the setting it was run with (:func:`cached_cell`).
+CELL_ONLY = (*PER_USER, "setting")
+
 #: Keys that describe the data, not the method: taken from the target, never from a source.
 DATA_KEYS = ("dataset", "synthetic-users", "synthetic-items", "synthetic-mean-degree")
 
@@ -186,9 +190,10 @@ def run_cell(method: str, candidate: str, target: str, args, cache: Path) -> dic
     fresh process) and its record."""
     name = cell_name(method, candidate, target)
     path = cache / "cells" / f"{name}.json"
-    if path.exists():
-        return json.loads(path.read_text())
     config = cell_config(method, candidate, target, args, cache / "runs")
+    cached = cached_cell(path, config)
+    if cached is not None:
+        return cached
     own = f"{method}-{target}-strict-seed{args.seed}"
     committed = committed_run({**config, "run-name": own}) if candidate == target else None
     if committed is not None:
@@ -197,12 +202,54 @@ def run_cell(method: str, candidate: str, target: str, args, cache: Path) -> dic
         print(f"{name}: the committed run {source}", flush=True)
         summary = json.loads((committed / "summary.json").read_text())
         users, hits = hits_of(committed)
-        return finish(path, name, method, candidate, target, summary, users, hits, source)
+        return finish(path, name, method, candidate, target, summary, users, hits, source,
+                      setting=setting_of(config))  # fmt: skip
     runs = cache / "runs"
     print(f"{name}: running", flush=True)
     summary = run_config(name, config)
     users, hits = hits_of(runs / name)
-    return finish(path, name, method, candidate, target, summary, users, hits, "")
+    return finish(
+        path, name, method, candidate, target, summary, users, hits, "", setting=setting_of(config)
+    )
+
+
+def setting_of(config: dict[str, Any]) -> dict[str, Any]:
+    """What a cell measures: its run config resolved (every key, its default filled in), less
+    where it runs and writes (:data:`RUN_KEYS`), as JSON reads it back."""
+    from fedrec_flwr.config import RunConfig
+
+    resolved = RunConfig.from_mapping(config).to_mapping()
+    kept = {k: v for k, v in resolved.items() if k not in RUN_KEYS}
+    return json.loads(json.dumps(kept, default=str))
+
+
+def cached_cell(path: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The record cached at ``path`` (None: none), if it was run with ``config``'s setting. A
+    cell's name holds its method, source and target, not the keys behind them: a preset
+    changed since the cell ran (a new default, a retuned preset) would otherwise hand back the
+    old setting's figures. A key the record lacks (added since) is at its default there."""
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    recorded = record.get("setting")
+    if recorded is None:
+        print(
+            f"{path}: cached without its setting (an older cache), so not checked against "
+            "the presets; delete it to run it again",
+            file=sys.stderr,
+            flush=True,
+        )
+        return record
+    now = setting_of(config)
+    changed = [k for k in recorded if k in now and recorded[k] != now[k]]
+    if changed:
+        shown = ", ".join(f"{k} = {recorded[k]!r} there, {now[k]!r} now" for k in changed[:4])
+        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        raise SystemExit(
+            f"{path} was run with another setting ({shown}{more}): the preset changed since? "
+            "Give another --cache, or delete the cell to run it again."
+        )
+    return record
 
 
 def run_config(name: str, config: dict[str, Any]) -> dict[str, Any]:
@@ -228,11 +275,23 @@ def run_config(name: str, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def finish(
-    path, name, method, candidate, target, summary, users, hits, source, limits=None, ndcg=None
+    path,
+    name,
+    method,
+    candidate,
+    target,
+    summary,
+    users,
+    hits,
+    source,
+    limits=None,
+    ndcg=None,
+    setting=None,
 ):
     """The record of a finished cell, checked against its summary and cached; ``limits``:
     the settings that bound its run (kept in the record); ``ndcg``: the users' test
-    NDCG@10, kept when given."""
+    NDCG@10, kept when given; ``setting``: what it measures (:func:`setting_of`), which
+    :func:`cached_cell` checks a later read against."""
     record = {
         "method": method,
         "candidate": candidate,
@@ -248,6 +307,7 @@ def finish(
         "hits": hits,
         **({} if ndcg is None else {"ndcg": ndcg}),
         **(limits or {}),
+        **({} if setting is None else {"setting": setting}),
     }
     if not np.isclose(np.mean(hits), record["test_hr10"]) or (
         ndcg is not None and not np.isclose(np.mean(ndcg), record["test_ndcg10"])

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from fedrec_lab.project import project_root
-from fedrec_lab.transfer.cells import PER_USER, SOURCES
+from fedrec_lab.transfer.cells import CELL_ONLY, SOURCES
 
 
 def reference_cell(cells: list[dict], method: str, target: str) -> tuple[dict, bool]:
@@ -61,7 +61,7 @@ def summarise(cells: list[dict], knn: dict[str, dict], seed: int = 0) -> dict[st
     for cell in cells:
         ref, tuned = reference_cell(cells, cell["method"], cell["target"])
         low, high = bootstrap_ci(arrays(cell)[1], seed=seed)
-        row = {k: v for k, v in cell.items() if k not in PER_USER}
+        row = {k: v for k, v in cell.items() if k not in CELL_ONLY}
         row.update(
             ci=[low, high],
             reference=ref["candidate"],
@@ -75,7 +75,7 @@ def summarise(cells: list[dict], knn: dict[str, dict], seed: int = 0) -> dict[st
     for target, cell in knn.items():
         low, high = bootstrap_ci(arrays(cell)[1], seed=seed)
         baselines[target] = {
-            **{k: v for k, v in cell.items() if k not in PER_USER},
+            **{k: v for k, v in cell.items() if k not in CELL_ONLY},
             "ci": [low, high],
         }
     methods = list(dict.fromkeys(r["method"] for r in rows))

@@ -12,9 +12,10 @@ import numpy as np
 
 from fedrec_lab.project import conf_dir
 from fedrec_lab.transfer.cells import (
+    CELL_ONLY,
     DEFAULT,
-    PER_USER,
     TARGETS,
+    cached_cell,
     candidate_keys,
     cell_config,
     cell_name,
@@ -22,6 +23,7 @@ from fedrec_lab.transfer.cells import (
     finish,
     per_user_of,
     run_config,
+    setting_of,
 )
 
 #: The centralized rows each default is compared with (:mod:`fedrec_lab.baselines`).
@@ -38,7 +40,8 @@ def default_methods() -> list[str]:
 
 def default_cell(method: str, target: str, args: argparse.Namespace, cache: Path) -> dict:
     """One default on one target: its cached record, else a run (in a fresh process). The
-    run has at most ``args.rounds`` rounds, and no more than the preset sets."""
+    run has at most ``args.rounds`` rounds, and no more than the preset sets. A cached cell
+    run under other limits or with another setting (the preset changed) is refused."""
     import json
 
     name = cell_name(method, DEFAULT, target)
@@ -55,15 +58,19 @@ def default_cell(method: str, target: str, args: argparse.Namespace, cache: Path
                 f"{made['patience']}, evaluated every {made['eval_every']}, not "
                 f"{args.rounds}, {args.patience} and {every}: give those, or another --cache"
             )
-        return record
     keys = candidate_keys(method, DEFAULT)
     config = cell_config(method, DEFAULT, target, args, cache / "runs", keys)
     config["num-server-rounds"] = min(args.rounds, int(keys.get("num-server-rounds", args.rounds)))
     config["eval-every"] = every
+    cached = cached_cell(path, config)
+    if cached is not None:
+        return cached
     print(f"{name}: running", flush=True)
     summary = run_config(name, config)
     users, hits, ndcg = per_user_of(cache / "runs" / name)
-    return finish(path, name, method, DEFAULT, target, summary, users, hits, "", limits, ndcg)
+    setting = setting_of(config)
+    return finish(path, name, method, DEFAULT, target, summary, users, hits, "", limits, ndcg,
+                  setting)  # fmt: skip
 
 
 def measure(args: argparse.Namespace, cache: Path) -> dict[str, Any]:
@@ -98,7 +105,7 @@ def summarise(cells: list[dict], central: dict[str, dict[str, dict]], seed: int)
 
     def row(cell: dict, target: str) -> dict[str, Any]:
         low, high = bootstrap_ci(arrays(cell)[1], seed=seed)
-        out = {k: v for k, v in cell.items() if k not in PER_USER}
+        out = {k: v for k, v in cell.items() if k not in CELL_ONLY}
         out["ci"] = [low, high]
         out["minus"] = {
             name: paired_difference(*arrays(cell), *arrays(other), seed=seed)

@@ -17,10 +17,12 @@ from fedrec_lab.transfer.cells import (
     DATA_KEYS,
     DATASETS,
     SOURCES,
+    cached_cell,
     cell_config,
     finish,
     hits_of,
     run_config,
+    setting_of,
 )
 from fedrec_lab.transfer.choice import summarise
 from fedrec_lab.transfer.report import command_line as transfer_command_line
@@ -96,17 +98,16 @@ def arm_cell(method, arm, source, target, keys, args, cache: Path) -> dict[str, 
     """The cell of an arm's setting tuned on ``source``, run on ``target`` (cached)."""
     name = f"{method}--{arm}-keys-{source}--on-{target}"
     path = cache / "cells" / f"{name}.json"
-    if path.exists():
-        cell = json.loads(path.read_text())
-    else:
-        runs = cache / "runs"
-        config = cell_config(method, source, target, args, runs, keys=keys)
-        config["run-name"] = name
+    runs = cache / "runs"
+    config = cell_config(method, source, target, args, runs, keys=keys)
+    config["run-name"] = name
+    cell = cached_cell(path, config)
+    if cell is None:
         print(f"{name}: running", flush=True)
         summary = run_config(name, config)
         users, hits = hits_of(runs / name)
-        cell = finish(path, name, method, f"{arm}-{source}", target, summary, users,
-                               hits, "")  # fmt: skip
+        cell = finish(path, name, method, f"{arm}-{source}", target, summary, users, hits, "",
+                      setting=setting_of(config))  # fmt: skip
     return {**cell, "candidate": source}
 
 

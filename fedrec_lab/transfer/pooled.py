@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fedrec_lab.transfer.cells import PER_USER
+from fedrec_lab.transfer.cells import CELL_ONLY
 from fedrec_lab.transfer.defaults import TITLES, checks, heading, pct, schedule, signed, verdicts
 
 Central = dict[str, dict[str, dict]]
@@ -70,7 +70,7 @@ def pooled_row(
     def values(of: list[dict], key: str) -> list[tuple[np.ndarray, np.ndarray]]:
         return [(np.asarray(c["users"]), np.asarray(c[key], dtype=np.float64)) for c in of]
 
-    out = {k: v for k, v in cells[0].items() if k not in PER_USER}
+    out = {k: v for k, v in cells[0].items() if k not in CELL_ONLY}
     for key in ("best_round", "rounds", "val_hr10", "seconds"):
         if key in out:
             out[key] = [c[key] for c in cells]

@@ -72,14 +72,13 @@ def test_a_cell_cached_under_other_limits_is_refused(tmp_path):
     record = {**cell("fedmf", "long-tail", 0.2), "max_rounds": 100, "patience": 0}
     record["eval_every"] = 1
     (tmp_path / "cells" / f"{name}.json").write_text(json.dumps(record))
-    same = argparse.Namespace(rounds=100, patience=0)
+    same = argparse.Namespace(rounds=100, patience=0, seed=0, data_dir=str(tmp_path))
     assert defaults.default_cell("fedmf", "long-tail", same, tmp_path) == record
+    other = argparse.Namespace(rounds=30, patience=10, seed=0, data_dir=str(tmp_path))
     with pytest.raises(
         SystemExit, match="100 rounds, patience 0, evaluated every 1, not 30, 10 and 1"
     ):
-        defaults.default_cell(
-            "fedmf", "long-tail", argparse.Namespace(rounds=30, patience=10), tmp_path
-        )
+        defaults.default_cell("fedmf", "long-tail", other, tmp_path)
 
 
 def test_the_checks_need_popularity_and_itemknn():
@@ -112,8 +111,59 @@ def test_a_cell_cached_under_one_seed_never_stands_for_another(tmp_path):
     seed_one = transfer_cells.seed_cache(tmp_path, 1)
     (seed_one / "cells").mkdir(parents=True)
     (seed_one / "cells" / f"{name}.json").write_text(json.dumps(record))
-    args = argparse.Namespace(rounds=100, patience=0)
+    args = argparse.Namespace(rounds=100, patience=0, seed=1, data_dir=str(tmp_path))
     assert defaults.default_cell("fedmf", "long-tail", args, seed_one) == record
     assert transfer_cells.seed_cache(tmp_path, 0) == tmp_path
     seed_two = transfer_cells.seed_cache(tmp_path, 2)
     assert seed_two != seed_one and not (seed_two / "cells" / f"{name}.json").exists()
+
+
+def cached_default(tmp_path, edit=None) -> tuple:
+    """A fake cell of FedMF's default on the long-tail shape, cached with the setting the
+    default preset gives now (``edit``: changes to that setting first), and the args that
+    read it back."""
+    import argparse
+    import json
+
+    args = argparse.Namespace(rounds=100, patience=0, seed=0, data_dir=str(tmp_path))
+    keys = transfer_cells.candidate_keys("fedmf", transfer_cells.DEFAULT)
+    config = transfer_cells.cell_config(
+        "fedmf", transfer_cells.DEFAULT, "long-tail", args, tmp_path / "runs", keys
+    )
+    config["num-server-rounds"] = min(100, int(keys["num-server-rounds"]))
+    config["eval-every"] = 1
+    setting = {**transfer_cells.setting_of(config), **(edit or {})}
+    record = {**cell("fedmf", "long-tail", 0.2), "max_rounds": 100, "patience": 0}
+    record.update(eval_every=1, setting=setting)
+    name = transfer_cells.cell_name("fedmf", transfer_cells.DEFAULT, "long-tail")
+    (tmp_path / "cells").mkdir()
+    (tmp_path / "cells" / f"{name}.json").write_text(json.dumps(record))
+    return record, args
+
+
+def test_a_cell_cached_with_the_presets_setting_is_read_back(tmp_path):
+    record, args = cached_default(tmp_path)
+    assert defaults.default_cell("fedmf", "long-tail", args, tmp_path) == record
+
+
+def test_a_cell_cached_before_the_preset_changed_is_refused(tmp_path):
+    """A cell's name holds no keys: a default preset changed since the cell ran must not
+    hand back the old setting's figures."""
+    _, args = cached_default(tmp_path, edit={"lr": 123.0})
+    with pytest.raises(SystemExit, match=r"another setting \(lr = 123.0 there, .* now\)"):
+        defaults.default_cell("fedmf", "long-tail", args, tmp_path)
+
+
+def test_a_cell_cached_without_its_setting_is_read_with_a_warning(tmp_path, capsys):
+    record, args = cached_default(tmp_path)
+    del record["setting"]
+    name = transfer_cells.cell_name("fedmf", transfer_cells.DEFAULT, "long-tail")
+    path = tmp_path / "cells" / f"{name}.json"
+    path.write_text(__import__("json").dumps(record))
+    assert defaults.default_cell("fedmf", "long-tail", args, tmp_path) == record
+    assert "cached without its setting" in capsys.readouterr().err
+
+
+def test_the_setting_stays_out_of_the_reports_rows():
+    summary = defaults.summarise([{**CELLS[0], "setting": {"lr": 1.0}}], CENTRAL, seed=0)
+    assert all("setting" not in row for row in summary["rows"])
