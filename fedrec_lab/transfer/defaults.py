@@ -68,9 +68,8 @@ def default_cell(method: str, target: str, args: argparse.Namespace, cache: Path
     print(f"{name}: running", flush=True)
     summary = run_config(name, config)
     users, hits, ndcg = per_user_of(cache / "runs" / name)
-    setting = setting_of(config)
     return finish(path, name, method, DEFAULT, target, summary, users, hits, "", limits, ndcg,
-                  setting)  # fmt: skip
+                  setting=setting_of(config))  # fmt: skip
 
 
 def measure(args: argparse.Namespace, cache: Path) -> dict[str, Any]:

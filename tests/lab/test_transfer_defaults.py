@@ -155,11 +155,13 @@ def test_a_cell_cached_before_the_preset_changed_is_refused(tmp_path):
 
 
 def test_a_cell_cached_without_its_setting_is_read_with_a_warning(tmp_path, capsys):
+    import json
+
     record, args = cached_default(tmp_path)
     del record["setting"]
     name = transfer_cells.cell_name("fedmf", transfer_cells.DEFAULT, "long-tail")
     path = tmp_path / "cells" / f"{name}.json"
-    path.write_text(__import__("json").dumps(record))
+    path.write_text(json.dumps(record))
     assert defaults.default_cell("fedmf", "long-tail", args, tmp_path) == record
     assert "cached without its setting" in capsys.readouterr().err
 
